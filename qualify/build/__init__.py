@@ -1,0 +1,1 @@
+"""Build stage: NVRTC compilation of CUDA source arms and their resource usage."""

@@ -1,0 +1,78 @@
+"""Compile a plan's CUDA source arms: one KernelSpec per arm and architecture.
+
+The same specs serve `plan check` (every declared architecture, no GPU) and the run stage (the
+device's own architecture only), so what is checked is what is timed.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from qualify.build.nvrtc import CompiledKernel, KernelSpec, compile_kernel
+from qualify.plan.load import LoadedPlan
+from qualify.plan.model import ARM_SIDES, MAX_SHARED_PER_BLOCK, CudaArm
+
+
+def kernel_spec(loaded: LoadedPlan, side: str, arch: str, extra_defines: dict | None = None) -> KernelSpec:
+    arm = loaded.plan.arm(side)
+    assert isinstance(arm, CudaArm)
+    base = loaded.path.parent
+    defines = {**arm.defines, **(extra_defines or {})}
+    return KernelSpec(
+        source=(base / arm.source).resolve(),
+        kernel=arm.kernel,
+        arch=arch,
+        defines=tuple((k, str(v)) for k, v in sorted(defines.items())),
+        options=tuple(arm.options),
+        include_dirs=tuple((base / d).resolve() for d in arm.include_dirs),
+    )
+
+
+def compile_arms(loaded: LoadedPlan, archs: list[str], jobs: int = 2) -> dict[tuple[str, str], CompiledKernel]:
+    """Compile every CUDA arm for every architecture; keys are (side, arch)."""
+    keys = [
+        (side, arch)
+        for side in ARM_SIDES
+        if isinstance(loaded.plan.arm(side), CudaArm)
+        for arch in archs
+    ]
+    specs = {key: kernel_spec(loaded, *key) for key in keys}
+    # NVRTC programs are independent; two threads halve the wall time of a check on CI's 2 cores.
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        compiled = dict(zip(specs, pool.map(compile_kernel, specs.values())))
+    return compiled
+
+
+@dataclass(frozen=True)
+class FitRow:
+    side: str
+    arch: str
+    case: str
+    dynamic_shared_bytes: int
+    total_shared_bytes: int
+    limit_bytes: int
+
+    @property
+    def fits(self) -> bool:
+        return self.total_shared_bytes <= self.limit_bytes
+
+
+def shared_memory_fit(loaded: LoadedPlan, compiled: dict[tuple[str, str], CompiledKernel]) -> list[FitRow]:
+    rows = []
+    for (side, arch), kernel in compiled.items():
+        for case in loaded.cases:
+            launch = case.arms[side].launch
+            assert launch is not None
+            dyn = launch.shared_bytes
+            rows.append(
+                FitRow(
+                    side=side,
+                    arch=arch,
+                    case=case.id,
+                    dynamic_shared_bytes=dyn,
+                    total_shared_bytes=dyn + kernel.resources.static_shared_bytes,
+                    limit_bytes=MAX_SHARED_PER_BLOCK[arch],
+                )
+            )
+    return rows

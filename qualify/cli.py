@@ -1,0 +1,114 @@
+"""The command line: a thin click layer over the library.
+
+This is the only module that maps errors to exit codes (see `qualify.errors.ExitCode`) and the only
+one that prints. Every expected failure is one line on stderr; a traceback appears only with -v.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from qualify import __version__
+from qualify.errors import BuildError, ExitCode, QualifyError
+
+SCHEMA_PATH = Path(__file__).parent / "schemas" / "plan.schema.json"
+
+out = Console(highlight=False)
+
+
+def _fail_line(text: str) -> None:
+    # click.echo, not rich: an error line must never be wrapped or styled.
+    click.echo(text, err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="qualify")
+@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks of internal errors.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool) -> None:
+    """Qualify CUDA kernel changes under frozen, pre-registered plans."""
+    ctx.obj = {"verbose": verbose}
+
+
+@cli.group()
+def plan() -> None:
+    """Validate, freeze and describe plans (no GPU needed)."""
+
+
+@plan.command("check")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+@click.option("--arch", "archs", multiple=True, help="Compile only these of the plan's architectures.")
+@click.option("--no-compile", is_flag=True, help="Validate and resolve only.")
+def plan_check(plan_path: Path, archs: tuple[str, ...], no_compile: bool) -> None:
+    """Validate PLAN, print its digest, resolve every case and compile both arms."""
+    from qualify.check import check_plan
+    from qualify.render.terminal import plan_check as render
+
+    result = check_plan(plan_path, list(archs) or None, compile=not no_compile)
+    out.print(render(result))
+    if not result.ok:
+        raise SystemExit(ExitCode.BUILD)
+
+
+@plan.command("freeze")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+def plan_freeze(plan_path: Path) -> None:
+    """Write PLAN's lock (plan.lock.json): its digest and the sha256 of every file it uses."""
+    from qualify.plan.digest import freeze
+    from qualify.plan.load import load_plan
+
+    loaded = load_plan(plan_path)
+    path, written = freeze(loaded.path, loaded.freeze)
+    state = "frozen" if written else "already frozen, unchanged"
+    out.print(f"{state}: {path}\ndigest {loaded.digest}")
+
+
+@plan.command("schema")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here instead of stdout.")
+def plan_schema(output: Path | None) -> None:
+    """Print (or write) the JSON Schema of plans."""
+    from qualify.io import atomic_write_text
+    from qualify.plan.schema import plan_json_schema
+
+    text = json.dumps(plan_json_schema(), indent=2) + "\n"
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        atomic_write_text(output, text)
+        out.print(f"wrote {output}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI and turn every outcome into a documented exit code."""
+    verbose = "-v" in (argv or sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:])
+    try:
+        code = cli.main(args=argv, prog_name="qualify", standalone_mode=False)
+        if isinstance(code, int):  # click's --help and --version return 0 here
+            sys.exit(code)
+    except click.exceptions.Abort:
+        _fail_line("qualify: interrupted")
+        sys.exit(ExitCode.INTERRUPTED)
+    except click.ClickException as exc:  # usage errors: click's own one-liners
+        _fail_line(f"qualify: error: {exc.format_message()}")
+        sys.exit(ExitCode.BAD_INPUT)
+    except QualifyError as exc:
+        _fail_line(f"qualify: error: {exc.one_line()}")
+        if isinstance(exc, BuildError) and exc.log:
+            _fail_line(exc.log)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        _fail_line("qualify: interrupted")
+        sys.exit(ExitCode.INTERRUPTED)
+    except SystemExit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+        if verbose:
+            raise
+        _fail_line(f"qualify: internal error: {type(exc).__name__}: {exc} (rerun with -v)")
+        sys.exit(ExitCode.INTERNAL)
+    sys.exit(ExitCode.QUALIFIED)

@@ -1,0 +1,79 @@
+"""The closed set of failures qualify reports, each with its exit code.
+
+Library code raises these; `qualify.cli` catches them once and prints one line. A verdict of
+"not qualified" is data, not an error: its exit code (1) is derived from the verdict at the end.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from pathlib import Path
+
+
+class ExitCode(IntEnum):
+    QUALIFIED = 0
+    NOT_QUALIFIED = 1
+    BAD_INPUT = 2
+    FROZEN = 3
+    BUILD = 4
+    DEVICE = 5
+    TOOL = 6
+    INTERNAL = 70
+    INTERRUPTED = 130
+
+
+class QualifyError(Exception):
+    """Base of every expected failure. `file` and `field` locate the cause for the user."""
+
+    exit_code: ExitCode = ExitCode.BAD_INPUT
+
+    def __init__(self, message: str, *, file: str | Path | None = None, field: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.file = str(file) if file is not None else None
+        self.field = field
+
+    def one_line(self) -> str:
+        parts = [p for p in (self.file, self.field) if p]
+        parts.append(" ".join(self.message.split()))
+        return ": ".join(parts)
+
+
+class PlanError(QualifyError):
+    """The plan (or a file it names) is malformed or inconsistent."""
+
+
+class UsageError(QualifyError):
+    """The command line asks for something that cannot be done."""
+
+
+class FrozenInputChanged(QualifyError):
+    """A file or plan changed after freezing, or a record would be overwritten."""
+
+    exit_code = ExitCode.FROZEN
+
+
+class BuildError(QualifyError):
+    """A compiler refused an arm. `log` keeps the compiler lines that matter."""
+
+    exit_code = ExitCode.BUILD
+
+    def __init__(self, message: str, *, log: str = "", file=None, field=None):
+        super().__init__(message, file=file, field=field)
+        self.log = log
+
+
+class DeviceError(QualifyError):
+    """No usable GPU, a device the plan does not list, or a broken CUDA environment."""
+
+    exit_code = ExitCode.DEVICE
+
+
+class ToolError(QualifyError):
+    """An external tool (compute-sanitizer, nvcc, ncu) is missing or failed to run."""
+
+    exit_code = ExitCode.TOOL
+
+
+class Interrupted(QualifyError):
+    exit_code = ExitCode.INTERRUPTED

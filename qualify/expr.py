@@ -1,0 +1,198 @@
+"""A small, safe evaluator for the arithmetic in plans (`cdiv(T, BM)`, `(BM + 64) * 264 * 2`).
+
+Plans are data, so their expressions are parsed with `ast` and walked against a whitelist: numbers,
+parameter names, + - * / // % **, comparisons, and/or/not, and a handful of functions. Nothing
+reaches `eval`. Results are bounded so an expression can neither hang the evaluator nor describe
+an absurd allocation without being noticed.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Mapping
+from functools import lru_cache
+
+Number = int | float
+
+MAX_SOURCE_CHARS = 200
+MAX_MAGNITUDE = 2**62  # beyond any size a kernel launch or buffer can sensibly have
+MAX_EXPONENT = 64
+
+
+class ExprError(ValueError):
+    """An expression is malformed or cannot be evaluated with the given parameters."""
+
+
+def _cdiv(a: Number, b: Number) -> int:
+    _require_int("cdiv", a, b)
+    if b == 0:
+        raise ExprError("division by zero in cdiv")
+    return -(-a // b)
+
+
+def _round_up(a: Number, b: Number) -> int:
+    return _cdiv(a, b) * b
+
+
+def _require_int(fname: str, *values: Number) -> None:
+    for v in values:
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ExprError(f"{fname}() takes integers, got {v!r}")
+
+
+FUNCTIONS = {
+    "cdiv": _cdiv,
+    "round_up": _round_up,
+    "min": min,
+    "max": max,
+    "abs": abs,
+    "sqrt": math.sqrt,
+    "rsqrt": lambda x: 1.0 / math.sqrt(x),
+    "log2": math.log2,
+    "ceil": math.ceil,
+    "floor": math.floor,
+}
+
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_COMPARE = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
+
+
+@lru_cache(maxsize=1024)
+def parse(source: str) -> ast.expr:
+    """Parse and vet an expression; raise ExprError for anything outside the whitelist."""
+    if len(source) > MAX_SOURCE_CHARS:
+        raise ExprError(f"expression longer than {MAX_SOURCE_CHARS} characters")
+    try:
+        tree = ast.parse(source.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ExprError(f"not an expression: {source!r} ({exc.msg})") from None
+    for node in ast.walk(tree):
+        _vet(node)
+    return tree.body
+
+
+def _vet(node: ast.AST) -> None:
+    allowed = (
+        ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp,
+        ast.Constant, ast.Name, ast.Call, ast.Load,
+        ast.operator, ast.unaryop, ast.cmpop, ast.boolop,
+    )  # fmt: skip
+    if not isinstance(node, allowed):
+        raise ExprError(f"{type(node).__name__} is not allowed in expressions")
+    if isinstance(node, ast.Constant) and (
+        isinstance(node.value, bool) or not isinstance(node.value, (int, float))
+    ):
+        raise ExprError(f"only numbers are allowed as constants, not {node.value!r}")
+    if isinstance(node, ast.BinOp) and type(node.op) not in _BINARY:
+        raise ExprError(f"operator {type(node.op).__name__} is not allowed")
+    if isinstance(node, ast.Call):
+        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
+            name = getattr(node.func, "id", ast.dump(node.func))
+            raise ExprError(f"unknown function {name!r} (allowed: {', '.join(sorted(FUNCTIONS))})")
+        if node.keywords:
+            raise ExprError("keyword arguments are not allowed")
+
+
+def names(source: str) -> set[str]:
+    """Parameter names an expression refers to (function names excluded)."""
+    tree = parse(source)
+    funcs = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in funcs}
+
+
+def evaluate(source: str | Number, params: Mapping[str, Number]) -> Number:
+    """Evaluate an expression (or pass a literal number through) with the given parameters."""
+    if isinstance(source, bool):
+        raise ExprError("a boolean is not a number")
+    if isinstance(source, (int, float)):
+        return _bounded(source)
+    return _eval(parse(source), params)
+
+
+def evaluate_int(source: str | Number, params: Mapping[str, Number]) -> int:
+    value = evaluate(source, params)
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ExprError(f"{source!r} = {value!r} is not an integer")
+        value = int(value)
+    return value
+
+
+def _bounded(value: Number) -> Number:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ExprError(f"result {value!r} is not finite")
+    if abs(value) > MAX_MAGNITUDE:
+        raise ExprError(f"result {value:.3g} exceeds {MAX_MAGNITUDE:.3g}")
+    return value
+
+
+def _eval(node: ast.expr, params: Mapping[str, Number]) -> Number:
+    if isinstance(node, ast.Constant):
+        return _bounded(node.value)
+    if isinstance(node, ast.Name):
+        if node.id not in params:
+            known = ", ".join(sorted(params)) or "none"
+            raise ExprError(f"unknown name {node.id!r} (parameters: {known})")
+        return params[node.id]
+    if isinstance(node, ast.UnaryOp):
+        value = _eval(node.operand, params)
+        if isinstance(node.op, ast.USub):
+            return -value
+        if isinstance(node.op, ast.UAdd):
+            return +value
+        if isinstance(node.op, ast.Not):
+            return int(not value)
+        raise ExprError(f"operator {type(node.op).__name__} is not allowed")
+    if isinstance(node, ast.BinOp):
+        left, right = _eval(node.left, params), _eval(node.right, params)
+        if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and right == 0:
+            raise ExprError("division by zero")
+        if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
+            raise ExprError(f"exponent {right} exceeds {MAX_EXPONENT}")
+        try:
+            return _bounded(_BINARY[type(node.op)](left, right))
+        except (OverflowError, ValueError, ZeroDivisionError) as exc:
+            raise ExprError(str(exc)) from None
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, params)
+        for op, comparator in zip(node.ops, node.comparators):
+            right = _eval(comparator, params)
+            if type(op) not in _COMPARE:
+                raise ExprError(f"comparison {type(op).__name__} is not allowed")
+            if not _COMPARE[type(op)](left, right):
+                return 0
+            left = right
+        return 1
+    if isinstance(node, ast.BoolOp):
+        values = [_eval(v, params) for v in node.values]
+        if isinstance(node.op, ast.And):
+            return int(all(values))
+        return int(any(values))
+    if isinstance(node, ast.IfExp):
+        return _eval(node.body if _eval(node.test, params) else node.orelse, params)
+    if isinstance(node, ast.Call):
+        args = [_eval(a, params) for a in node.args]
+        try:
+            return _bounded(FUNCTIONS[node.func.id](*args))  # type: ignore[union-attr]
+        except ExprError:
+            raise
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError) as exc:
+            raise ExprError(f"{node.func.id}(): {exc}") from None  # type: ignore[union-attr]
+    raise ExprError(f"{type(node).__name__} is not allowed")  # unreachable after _vet

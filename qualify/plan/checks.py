@@ -1,0 +1,173 @@
+"""Cross-field rules of a plan: names that must exist, budgets that must hold the schedule.
+
+Each rule raises PlanError with the field path at fault. These need the whole plan but no files;
+rules about files live in `qualify.plan.files`.
+"""
+
+from __future__ import annotations
+
+from qualify import expr
+from qualify.errors import PlanError
+from qualify.plan.model import (
+    ARM_SIDES,
+    BufferArg,
+    CudaArm,
+    LibraryArm,
+    Plan,
+)
+from qualify.plan.resolve import case_id
+
+
+def cross_check(plan: Plan, file: str | None = None) -> None:
+    def fail(field: str, message: str) -> PlanError:
+        return PlanError(message, file=file, field=field)
+
+    wl = plan.workload
+    _check_parameters(plan, fail)
+    ids = [case_id(c) for c in wl.cases]
+    for i, cid in enumerate(ids):
+        if ids.index(cid) != i:
+            raise fail(f"workload.cases[{i}]", f"case {cid} is declared twice")
+    known_cases = set(ids)
+
+    names = [b.name for b in wl.buffers]
+    for i, name in enumerate(names):
+        if names.index(name) != i:
+            raise fail(f"workload.buffers[{i}].name", f"buffer {name!r} is declared twice")
+    if not any(b.role == "output" for b in wl.buffers):
+        raise fail("workload.buffers", "no buffer has role 'output': there is nothing to compare")
+    roles = {b.name: b.role for b in wl.buffers}
+
+    kinds = {type(plan.arm(side)) for side in ARM_SIDES}
+    if CudaArm in kinds and wl.launch is None:
+        raise fail("workload.launch", "CUDA source arms need a launch")
+    if LibraryArm in kinds and wl.call is None:
+        raise fail("workload.call", "shared-library arms need the call's arguments")
+    for field, args in (("workload.launch.args", wl.launch.args if wl.launch else []),
+                        ("workload.call", wl.call or [])):  # fmt: skip
+        for k, arg in enumerate(args):
+            if isinstance(arg, BufferArg) and arg.name not in roles:
+                raise fail(f"{field}[{k}].name", f"unknown buffer {arg.name!r}")
+    for side in ARM_SIDES:
+        arm = plan.arm(side)
+        if isinstance(arm, LibraryArm):
+            _check_signature(arm, wl.call or [], f"arms.{side}", fail)
+
+    gate_names = [g.name for g in plan.acceptance.gates]
+    for i, gate in enumerate(plan.acceptance.gates):
+        field = f"acceptance.gates[{i}]"
+        if gate_names.index(gate.name) != i:
+            raise fail(f"{field}.name", f"gate {gate.name!r} is declared twice")
+        _check_selector(gate, plan, known_cases, field, fail)
+    for i, check in enumerate(plan.acceptance.sanitizer):
+        _check_case_ids(check.cases, known_cases, f"acceptance.sanitizer[{i}].cases", fail)
+
+    control_names = [c.name for c in plan.controls.negative]
+    for i, control in enumerate(plan.controls.negative):
+        field = f"controls.negative[{i}]"
+        if control_names.index(control.name) != i:
+            raise fail(f"{field}.name", f"control {control.name!r} is declared twice")
+        if control.cases is not None:
+            _check_case_ids(control.cases, known_cases, f"{field}.cases", fail)
+        if control.kind == "input":
+            if control.buffer not in roles:
+                raise fail(f"{field}.buffer", f"unknown buffer {control.buffer!r}")
+            if roles[control.buffer] != "input":
+                raise fail(f"{field}.buffer", f"{control.buffer!r} is not an input buffer")
+        elif not isinstance(plan.arms.candidate, CudaArm):
+            raise fail(f"{field}.kind", "build controls need a CUDA source candidate arm")
+
+    _check_budget(plan, fail)
+
+
+def _check_parameters(plan: Plan, fail) -> None:
+    wl = plan.workload
+    keys = list(wl.cases[0])
+    for i, case in enumerate(wl.cases):
+        if list(case) != keys:
+            raise fail(f"workload.cases[{i}]", f"sets {sorted(case)}; every case must set {keys}")
+        if not case:
+            raise fail(f"workload.cases[{i}]", "a case must set at least one parameter")
+    sources = {"workload.params": set(wl.params), "workload.cases": set(keys)}
+    arm_params = [set(plan.arm(side).params) for side in ARM_SIDES]
+    if arm_params[0] != arm_params[1]:
+        raise fail("arms.candidate.params", "both arms must set the same parameters")
+    sources["arms.*.params"] = arm_params[0]
+    seen: dict[str, str] = {}
+    for where, names in sources.items():
+        for name in sorted(names):
+            if name in expr.FUNCTIONS:
+                raise fail(where, f"parameter {name!r} shadows a function")
+            if name in seen:
+                raise fail(where, f"parameter {name!r} is also set in {seen[name]}")
+            seen[name] = where
+
+
+def _check_signature(arm: LibraryArm, call, field: str, fail) -> None:
+    if len(arm.signature) != len(call):
+        raise fail(
+            f"{field}.signature",
+            f"{len(arm.signature)} types for {len(call)} arguments in workload.call",
+        )
+    for k, (ctype, arg) in enumerate(zip(arm.signature, call)):
+        expected = "ptr" if isinstance(arg, BufferArg) else arg.kind
+        if ctype != expected:
+            raise fail(f"{field}.signature[{k}]", f"{ctype!r} but workload.call[{k}] is {expected!r}")
+    if (arm.abi_symbol is None) != (arm.abi_version is None):
+        raise fail(f"{field}.abi_version", "abi_symbol and abi_version go together")
+
+
+def _check_case_ids(ids, known: set[str], field: str, fail) -> None:
+    for j, cid in enumerate(ids):
+        if cid not in known:
+            raise fail(f"{field}[{j}]", f"undeclared case {cid!r} (cases: {', '.join(sorted(known))})")
+
+
+def _check_selector(sel, plan: Plan, known: set[str], field: str, fail) -> None:
+    if sel.cases is not None and sel.where is not None:
+        raise fail(field, "give cases or where, not both")
+    if sel.cases is not None:
+        _check_case_ids(sel.cases, known, f"{field}.cases", fail)
+    if sel.where is not None:
+        if not selected_cases(sel, plan, field, fail):
+            raise fail(f"{field}.where", f"{sel.where!r} selects no case")
+
+
+def selected_cases(sel, plan: Plan, field: str = "", fail=None) -> list[str]:
+    """Ids of the cases a gate or control applies to (all cases when it names none)."""
+    out = []
+    for case in plan.workload.cases:
+        cid = case_id(case)
+        if sel.cases is not None:
+            chosen = cid in sel.cases
+        elif sel.where is not None:
+            try:
+                chosen = bool(expr.evaluate(sel.where, {**plan.workload.params, **case}))
+            except expr.ExprError as exc:
+                if fail is None:
+                    raise
+                raise fail(f"{field}.where", f"case {cid}: {exc}") from None
+        else:
+            chosen = True
+        if chosen:
+            out.append(cid)
+    return out
+
+
+def _check_budget(plan: Plan, fail) -> None:
+    sched, budget = plan.schedule, plan.budget
+    per_block = 2 * sched.samples_per_block  # each arm runs twice per A B B A block
+    if budget.max_samples < per_block:
+        raise fail(
+            "budget.max_samples",
+            f"{budget.max_samples} is smaller than one ABBA block ({per_block} samples per arm)",
+        )
+    if plan.stop.rule == "fixed" and sched.blocks * per_block > budget.max_samples:
+        raise fail(
+            "budget.max_samples",
+            f"the fixed schedule needs {sched.blocks * per_block} samples per arm and case",
+        )
+    if sched.trials > budget.max_trials:
+        raise fail("schedule.trials", f"{sched.trials} trials exceed budget.max_trials")
+    if plan.stop.min_blocks > sched.blocks:
+        raise fail("stop.min_blocks", f"{plan.stop.min_blocks} exceeds schedule.blocks")

@@ -1,0 +1,111 @@
+"""Freezing: the plan digest and the lock file that binds results to a plan and its files.
+
+digest = sha256 of the canonical JSON of {plan, files}, where plan is the validated plan with its
+defaults filled in (a change of a default is a change of protocol) and files maps every used file,
+relative to the repository root, to its sha256. `plan.lock.json` beside the plan stores both, so a
+later change names the file that moved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from qualify.errors import FrozenInputChanged, PlanError
+from qualify.io import atomic_write_text
+from qualify.plan.files import PlanFiles
+from qualify.plan.model import Plan
+
+LOCK_VERSION = 1
+
+
+def canonical_json(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Freeze:
+    plan_sha256: str
+    files: dict[str, str]  # repository-relative path -> sha256
+    digest: str
+
+    def to_json(self, plan_name: str) -> dict:
+        return {
+            "lock_version": LOCK_VERSION,
+            "plan": plan_name,
+            "plan_sha256": self.plan_sha256,
+            "files": self.files,
+            "digest": self.digest,
+        }
+
+
+def compute_freeze(plan: Plan, files: PlanFiles) -> Freeze:
+    plan_json = plan.model_dump(mode="json")
+    hashes = {rel: sha256_file(path) for rel, path in files.files.items()}
+    return Freeze(
+        plan_sha256=sha256_bytes(canonical_json(plan_json).encode()),
+        files=hashes,
+        digest=sha256_bytes(canonical_json({"plan": plan_json, "files": hashes}).encode()),
+    )
+
+
+def lock_path(plan_path: Path) -> Path:
+    return plan_path.with_name(plan_path.stem + ".lock.json")
+
+
+def read_lock(plan_path: Path) -> dict | None:
+    path = lock_path(plan_path)
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PlanError(f"unreadable lock file: {exc}", file=path) from None
+    if not isinstance(data, dict) or data.get("lock_version") != LOCK_VERSION:
+        raise PlanError(f"not a version-{LOCK_VERSION} lock file", file=path, field="lock_version")
+    for key, kind in (("plan_sha256", str), ("files", dict), ("digest", str)):
+        if not isinstance(data.get(key), kind):
+            raise PlanError(f"missing or malformed {key}", file=path, field=key)
+    return data
+
+
+def verify_frozen(plan_path: Path, current: Freeze, lock: dict) -> None:
+    """Refuse any difference between what was frozen and what is on disk now, naming the file."""
+    if lock["plan_sha256"] != current.plan_sha256:
+        raise FrozenInputChanged("changed after freezing (plan content differs from its lock)", file=plan_path)
+    for rel, digest in lock["files"].items():
+        now = current.files.get(rel)
+        if now is None:
+            raise FrozenInputChanged("frozen file is no longer used by the plan or is missing", file=rel)
+        if now != digest:
+            raise FrozenInputChanged("changed after freezing (sha256 differs from the lock)", file=rel)
+    for rel in current.files:
+        if rel not in lock["files"]:
+            raise FrozenInputChanged("used by the plan but not frozen in its lock", file=rel)
+    if lock["digest"] != current.digest:
+        raise FrozenInputChanged("digest differs from the lock", file=lock_path(plan_path))
+
+
+def freeze(plan_path: Path, current: Freeze) -> tuple[Path, bool]:
+    """Write the lock. Returns (path, written). An existing lock is verified, never overwritten."""
+    path = lock_path(plan_path)
+    lock = read_lock(plan_path)
+    if lock is not None:
+        verify_frozen(plan_path, current, lock)
+        return path, False
+    atomic_write_text(path, json.dumps(current.to_json(plan_path.name), indent=2) + "\n")
+    return path, True

@@ -1,0 +1,130 @@
+"""Load a plan file: JSON → validated Plan → cross-checked → files found → every case resolved.
+
+Any failure becomes one PlanError naming the file and the field path
+(`workload.buffers[2].shape[0]`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from qualify.errors import PlanError
+from qualify.plan.checks import cross_check
+from qualify.plan.digest import Freeze, compute_freeze, read_lock
+from qualify.plan.files import PlanFiles, collect_files
+from qualify.plan.model import Plan
+from qualify.plan.resolve import ResolvedCase, resolve_cases
+
+MAX_PLAN_BYTES = 4 * 2**20
+
+
+@dataclass(frozen=True)
+class LoadedPlan:
+    path: Path
+    plan: Plan
+    files: PlanFiles
+    cases: list[ResolvedCase]
+    freeze: Freeze
+    lock: dict | None  # the lock on disk, if the plan was frozen
+
+    @property
+    def digest(self) -> str:
+        return self.freeze.digest
+
+
+def read_plan_json(path: Path) -> dict:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise PlanError("no such file", file=path) from None
+    except OSError as exc:
+        raise PlanError(f"cannot read: {exc.strerror}", file=path) from None
+    if len(raw) > MAX_PLAN_BYTES:
+        raise PlanError(f"larger than {MAX_PLAN_BYTES} bytes; not a plan", file=path)
+    if not raw.strip():
+        raise PlanError("empty file; expected a JSON plan", file=path)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise PlanError("not UTF-8 text", file=path) from None
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", file=path) from None
+    except RecursionError:
+        raise PlanError("JSON nested too deeply", file=path) from None
+    if not isinstance(data, dict):
+        raise PlanError(f"expected a JSON object, got {type(data).__name__}", file=path)
+    return data
+
+
+def validate_plan(data: dict, path: Path) -> Plan:
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as exc:
+        raise plan_error_from_validation(exc, data, path) from None
+    except RecursionError:
+        raise PlanError("nested too deeply", file=path) from None
+    cross_check(plan, str(path))
+    return plan
+
+
+def load_plan(path: str | Path) -> LoadedPlan:
+    path = Path(path)
+    plan = validate_plan(read_plan_json(path), path)
+    files = collect_files(plan, path)
+    cases = resolve_cases(plan, str(path))
+    return LoadedPlan(
+        path=path.resolve(),
+        plan=plan,
+        files=files,
+        cases=cases,
+        freeze=compute_freeze(plan, files),
+        lock=read_lock(path.resolve()),
+    )
+
+
+_MESSAGES = {
+    "missing": "required field is missing",
+    "extra_forbidden": "unknown field",
+    "union_tag_invalid": "unknown kind",
+}
+
+
+def plan_error_from_validation(exc: ValidationError, data: object, path: Path) -> PlanError:
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    field = field_path(first["loc"], data)
+    message = _MESSAGES.get(first["type"], first["msg"].removeprefix("Value error, "))
+    if first["type"] == "union_tag_invalid":
+        message = first["msg"]
+    elif first["type"] not in ("missing", "extra_forbidden") and "input" in first:
+        shown = json.dumps(first["input"], default=str)
+        if len(shown) <= 60:
+            message = f"{message} (got {shown})"
+    others = len({field_path(e["loc"], data) for e in errors} - {field})
+    if others:
+        message += f" (+{others} more field{'s' if others > 1 else ''} with errors)"
+    return PlanError(message, file=path, field=field or "(top level)")
+
+
+def field_path(loc: tuple, data: object) -> str:
+    """`('workload','buffers',2,'cuda','shape',0)` → `workload.buffers[2].shape[0]`.
+
+    Pydantic inserts union member tags into locations; walking the input alongside tells a real
+    key (present in the data, or the last element of a 'missing' error) from a tag.
+    """
+    out = ""
+    node = data
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(part, int) and isinstance(node, list):
+            out += f"[{part}]"
+            node = node[part] if 0 <= part < len(node) else None
+        elif isinstance(part, str) and isinstance(node, dict) and (part in node or last):
+            out += f".{part}" if out else part
+            node = node.get(part)
+        # anything else is a union tag ('cuda', 'int', 'function-after[...]'): skip it
+    return out

@@ -1,0 +1,443 @@
+"""Pydantic models of a qualification plan (schema version 1).
+
+A plan is written before any number is seen. Every model is frozen and rejects unknown fields, so a
+typo in a plan is an error rather than a silently ignored control. Cross-field rules that need the
+whole plan (names that must exist, budgets that must hold one ABBA block) live in `Plan`'s
+validators; rules that need files (sources exist, kernels are declared in them) live in
+`qualify.plan.load`.
+
+Field-by-field documentation: docs/plan.md (kept next to the generated JSON Schema).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from qualify import expr
+
+SCHEMA_VERSION = 1
+
+# Opt-in dynamic shared memory per block, by architecture (CUDA C++ Programming Guide,
+# "Technical Specifications per Compute Capability"). An architecture missing here is refused:
+# qualify cannot say whether a launch fits it.
+MAX_SHARED_PER_BLOCK = {
+    "sm_75": 65_536,
+    "sm_80": 166_912,
+    "sm_86": 101_376,
+    "sm_87": 166_912,
+    "sm_89": 101_376,
+    "sm_90": 232_448,
+    "sm_100": 232_448,
+    "sm_103": 232_448,
+    "sm_120": 101_376,
+    "sm_121": 101_376,
+}
+MAX_THREADS_PER_BLOCK = 1024
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_expr(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            expr.parse(value)
+        except expr.ExprError as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
+Expr = Annotated[
+    Union[int, str],
+    AfterValidator(_check_expr),
+    Field(description="An integer, or an arithmetic expression over the workload parameters"),
+]
+FloatExpr = Annotated[
+    Union[float, int, str],
+    AfterValidator(_check_expr),
+    Field(description="A number, or an arithmetic expression over the workload parameters"),
+]
+ExprText = Annotated[str, AfterValidator(_check_expr)]
+Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)]
+Label = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+
+# ---------------------------------------------------------------------------------------------
+# identity and hardware
+
+
+class Revisions(Strict):
+    base: Label = Field(description="Label of the base revision (a git sha, a tag, 'tile-64').")
+    candidate: Label = Field(description="Label of the candidate revision.")
+
+
+class DeviceSpec(Strict):
+    name: str | None = Field(
+        default=None,
+        description="fnmatch pattern for the device name as CUDA reports it ('NVIDIA H200*').",
+    )
+    compute_capability: str | None = Field(
+        default=None, pattern=r"^\d{1,2}\.\d$", description="'9.0' for sm_90."
+    )
+
+    @model_validator(mode="after")
+    def _one_needed(self) -> DeviceSpec:
+        if self.name is None and self.compute_capability is None:
+            raise ValueError("give a name pattern, a compute_capability, or both")
+        return self
+
+
+class Hardware(Strict):
+    devices: list[DeviceSpec] = Field(
+        min_length=1, description="Devices the plan is for; others are refused unless exploratory."
+    )
+    architectures: list[str] = Field(
+        min_length=1, description="Architectures every CUDA arm is compiled for ('sm_90')."
+    )
+
+    @field_validator("architectures")
+    @classmethod
+    def _known_arch(cls, value: list[str]) -> list[str]:
+        for arch in value:
+            if arch not in MAX_SHARED_PER_BLOCK:
+                known = ", ".join(MAX_SHARED_PER_BLOCK)
+                raise ValueError(f"unsupported architecture {arch!r} (supported: {known})")
+        if len(set(value)) != len(value):
+            raise ValueError("architectures are listed twice")
+        return value
+
+
+# ---------------------------------------------------------------------------------------------
+# workload
+
+DType = Literal["bf16", "f16", "f32", "f64", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64"]
+ScalarType = Literal["i32", "u32", "i64", "u64", "f32", "f64"]
+
+DTYPE_BYTES = {
+    "bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1,
+    "i16": 2, "u16": 2, "i32": 4, "u32": 4, "i64": 8, "u64": 8,
+}  # fmt: skip
+MAX_BUFFER_BYTES = 64 * 2**30  # no single test buffer needs more than 64 GiB
+
+
+class NormalInit(Strict):
+    kind: Literal["normal"]
+    mean: float = 0.0
+    std: float = Field(default=1.0, gt=0)
+
+
+class UniformInit(Strict):
+    kind: Literal["uniform"]
+    low: float = -1.0
+    high: float = 1.0
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformInit:
+        if not self.low < self.high:
+            raise ValueError("low must be below high")
+        return self
+
+
+class ConstantInit(Strict):
+    kind: Literal["constant"]
+    value: float = 0.0
+
+
+class ZerosInit(Strict):
+    kind: Literal["zeros"]
+
+
+Init = Annotated[
+    Union[NormalInit, UniformInit, ConstantInit, ZerosInit], Field(discriminator="kind")
+]
+
+
+class Buffer(Strict):
+    name: Identifier
+    dtype: DType
+    shape: list[Expr] = Field(min_length=1, max_length=8)
+    role: Literal["input", "output", "scratch"]
+    init: Init | None = Field(
+        default=None,
+        description="Inputs: required. Outputs and scratch are poisoned before every launch.",
+    )
+
+
+    @model_validator(mode="after")
+    def _init_for_inputs(self) -> Buffer:
+        if self.role == "input" and self.init is None:
+            raise ValueError("an input buffer needs init")
+        if self.role != "input" and self.init is not None:
+            raise ValueError("only inputs take init (outputs and scratch are poisoned)")
+        return self
+
+
+class BufferArg(Strict):
+    kind: Literal["buffer"]
+    name: Identifier
+    offset: Expr = Field(default=0, description="Offset in elements from the buffer's start.")
+
+
+
+class ScalarArg(Strict):
+    kind: ScalarType
+    value: FloatExpr
+
+
+
+Arg = Annotated[Union[BufferArg, ScalarArg], Field(discriminator="kind")]
+
+
+class Launch(Strict):
+    grid: list[Expr] = Field(min_length=1, max_length=3)
+    block: list[Expr] = Field(min_length=1, max_length=3)
+    shared_bytes: Expr = Field(default=0, description="Dynamic shared memory per block.")
+    args: list[Arg] = Field(min_length=1)
+
+
+
+class Workload(Strict):
+    params: dict[Identifier, Union[int, float]] = Field(
+        default_factory=dict, description="Parameters fixed for every case."
+    )
+    cases: list[dict[Identifier, Union[int, float]]] = Field(
+        min_length=1, description="Each case sets parameters ({'T': 512}); ids are 'T=512'."
+    )
+    buffers: list[Buffer] = Field(min_length=1)
+    launch: Launch | None = Field(
+        default=None, description="Kernel launch of CUDA arms (arms may override params)."
+    )
+    call: list[Arg] | None = Field(
+        default=None,
+        description="Arguments of shared-library entry points, the stream excluded (it goes last).",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# arms
+
+
+class CudaArm(Strict):
+    kind: Literal["cuda"]
+    source: str = Field(description="CUDA source, relative to the plan file.")
+    kernel: str = Field(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_:]*(<[A-Za-z0-9_:, +\-*()]*>)?$",
+        description="Kernel name; a template instantiation is allowed ('attention<64>').",
+    )
+    params: dict[Identifier, Union[int, float]] = Field(
+        default_factory=dict, description="Parameters this arm sets (the tile, say)."
+    )
+    defines: dict[Identifier, Union[int, str]] = Field(default_factory=dict)
+    options: list[str] = Field(default_factory=list, description="Extra NVRTC options.")
+    include_dirs: list[str] = Field(default_factory=list, description="Relative to the plan file.")
+
+    @field_validator("options")
+    @classmethod
+    def _no_arch_option(cls, value: list[str]) -> list[str]:
+        for opt in value:
+            if re.match(r"^(-arch|--gpu-architecture|-I|--include-path)", opt):
+                raise ValueError(f"{opt!r}: set architectures and include_dirs in their fields")
+        return value
+
+
+class LibraryArm(Strict):
+    kind: Literal["library"]
+    library: str = Field(description="Shared library, relative to the plan file.")
+    symbol: Identifier = Field(description="Exported C entry point; it returns an int status.")
+    signature: list[Literal["ptr", "i32", "u32", "i64", "u64", "f32", "f64"]] = Field(
+        description="C types of the entry point's arguments before the trailing stream."
+    )
+    params: dict[Identifier, Union[int, float]] = Field(default_factory=dict)
+    abi_symbol: Identifier | None = Field(
+        default=None, description="A function returning an int ABI version that must match."
+    )
+    abi_version: int | None = None
+
+
+Arm = Annotated[Union[CudaArm, LibraryArm], Field(discriminator="kind")]
+
+
+class Arms(Strict):
+    base: Arm
+    candidate: Arm
+
+
+# ---------------------------------------------------------------------------------------------
+# schedule, budget, stop
+
+
+class Schedule(Strict):
+    warmup: int = Field(default=10, ge=0, description="Excluded launches per arm and case.")
+    iterations_per_sample: int = Field(default=1, ge=1, le=10_000)
+    samples_per_block: int = Field(default=10, ge=1, description="Samples per arm per ABBA half.")
+    blocks: int = Field(default=10, ge=1, description="ABBA blocks (A B B A) per case and trial.")
+    trials: int = Field(default=2, ge=1, description="Trials per device.")
+    cache: Literal["cold", "hot"] = Field(
+        default="cold", description="cold: L2 flushed (left clean) before every sample."
+    )
+    timing: Literal["blocking-kernel", "graph"] = Field(
+        default="blocking-kernel",
+        description="How launch latency is kept out of the event window.",
+    )
+
+
+class Budget(Strict):
+    max_trials: int = Field(ge=1, description="Trials per device, failed ones included.")
+    max_samples: int = Field(ge=1, description="Timed samples per arm, case and trial.")
+    max_wall_seconds: float = Field(gt=0, description="Wall time of one trial.")
+
+
+class Stop(Strict):
+    rule: Literal["fixed", "noise"] = Field(
+        default="fixed",
+        description="fixed: run every block; noise: stop once the ratio's CI is narrow enough.",
+    )
+    target_ci_pct: float | None = Field(
+        default=None, gt=0, description="noise: half-width of the 95 % CI of the ratio, in %."
+    )
+    min_blocks: int = Field(default=2, ge=1)
+    fail_fast: list[Literal["fidelity", "sanitizer", "fault", "throttle"]] = Field(
+        default_factory=lambda: ["fidelity", "fault"]
+    )
+
+    @model_validator(mode="after")
+    def _noise_target(self) -> Stop:
+        if self.rule == "noise" and self.target_ci_pct is None:
+            raise ValueError("rule 'noise' needs target_ci_pct")
+        if self.rule == "fixed" and self.target_ci_pct is not None:
+            raise ValueError("target_ci_pct only applies to rule 'noise'")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+# acceptance and controls
+
+
+class CaseSelector(Strict):
+    cases: list[str] | None = Field(default=None, description="Case ids ('T=640').")
+    where: ExprText | None = Field(default=None, description="Expression over parameters ('T >= 640').")
+
+
+
+class SpeedGate(CaseSelector):
+    name: Identifier
+    min_speedup_pct: float | None = Field(
+        default=None, description="Candidate at least this much faster (median ratio)."
+    )
+    max_regression_pct: float | None = Field(
+        default=None, ge=0, description="Candidate at most this much slower."
+    )
+    every_trial: bool = Field(default=True, description="The gate must hold in each trial.")
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> SpeedGate:
+        if self.min_speedup_pct is None and self.max_regression_pct is None:
+            raise ValueError("give min_speedup_pct or max_regression_pct")
+        return self
+
+
+class Fidelity(Strict):
+    mode: Literal["bytes", "ulp", "abs", "rel"] = "bytes"
+    bound: float | None = Field(default=None, ge=0, description="ulp count or tolerance.")
+    against: Literal["base", "float64", "golden"] = "base"
+    golden: str | None = Field(default=None, description="Golden file, relative to the plan.")
+    reference: str | None = Field(
+        default=None, description="float64 reference: 'file.py:function', relative to the plan."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Fidelity:
+        if self.mode == "bytes" and self.bound is not None:
+            raise ValueError("mode 'bytes' takes no bound")
+        if self.mode != "bytes" and self.bound is None:
+            raise ValueError(f"mode {self.mode!r} needs a bound")
+        if (self.against == "golden") != (self.golden is not None):
+            raise ValueError("golden is required with against 'golden' and only then")
+        if (self.against == "float64") != (self.reference is not None):
+            raise ValueError("reference is required with against 'float64' and only then")
+        if self.against == "float64" and self.mode == "bytes":
+            raise ValueError("a float64 reference needs a tolerance mode, not 'bytes'")
+        return self
+
+
+class SanitizerCheck(Strict):
+    tool: Literal["memcheck", "racecheck", "initcheck", "synccheck"]
+    cases: list[str] = Field(min_length=1)
+    timeout_seconds: float = Field(default=300, gt=0)
+
+
+class Acceptance(Strict):
+    gates: list[SpeedGate] = Field(default_factory=list)
+    fidelity: Fidelity = Field(default_factory=Fidelity)
+    sanitizer: list[SanitizerCheck] = Field(default_factory=list)
+
+
+class Mutation(Strict):
+    op: Literal["flip_bit", "set", "scale", "zero"]
+    index: Expr = Field(default=0, description="Flat element index (flip_bit, set).")
+    bit: int = Field(default=0, ge=0, le=63)
+    value: float = 0.0
+
+
+
+class InputControl(Strict):
+    kind: Literal["input"]
+    name: Identifier
+    buffer: Identifier
+    mutation: Mutation
+    cases: list[str] | None = None
+
+
+class BuildControl(Strict):
+    kind: Literal["build"]
+    name: Identifier
+    defines: dict[Identifier, Union[int, str]] = Field(min_length=1)
+    cases: list[str] | None = None
+
+
+NegativeControl = Annotated[Union[InputControl, BuildControl], Field(discriminator="kind")]
+
+
+class Controls(Strict):
+    aa: bool = Field(default=True, description="Run base against itself; it must come out 'same'.")
+    negative: list[NegativeControl] = Field(
+        default_factory=list, description="Candidate mutations that must fail the fidelity gate."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class Seeds(Strict):
+    generator: Literal["pcg64"] = "pcg64"
+    base: int = Field(ge=0, lt=2**63, description="Every input derives from this seed.")
+
+
+class Plan(Strict):
+    schema_version: Literal[1] = Field(description="Version of this schema; only 1 exists.")
+    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=80)]
+    hypothesis: Label
+    independent_variable: Label
+    revisions: Revisions
+    hardware: Hardware
+    arms: Arms
+    workload: Workload
+    seeds: Seeds
+    schedule: Schedule = Field(default_factory=Schedule)
+    budget: Budget
+    stop: Stop = Field(default_factory=Stop)
+    acceptance: Acceptance = Field(default_factory=Acceptance)
+    controls: Controls = Field(default_factory=Controls)
+
+    def arm(self, side: str) -> CudaArm | LibraryArm:
+        return getattr(self.arms, side)
+
+
+ARM_SIDES = ("base", "candidate")

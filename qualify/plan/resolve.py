@@ -1,0 +1,202 @@
+"""Resolve a plan's expressions for every case and arm into concrete sizes.
+
+This is where a plan's arithmetic meets its parameters: buffer shapes, launch geometry, dynamic
+shared memory and scalar arguments become numbers, and every rule that needs numbers is checked
+(positive sizes, bounded allocations, block size, offsets inside their buffers). Errors name the
+field path so the user can find the expression at fault.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Union
+
+from qualify import expr
+from qualify.errors import PlanError
+from qualify.plan.model import (
+    ARM_SIDES,
+    DTYPE_BYTES,
+    MAX_BUFFER_BYTES,
+    MAX_THREADS_PER_BLOCK,
+    BufferArg,
+    CudaArm,
+    Plan,
+    ScalarArg,
+)
+
+_INT_RANGES = {
+    "i32": (-(2**31), 2**31 - 1),
+    "u32": (0, 2**32 - 1),
+    "i64": (-(2**63), 2**63 - 1),
+    "u64": (0, 2**64 - 1),
+}
+_GRID_LIMITS = (2**31 - 1, 65_535, 65_535)
+
+
+def case_id(case: dict[str, Union[int, float]]) -> str:
+    """Stable, readable id of a case: 'T=512' or 'B=2,T=512' (keys in declared order)."""
+    return ",".join(f"{k}={v}" for k, v in case.items())
+
+
+@dataclass(frozen=True)
+class ResolvedBuffer:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    role: str
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.elements * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class ResolvedArg:
+    kind: str  # "buffer" or a scalar type
+    buffer: str | None = None
+    offset: int = 0
+    value: Union[int, float, None] = None
+
+
+@dataclass(frozen=True)
+class ResolvedLaunch:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(self.block)
+
+
+@dataclass(frozen=True)
+class ResolvedArm:
+    side: str
+    params: dict[str, Union[int, float]]
+    buffers: tuple[ResolvedBuffer, ...]
+    args: tuple[ResolvedArg, ...]
+    launch: ResolvedLaunch | None  # None for shared-library arms
+
+    def buffer(self, name: str) -> ResolvedBuffer:
+        return next(b for b in self.buffers if b.name == name)
+
+
+@dataclass(frozen=True)
+class ResolvedCase:
+    index: int
+    id: str
+    values: dict[str, Union[int, float]]
+    arms: dict[str, ResolvedArm]
+
+
+class _Resolver:
+    def __init__(self, plan: Plan, file: str | None):
+        self.plan = plan
+        self.file = file
+
+    def fail(self, field: str, message: str) -> PlanError:
+        return PlanError(message, file=self.file, field=field)
+
+    def int_(self, source, params, field: str, where: str, minimum: int | None = 1) -> int:
+        try:
+            value = expr.evaluate_int(source, params)
+        except expr.ExprError as exc:
+            raise self.fail(field, f"{where}: {exc}") from None
+        if minimum is not None and value < minimum:
+            raise self.fail(field, f"{where}: {source!r} = {value}, must be at least {minimum}")
+        return value
+
+    def resolve(self) -> list[ResolvedCase]:
+        plan = self.plan
+        out = []
+        for index, case in enumerate(plan.workload.cases):
+            cid = case_id(case)
+            arms = {side: self.arm(side, case, cid) for side in ARM_SIDES}
+            out.append(ResolvedCase(index=index, id=cid, values=dict(case), arms=arms))
+        return out
+
+    def arm(self, side: str, case: dict, cid: str) -> ResolvedArm:
+        plan = self.plan
+        arm = plan.arm(side)
+        params = {**plan.workload.params, **arm.params, **case}
+        where = f"case {cid}, {side} arm"
+        buffers = []
+        for i, buf in enumerate(plan.workload.buffers):
+            shape = tuple(
+                self.int_(dim, params, f"workload.buffers[{i}].shape[{j}]", where)
+                for j, dim in enumerate(buf.shape)
+            )
+            rb = ResolvedBuffer(buf.name, buf.dtype, shape, buf.role)
+            if rb.nbytes > MAX_BUFFER_BYTES:
+                raise self.fail(
+                    f"workload.buffers[{i}].shape",
+                    f"{where}: {rb.nbytes:,} bytes exceeds the {MAX_BUFFER_BYTES:,}-byte limit",
+                )
+            buffers.append(rb)
+        by_name = {b.name: b for b in buffers}
+        if isinstance(arm, CudaArm):
+            launch = self.launch(params, where)
+            args_field, arg_specs = "workload.launch.args", plan.workload.launch.args
+        else:
+            launch = None
+            args_field, arg_specs = "workload.call", plan.workload.call
+        args = tuple(
+            self.arg(a, params, by_name, f"{args_field}[{k}]", where)
+            for k, a in enumerate(arg_specs)
+        )
+        return ResolvedArm(side, params, tuple(buffers), args, launch)
+
+    def launch(self, params, where: str) -> ResolvedLaunch:
+        spec = self.plan.workload.launch
+        grid = [self.int_(g, params, f"workload.launch.grid[{j}]", where) for j, g in enumerate(spec.grid)]
+        block = [self.int_(b, params, f"workload.launch.block[{j}]", where) for j, b in enumerate(spec.block)]
+        grid += [1] * (3 - len(grid))
+        block += [1] * (3 - len(block))
+        for j, (g, limit) in enumerate(zip(grid, _GRID_LIMITS)):
+            if g > limit:
+                raise self.fail(f"workload.launch.grid[{j}]", f"{where}: {g} exceeds {limit}")
+        if math.prod(block) > MAX_THREADS_PER_BLOCK:
+            raise self.fail(
+                "workload.launch.block",
+                f"{where}: {math.prod(block)} threads exceed {MAX_THREADS_PER_BLOCK} per block",
+            )
+        smem = self.int_(spec.shared_bytes, params, "workload.launch.shared_bytes", where, minimum=0)
+        return ResolvedLaunch(tuple(grid), tuple(block), smem)
+
+    def arg(self, spec, params, by_name, field: str, where: str) -> ResolvedArg:
+        if isinstance(spec, BufferArg):
+            buf = by_name.get(spec.name)
+            if buf is None:
+                raise self.fail(f"{field}.name", f"unknown buffer {spec.name!r}")
+            offset = self.int_(spec.offset, params, f"{field}.offset", where, minimum=0)
+            if offset >= buf.elements:
+                raise self.fail(
+                    f"{field}.offset", f"{where}: offset {offset} outside {buf.elements} elements"
+                )
+            return ResolvedArg("buffer", buffer=spec.name, offset=offset)
+        assert isinstance(spec, ScalarArg)
+        try:
+            value = expr.evaluate(spec.value, params)
+        except expr.ExprError as exc:
+            raise self.fail(f"{field}.value", f"{where}: {exc}") from None
+        if spec.kind in _INT_RANGES:
+            if isinstance(value, float):
+                if not value.is_integer():
+                    raise self.fail(f"{field}.value", f"{where}: {value!r} is not an integer")
+                value = int(value)
+            lo, hi = _INT_RANGES[spec.kind]
+            if not lo <= value <= hi:
+                raise self.fail(f"{field}.value", f"{where}: {value} does not fit {spec.kind}")
+        else:
+            value = float(value)
+        return ResolvedArg(spec.kind, value=value)
+
+
+def resolve_cases(plan: Plan, file: str | None = None) -> list[ResolvedCase]:
+    """Every case of the plan with both arms' sizes as numbers; PlanError on any bad value."""
+    return _Resolver(plan, file).resolve()

@@ -1,0 +1,1 @@
+"""Renderers: turn computed results into output; none of them computes anything."""
