@@ -79,3 +79,18 @@ def test_launch_that_does_not_fit_exits_4(tmp_path, capsys):
 def test_version(capsys):
     code, out, _ = run_cli(["--version"], capsys)
     assert code == 0 and "qualify" in out
+
+
+def _property_names(schema: dict) -> set[str]:
+    names: set[str] = set()
+    for definition in [schema, *schema.get("$defs", {}).values()]:
+        names |= set(definition.get("properties", {}))
+    return names
+
+
+def test_every_plan_field_is_documented():
+    doc = (ROOT / "docs" / "plan.md").read_text()
+    import re
+
+    missing = sorted(n for n in _property_names(plan_json_schema()) if not re.search(rf"[`.\"]{n}\b", doc))
+    assert not missing, f"docs/plan.md does not mention: {missing}"
