@@ -83,6 +83,49 @@ def plan_schema(output: Path | None) -> None:
         out.print(f"wrote {output}")
 
 
+@cli.command("run")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+@click.option("--record", "record_dir", type=click.Path(path_type=Path),
+              help="Record folder (default: records/<plan name> in the plan's repository).")
+@click.option("--device", "ordinal", type=int, default=0, show_default=True, help="CUDA device ordinal.")
+@click.option("--trials", type=click.IntRange(min=1), help="Run at most this many of the planned trials now.")
+@click.option("--exploratory", is_flag=True, help="Allow a device the plan does not list; the record is marked unplanned.")
+def run_cmd(plan_path: Path, record_dir: Path | None, ordinal: int, trials: int | None, exploratory: bool) -> None:
+    """Run PLAN's remaining trials on this GPU and update its record."""
+    from qualify.pipeline import default_record_dir, exit_code, load_frozen, run_plan
+    from qualify.render.terminal import run_summary
+    from qualify.run.device import CudaDevice
+    from qualify.run.engine import samples_per_trial
+    from qualify.run.telemetry import Telemetry
+
+    loaded = load_frozen(plan_path)
+    folder = record_dir or default_record_dir(loaded)
+    with _progress(samples_per_trial(loaded) * (trials or loaded.plan.schedule.trials)) as advance:
+        outcome = run_plan(
+            loaded, folder, lambda: CudaDevice(ordinal), Telemetry,
+            exploratory=exploratory, trials=trials, argv=sys.argv[1:], progress=advance,
+        )  # fmt: skip
+    out.print(run_summary(outcome, folder))
+    interrupted = any(t.status == "interrupted" for t in outcome.trials)
+    raise SystemExit(exit_code(outcome.results, interrupted))
+
+
+def _progress(total: int):
+    """A rich progress bar over the schedule's samples (on stderr, so stdout stays parseable)."""
+    from contextlib import contextmanager
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    @contextmanager
+    def bar():
+        columns = (TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+            task = progress.add_task("samples", total=total)
+            yield lambda n, what: progress.update(task, advance=n, description=what)
+
+    return bar()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and turn every outcome into a documented exit code."""
     verbose = "-v" in (argv or sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:])

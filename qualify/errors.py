@@ -18,6 +18,7 @@ class ExitCode(IntEnum):
     BUILD = 4
     DEVICE = 5
     TOOL = 6
+    INCOMPLETE = 7
     INTERNAL = 70
     INTERRUPTED = 130
 

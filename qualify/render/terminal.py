@@ -90,3 +90,29 @@ def _resources_table(check: PlanCheck) -> Table:
             else Text("NOT " + ", ".join(misfits), style="bold red"),
         )
     return table
+
+
+def run_summary(outcome, folder) -> Group:
+    """The end-of-run table: per trial and case, the medians, the ratio and its class."""
+    results = outcome.results
+    parts = []
+    if outcome.skipped:
+        parts.append(Text(f"no trial run: {outcome.skipped}", style="yellow"))
+    table = Table(title=f"record {folder}", title_justify="left")
+    for col in ("trial", "device", "case", "base µs", "cand µs", "Δ %", "95% CI", "class"):
+        table.add_column(col, justify="right" if col not in ("device", "case", "class") else "left")
+    for t in results.trials:
+        for c in t.cases:
+            s = c.stats
+            ci = "-" if s.ci_low is None else f"[{(s.ci_low - 1) * 100:+.2f}, {(s.ci_high - 1) * 100:+.2f}]"
+            table.add_row(str(t.index), t.provenance.device.name, c.case,
+                          f"{c.timing['base'].median_ns / 1e3:.3f}", f"{c.timing['candidate'].median_ns / 1e3:.3f}",
+                          f"{s.delta_pct:+.2f}", ci, s.case_class)  # fmt: skip
+        if t.status != "complete":
+            table.add_row(str(t.index), t.provenance.device.name, "-", "-", "-", "-", "-", t.status)
+    parts.append(table)
+    style = {"qualified": "bold green", "not_qualified": "bold red", "incomplete": "bold yellow"}
+    parts.append(Text(f"verdict: {results.verdict.status}", style=style[results.verdict.status]))
+    for reason in results.verdict.reasons:
+        parts.append(Text(f"  - {reason}"))
+    return Group(*parts)

@@ -1,0 +1,91 @@
+"""The stages of `qualify run`, in order: plan → build → run → evaluate → results → record.
+
+Each stage is a plain function of the previous stages' values; this module only sequences them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from qualify.errors import ExitCode, FrozenInputChanged
+from qualify.plan.digest import verify_frozen
+from qualify.plan.load import LoadedPlan, load_plan
+from qualify.results.model import Results, Trial
+from qualify.results.store import Record
+
+
+def load_frozen(plan_path: Path) -> LoadedPlan:
+    """The plan, refused unless frozen and unchanged since: results bind to a pre-registered plan."""
+    loaded = load_plan(plan_path)
+    if loaded.lock is None:
+        raise FrozenInputChanged("the plan is not frozen; run `qualify plan freeze` before measuring",
+                                 file=loaded.path)  # fmt: skip
+    verify_frozen(loaded.path, loaded.freeze, loaded.lock)
+    return loaded
+
+
+def default_record_dir(loaded: LoadedPlan) -> Path:
+    return loaded.files.root / "records" / loaded.plan.name
+
+
+@dataclass
+class RunOutcome:
+    trials: list[Trial]
+    results: Results
+    skipped: str | None = None  # why no trial ran (the planned trials were already complete)
+
+
+def run_plan(
+    loaded: LoadedPlan,
+    record_dir: Path,
+    open_device: Callable[[], object],
+    open_telemetry: Callable[[str], object],
+    *,
+    exploratory: bool = False,
+    trials: int | None = None,
+    argv: list[str] | None = None,
+    progress: Callable[[int, str], None] | None = None,
+) -> RunOutcome:
+    """Run the trials still planned for this device, then re-derive the record."""
+    from qualify.record.assemble import write_record
+    from qualify.run.engine import RunOptions, TrialRunner
+
+    record = Record(record_dir)
+    done: list[Trial] = []
+    skipped = None
+    device = open_device()
+    try:
+        telemetry = open_telemetry(device.info.uuid)
+        complete = [t for t in record.trials() if t.status == "complete"
+                    and t.provenance.device.uuid == device.info.uuid]  # fmt: skip
+        wanted = loaded.plan.schedule.trials - len(complete)
+        if trials is not None:
+            wanted = min(wanted, trials)
+        if wanted <= 0:
+            skipped = f"the {loaded.plan.schedule.trials} planned trials on this device are complete"
+        options = RunOptions(record_dir=record_dir, exploratory=exploratory, argv=argv or [],
+                             progress=progress or (lambda n, what: None))  # fmt: skip
+        for _ in range(max(wanted, 0)):
+            trial = TrialRunner(loaded, device, telemetry, options).run()
+            done.append(trial)
+            if trial.status == "interrupted":
+                break
+            if trial.status == "failed" and any(f.kind == "fault" for f in trial.failures):
+                break  # the CUDA context is lost: a fresh process must continue
+    finally:
+        device.close()
+    results = write_record(record, loaded.plan, loaded.lock)
+    return RunOutcome(done, results, skipped)
+
+
+def exit_code(results: Results, interrupted: bool = False) -> ExitCode:
+    """The last step: a verdict (data) becomes the process's exit code."""
+    if interrupted:
+        return ExitCode.INTERRUPTED
+    return {
+        "qualified": ExitCode.QUALIFIED,
+        "not_qualified": ExitCode.NOT_QUALIFIED,
+        "incomplete": ExitCode.INCOMPLETE,
+    }[results.verdict.status]

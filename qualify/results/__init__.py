@@ -1,0 +1,1 @@
+"""Results: the versioned model of what a run produced, and its storage in a record folder."""

@@ -1,0 +1,183 @@
+"""The results of a qualification (results.json), schema version 1.
+
+History of the format (bump RESULTS_VERSION on any incompatible change and say what changed here):
+  1 — first version: trials with per-case timing summaries, parity, resources, controls; the
+      verdict; raw samples live beside it in trials/<index>.npz.
+
+Every statistic here is derived from the raw samples by `qualify.evaluate`; `qualify report
+--check` recomputes them and refuses a results.json or README that disagrees.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RESULTS_VERSION = 1
+
+Side = Literal["base", "candidate"]
+Status = Literal["complete", "failed", "interrupted"]
+CaseClass = Literal["faster", "slower", "same", "cant_tell"]
+VerdictStatus = Literal["qualified", "not_qualified", "incomplete"]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DeviceInfo(Model):
+    name: str
+    uuid: str
+    ordinal: int
+    compute_capability: str
+    arch: str
+    sm_count: int
+    l2_bytes: int
+    max_shared_per_block_optin: int
+    sm_clock_max_mhz: int | None = None
+    mem_clock_max_mhz: int | None = None
+    driver_version: str
+    cuda_driver_version: str
+    pci_bus_id: str | None = None
+
+
+class Provenance(Model):
+    device: DeviceInfo
+    planned: bool = Field(description="False when run with --exploratory on an unlisted device.")
+    nvrtc_version: str
+    cuda_bindings_version: str
+    qualify_version: str
+    python_version: str
+    numpy_version: str
+    git_revision: str | None
+    git_dirty: bool | None
+    host: str
+    command: list[str]
+
+
+class ArmResources(Model):
+    registers: int
+    static_shared_bytes: int
+    dynamic_shared_bytes: int
+    local_bytes: int
+    max_threads_per_block: int
+    threads_per_block: int
+    blocks_per_sm: int
+    warps_per_sm: int
+
+
+class TimingSummary(Model):
+    """Of one arm in one case and trial; floor-corrected nanoseconds per launch."""
+
+    samples: int
+    warmup: int
+    median_ns: float
+    q1_ns: float
+    q3_ns: float
+    min_ns: float
+    max_ns: float
+    throttled_samples: int
+    mean_sm_clock_mhz: float | None
+
+
+class CaseStats(Model):
+    ratio: float = Field(description="candidate / base, pooled medians")
+    ci_low: float | None = Field(description="95 % block-bootstrap interval; None below 2 blocks")
+    ci_high: float | None
+    delta_pct: float = Field(description="(ratio - 1) * 100: negative is faster")
+    case_class: CaseClass
+    reason: str
+
+
+class BufferParity(Model):
+    buffer: str
+    equal: bool
+    elements: int
+    differing_elements: int
+    first_difference: int | None
+    max_ulp: int | None = Field(description="largest distance in units in the last place")
+    max_abs: float | None
+    max_rel: float | None
+
+
+class CaseTrial(Model):
+    case: str
+    input_sha256: dict[str, str]
+    resources: dict[Side, ArmResources]
+    timing: dict[Side, TimingSummary]
+    stats: CaseStats
+    aa: CaseStats | None = Field(description="base against itself, when the plan asks for it")
+    parity: list[BufferParity]
+    deterministic: dict[Side, bool]
+    timed_outputs_match: bool = Field(description="outputs of timed launches equal the checked ones")
+
+
+class ControlResult(Model):
+    name: str
+    kind: Literal["input", "build"]
+    case: str
+    caught: bool = Field(description="True when the fidelity gate failed, as it must")
+    differing_elements: int
+
+
+class SanitizerResult(Model):
+    tool: Literal["memcheck", "racecheck", "initcheck", "synccheck"]
+    case: str
+    side: Side
+    status: Literal["clean", "findings", "timeout", "fault", "error"]
+    errors: int | None
+    exit_code: int | None
+    summary: list[str] = Field(description="the tool's summary lines")
+    excerpt: list[str] = Field(description="first lines of the first findings")
+    seconds: float
+
+
+class Failure(Model):
+    kind: Literal["fidelity", "fault", "timeout", "budget", "interrupted", "error"]
+    case: str | None = None
+    side: Side | None = None
+    message: str
+
+
+class Trial(Model):
+    index: int
+    status: Status
+    plan_digest: str
+    started_at: str
+    ended_at: str
+    provenance: Provenance
+    timer: dict[str, float | int | str] = Field(
+        description="timer boundary: mode, cache state, measured empty-window floor (ns) ..."
+    )
+    cases: list[CaseTrial]
+    controls: list[ControlResult]
+    sanitizer: list[SanitizerResult]
+    failures: list[Failure]
+    samples_file: str
+    samples_sha256: str
+
+
+class GateResult(Model):
+    gate: str
+    case: str
+    trial: int | None
+    device: str
+    passed: bool
+    value_pct: float
+    bound: str
+
+
+class Verdict(Model):
+    status: VerdictStatus
+    reasons: list[str]
+    gates: list[GateResult]
+
+
+class Results(Model):
+    results_version: Literal[1] = RESULTS_VERSION
+    plan_name: str
+    plan_digest: str
+    files: dict[str, str]
+    trials: list[Trial]
+    verdict: Verdict

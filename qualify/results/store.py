@@ -1,0 +1,176 @@
+"""The record folder: an append-only ledger, one file per trial, and the derived results.json.
+
+    records/<name>/
+      plan.json, plan.lock.json   the frozen plan the trials ran under (copied on the first trial)
+      ledger.jsonl                append-only: trial_started / trial_ended events
+      trials/trial-<k>.json       one Trial each, written when the trial ends (however it ends)
+      trials/trial-<k>.npz        its raw samples
+      results.json                every trial plus the verdict, derived from the files above
+      README.md                   rendered from results.json alone
+
+A trial is written whole or not at all (atomic writes), and written as soon as it ends, so a
+crash or Ctrl-C later keeps what was gathered. Nothing here is ever overwritten except the two
+derived files, results.json and README.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from qualify.errors import FrozenInputChanged, PlanError
+from qualify.io import atomic_write_text
+from qualify.results.model import RESULTS_VERSION, Results, Trial
+
+LEDGER = "ledger.jsonl"
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class LedgerTrial:
+    index: int
+    device_uuid: str
+    digest: str
+    status: str | None  # None: started, never ended (a crash)
+
+
+class Record:
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+
+    # -- ledger -----------------------------------------------------------------------------
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.folder / LEDGER
+
+    def ledger(self) -> list[dict]:
+        if not self.ledger_path.exists():
+            return []
+        events = []
+        for n, line in enumerate(self.ledger_path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                raise PlanError(f"line {n} is not JSON; the ledger was damaged", file=self.ledger_path) from None
+            if not isinstance(event, dict) or "event" not in event or "trial" not in event:
+                raise PlanError(f"line {n} is not a ledger event", file=self.ledger_path)
+            events.append(event)
+        return events
+
+    def append(self, event: dict) -> None:
+        """Append one event and fsync: the ledger is the part of a record that must survive."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        line = json.dumps({**event, "at": now_iso()}, sort_keys=True) + "\n"
+        with open(self.ledger_path, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def trials_in_ledger(self) -> list[LedgerTrial]:
+        started: dict[int, dict] = {}
+        ended: dict[int, str] = {}
+        for e in self.ledger():
+            if e["event"] == "trial_started":
+                started[e["trial"]] = e
+            elif e["event"] == "trial_ended":
+                ended[e["trial"]] = e.get("status", "failed")
+        return [
+            LedgerTrial(i, s.get("device_uuid", ""), s.get("digest", ""), ended.get(i))
+            for i, s in sorted(started.items())
+        ]
+
+    def close_dangling(self) -> list[int]:
+        """Trials started but never ended (the process died) are marked interrupted, not dropped."""
+        dangling = [t.index for t in self.trials_in_ledger() if t.status is None]
+        for index in dangling:
+            self.append({"event": "trial_ended", "trial": index, "status": "interrupted",
+                         "note": "found without an end event (the process died)"})  # fmt: skip
+        return dangling
+
+    # -- binding to the plan ----------------------------------------------------------------
+
+    def bind(self, plan_path: Path, digest: str) -> None:
+        """Copy the frozen plan in on first use; afterwards refuse a plan with another digest."""
+        for t in self.trials_in_ledger():
+            if t.digest != digest:
+                raise FrozenInputChanged(
+                    f"the record's trials ran under plan digest {t.digest[:16]}…, this plan is "
+                    f"{digest[:16]}…; a changed plan needs a new record",
+                    file=self.folder,
+                )
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for src in (plan_path, plan_path.with_name(plan_path.stem + ".lock.json")):
+            dst = self.folder / src.name
+            if src.exists() and not dst.exists():
+                shutil.copyfile(src, dst)
+
+    def next_trial_index(self) -> int:
+        indices = [t.index for t in self.trials_in_ledger()]
+        return max(indices, default=0) + 1
+
+    def trials_on_device(self, uuid: str) -> list[LedgerTrial]:
+        return [t for t in self.trials_in_ledger() if t.device_uuid == uuid]
+
+    # -- trials and results -----------------------------------------------------------------
+
+    def trial_path(self, index: int) -> Path:
+        return self.folder / "trials" / f"trial-{index}.json"
+
+    def samples_path(self, index: int) -> Path:
+        return self.folder / "trials" / f"trial-{index}.npz"
+
+    def write_trial(self, trial: Trial) -> None:
+        path = self.trial_path(trial.index)
+        if path.exists():
+            raise FrozenInputChanged("trial file exists; records are never overwritten", file=path)
+        atomic_write_text(path, trial.model_dump_json(indent=1) + "\n")
+
+    def trials(self) -> list[Trial]:
+        out = []
+        folder = self.folder / "trials"
+        paths = sorted(folder.glob("trial-*.json"), key=lambda p: int(p.stem.split("-")[1])) if folder.exists() else []
+        for path in paths:
+            out.append(load_model(Trial, path))
+        return out
+
+    def write_results(self, results: Results) -> None:
+        atomic_write_text(self.folder / "results.json", results.model_dump_json(indent=1) + "\n")
+
+    def results(self) -> Results:
+        return load_model(Results, self.folder / "results.json")
+
+
+def load_model(model, path: Path):
+    """Load a versioned JSON file; errors name the file and the field."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PlanError("no such file", file=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanError(f"unreadable: {exc}", file=path) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", file=path) from None
+    version = data.get("results_version") if isinstance(data, dict) else None
+    if model is Results and version != RESULTS_VERSION:
+        raise PlanError(f"results_version {version!r} is not {RESULTS_VERSION}; this qualify cannot read it",
+                        file=path, field="results_version")  # fmt: skip
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        from qualify.plan.load import plan_error_from_validation
+
+        raise plan_error_from_validation(exc, data, path) from None

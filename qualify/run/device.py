@@ -1,0 +1,339 @@
+"""The device session: the only module that talks to the CUDA driver (through cuda.bindings).
+
+Everything the run stage needs from a GPU goes through `CudaDevice`'s small surface — load a
+kernel eagerly, allocate, copy, poison, launch on qualify's own stream, and time one sample — so
+the schedule, statistics and records are tested on the CPU against `qualify.run.fake.FakeDevice`,
+which implements the same surface and records every call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fnmatch
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from qualify.build.nvrtc import CompiledKernel, KernelSpec, compile_kernel
+from qualify.errors import DeviceError
+from qualify.plan.model import DeviceSpec
+from qualify.results.model import ArmResources, DeviceInfo
+
+HELPERS = Path(__file__).with_name("helpers.cu")
+BLOCK_TIMEOUT_NS = 10_000_000_000  # a sample's launches must be queued within 10 s
+
+# Errors after which the context is unusable: only a new process recovers.
+STICKY = {700: "illegal address", 702: "launch timeout", 710: "device-side assert",
+          714: "hardware stack error", 715: "illegal instruction", 716: "misaligned address",
+          717: "invalid address space", 718: "invalid pc", 719: "launch failure"}  # fmt: skip
+
+_CTYPES = {
+    "i32": ctypes.c_int32,
+    "u32": ctypes.c_uint32,
+    "i64": ctypes.c_int64,
+    "u64": ctypes.c_uint64,
+    "f32": ctypes.c_float,
+    "f64": ctypes.c_double,
+    "ptr": ctypes.c_uint64,
+}
+
+
+class KernelFault(DeviceError):
+    """A kernel faulted; the CUDA context of this process can no longer be used."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class DeviceBuffer:
+    ptr: int
+    nbytes: int
+
+
+@dataclass
+class Kernel:
+    label: str
+    function: object
+    module: object
+    compiled: CompiledKernel
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError as exc:
+        raise DeviceError(f"cuda-bindings is not installed: {exc}") from None
+    return driver
+
+
+def _check(result, what: str):
+    """Unwrap a cuda.bindings result tuple; raise a typed error on failure."""
+    driver = _driver()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        code = int(err)
+        _, name = driver.cuGetErrorName(err)
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        if code in STICKY:
+            raise KernelFault(f"{what}: {name} ({STICKY[code]}); the CUDA context is lost", code)
+        raise DeviceError(f"{what}: {name} ({code})")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def device_matches(info: DeviceInfo, specs: list[DeviceSpec]) -> bool:
+    for spec in specs:
+        if spec.name is not None and not fnmatch.fnmatchcase(info.name, spec.name):
+            continue
+        if spec.compute_capability is not None and spec.compute_capability != info.compute_capability:
+            continue
+        return True
+    return False
+
+
+def _uuid_string(raw) -> str:
+    data = raw if isinstance(raw, (bytes, bytearray)) else bytes(ord(c) & 0xFF for c in raw)
+    h = data[:16].hex()
+    return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+class CudaDevice:
+    """One GPU, its primary context, qualify's stream, and the timing machinery."""
+
+    def __init__(self, ordinal: int = 0):
+        driver = _driver()
+        try:
+            (err,) = driver.cuInit(0)
+        except RuntimeError as exc:  # libcuda.so is not there at all
+            raise DeviceError(f"no NVIDIA driver on this machine ({exc.__class__.__name__})") from None
+        if int(err) == 100:
+            raise DeviceError("the NVIDIA driver reports no CUDA device")
+        _check((err,), "cuInit")
+        count = _check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
+        if ordinal >= count:
+            raise DeviceError(f"device {ordinal} requested, {count} present")
+        self._driver = driver
+        self.device = _check(driver.cuDeviceGet(ordinal), "cuDeviceGet")
+        self.context = _check(driver.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
+        _check(driver.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        self.info = self._read_info(ordinal)
+        self.stream = _check(
+            driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate"
+        )
+        self.stream_handle = int(self.stream)
+        self._start = _check(driver.cuEventCreate(0), "cuEventCreate")
+        self._stop = _check(driver.cuEventCreate(0), "cuEventCreate")
+        self._buffers: list[DeviceBuffer] = []
+        self._kernels: list[Kernel] = []
+        self._host_flag = None
+        self._helpers_ready = False
+
+    # -- identity ---------------------------------------------------------------------------
+
+    def _attr(self, name: str) -> int:
+        attr = getattr(self._driver.CUdevice_attribute, name)
+        return int(_check(self._driver.cuDeviceGetAttribute(attr, self.device), name))
+
+    def _read_info(self, ordinal: int) -> DeviceInfo:
+        d = self._driver
+        name = _check(d.cuDeviceGetName(256, self.device), "cuDeviceGetName")
+        name = name.split(b"\x00", 1)[0].decode() if isinstance(name, bytes) else str(name)
+        uuid = _check(d.cuDeviceGetUuid(self.device), "cuDeviceGetUuid")
+        major = self._attr("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR")
+        minor = self._attr("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR")
+        version = int(_check(d.cuDriverGetVersion(), "cuDriverGetVersion"))
+        try:
+            pci = _check(d.cuDeviceGetPCIBusId(32, self.device), "cuDeviceGetPCIBusId")
+            pci = pci.split(b"\x00", 1)[0].decode() if isinstance(pci, bytes) else str(pci)
+        except DeviceError:
+            pci = None
+        from qualify.run.telemetry import driver_version
+
+        return DeviceInfo(
+            name=name,
+            uuid=_uuid_string(uuid.bytes),
+            ordinal=ordinal,
+            compute_capability=f"{major}.{minor}",
+            arch=f"sm_{major}{minor}",
+            sm_count=self._attr("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
+            l2_bytes=self._attr("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE"),
+            max_shared_per_block_optin=self._attr("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+            sm_clock_max_mhz=self._attr("CU_DEVICE_ATTRIBUTE_CLOCK_RATE") // 1000 or None,
+            mem_clock_max_mhz=self._attr("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE") // 1000 or None,
+            driver_version=driver_version() or "unknown",
+            cuda_driver_version=f"{version // 1000}.{version % 1000 // 10}",
+            pci_bus_id=pci,
+        )
+
+    # -- kernels ----------------------------------------------------------------------------
+
+    def load_kernel(self, label: str, compiled: CompiledKernel, dynamic_shared_bytes: int) -> Kernel:
+        """Load a CUBIN now (never lazily inside a timed sample) and raise its shared-memory limit."""
+        d = self._driver
+        module = _check(d.cuModuleLoadData(compiled.cubin), f"cuModuleLoadData({label})")
+        function = _check(d.cuModuleGetFunction(module, compiled.lowered_name.encode()), f"cuModuleGetFunction({label})")
+        if dynamic_shared_bytes > 48 * 1024:
+            attr = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _check(d.cuFuncSetAttribute(function, attr, dynamic_shared_bytes), f"raise shared memory of {label}")
+        kernel = Kernel(label, function, module, compiled)
+        self._kernels.append(kernel)
+        return kernel
+
+    def unload_kernel(self, kernel: Kernel) -> None:
+        _check(self._driver.cuModuleUnload(kernel.module), "cuModuleUnload")
+        self._kernels.remove(kernel)
+
+    def resources(self, kernel: Kernel, threads_per_block: int, dynamic_shared_bytes: int) -> ArmResources:
+        d = self._driver
+        A = d.CUfunction_attribute
+
+        def attr(name):
+            return int(_check(d.cuFuncGetAttribute(getattr(A, name), kernel.function), name))
+
+        blocks = int(_check(
+            d.cuOccupancyMaxActiveBlocksPerMultiprocessor(kernel.function, threads_per_block, dynamic_shared_bytes),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+        ))  # fmt: skip
+        return ArmResources(
+            registers=attr("CU_FUNC_ATTRIBUTE_NUM_REGS"),
+            static_shared_bytes=attr("CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES"),
+            dynamic_shared_bytes=dynamic_shared_bytes,
+            local_bytes=attr("CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES"),
+            max_threads_per_block=attr("CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK"),
+            threads_per_block=threads_per_block,
+            blocks_per_sm=blocks,
+            warps_per_sm=blocks * -(-threads_per_block // 32),
+        )
+
+    def launch(self, kernel: Kernel, grid, block, shared_bytes: int, args: list[tuple[str, int | float]]) -> None:
+        """Queue one launch on qualify's stream. args: (ctype name, value); pointers as 'ptr'."""
+        values = [_CTYPES[kind](value) for kind, value in args]
+        pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+        _check(self._driver.cuLaunchKernel(
+            kernel.function, *grid, *block, shared_bytes, self.stream, ctypes.addressof(pointers), 0
+        ), f"launch {kernel.label}")  # fmt: skip
+
+    # -- memory -----------------------------------------------------------------------------
+
+    def alloc(self, nbytes: int) -> DeviceBuffer:
+        ptr = _check(self._driver.cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes:,} bytes)")
+        buf = DeviceBuffer(int(ptr), nbytes)
+        self._buffers.append(buf)
+        return buf
+
+    def free(self, buf: DeviceBuffer) -> None:
+        _check(self._driver.cuMemFree(buf.ptr), "cuMemFree")
+        self._buffers.remove(buf)
+
+    def upload(self, buf: DeviceBuffer, data: np.ndarray) -> None:
+        data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        assert data.nbytes == buf.nbytes, (data.nbytes, buf.nbytes)
+        self.synchronize()
+        _check(self._driver.cuMemcpyHtoD(buf.ptr, data, data.nbytes), "cuMemcpyHtoD")
+
+    def download(self, buf: DeviceBuffer) -> np.ndarray:
+        self.synchronize()
+        out = np.empty(buf.nbytes, dtype=np.uint8)
+        _check(self._driver.cuMemcpyDtoH(out, buf.ptr, buf.nbytes), "cuMemcpyDtoH")
+        return out
+
+    def poison(self, buf: DeviceBuffer) -> None:
+        """Fill with 0xFF bytes (NaN for every float type, -1 for ints): an unwritten element cannot pass."""
+        _check(self._driver.cuMemsetD8Async(buf.ptr, 0xFF, buf.nbytes, self.stream), "cuMemsetD8Async")
+
+    def synchronize(self) -> None:
+        _check(self._driver.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+
+    def check_idle(self) -> None:
+        """A device-wide synchronisation: surfaces faults of work queued anywhere."""
+        _check(self._driver.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    # -- timing -----------------------------------------------------------------------------
+
+    def _prepare_helpers(self) -> None:
+        if self._helpers_ready:
+            return
+        d = self._driver
+        compiled = {
+            name: compile_kernel(KernelSpec(source=HELPERS, kernel=name, arch=self.info.arch))
+            for name in ("qualify_block_stream", "qualify_flush_l2")
+        }
+        self._blocker = self.load_kernel("qualify_block_stream", compiled["qualify_block_stream"], 0)
+        self._flusher = self.load_kernel("qualify_flush_l2", compiled["qualify_flush_l2"], 0)
+        flags = d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE
+        self._host_flag = int(_check(d.cuMemHostAlloc(8, flags), "cuMemHostAlloc"))
+        self._flag_dev = int(_check(d.cuMemHostGetDevicePointer(self._host_flag, 0), "cuMemHostGetDevicePointer"))
+        self._timed_out = self.alloc(4)
+        # at least 2 x L2, in 16-byte elements
+        self._flush_buf = self.alloc(2 * self.info.l2_bytes + (1 << 20))
+        _check(d.cuMemsetD8(self._flush_buf.ptr, 0x5A, self._flush_buf.nbytes), "cuMemsetD8")
+        self._sink = self.alloc(4)
+        self._helpers_ready = True
+
+    def _flag(self) -> ctypes.c_int32:
+        return ctypes.c_int32.from_address(self._host_flag)
+
+    def flush_l2(self) -> None:
+        """Leave L2 holding clean, unrelated lines; reset persisting lines too."""
+        n = self._flush_buf.nbytes // 16
+        self.launch(self._flusher, (self.info.sm_count * 8, 1, 1), (512, 1, 1), 0,
+                    [("ptr", self._flush_buf.ptr), ("u64", n), ("ptr", self._sink.ptr)])  # fmt: skip
+        _check(self._driver.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
+
+    def time_sample(self, enqueue: Callable[[], None], cold: bool, block_stream: bool = True) -> float:
+        """Nanoseconds between two events around enqueue()'s launches.
+
+        Order: [flush L2] → blocking kernel → start event → launches → stop event → release. The flush
+        and the blocking kernel are before the start event, hence outside the window; the window
+        still holds the event pair's own floor, measured with `enqueue` = nothing and subtracted
+        in the statistics.
+        """
+        self._prepare_helpers()
+        d = self._driver
+        if cold:
+            self.flush_l2()
+        if block_stream:
+            self._flag().value = 0
+            _check(d.cuMemsetD32Async(self._timed_out.ptr, 0, 1, self.stream), "cuMemsetD32Async")
+            self.launch(self._blocker, (1, 1, 1), (1, 1, 1), 0,
+                        [("ptr", self._flag_dev), ("u64", BLOCK_TIMEOUT_NS), ("ptr", self._timed_out.ptr)])  # fmt: skip
+        _check(d.cuEventRecord(self._start, self.stream), "cuEventRecord")
+        try:
+            enqueue()
+        finally:
+            _check(d.cuEventRecord(self._stop, self.stream), "cuEventRecord")
+            if block_stream:
+                self._flag().value = 1
+        _check(d.cuEventSynchronize(self._stop), "cuEventSynchronize")
+        ms = float(_check(d.cuEventElapsedTime(self._start, self._stop), "cuEventElapsedTime"))
+        if block_stream and self.download(self._timed_out).view(np.int32)[0]:
+            raise DeviceError("the blocking kernel timed out before the sample was queued")
+        return ms * 1e6
+
+    def close(self) -> None:
+        d = self._driver
+        try:
+            self.synchronize()
+        except DeviceError:
+            return  # a lost context cannot be cleaned; the process exit releases it
+        for buf in list(self._buffers):
+            self.free(buf)
+        for kernel in list(self._kernels):
+            self.unload_kernel(kernel)
+        if self._host_flag is not None:
+            d.cuMemFreeHost(self._host_flag)
+        d.cuEventDestroy(self._start)
+        d.cuEventDestroy(self._stop)
+        d.cuStreamDestroy(self.stream)
+        d.cuDevicePrimaryCtxRelease(self.device)
+
+    def __enter__(self) -> CudaDevice:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,348 @@
+"""One trial of a plan on one device: build → load → inputs → fidelity → controls → ABBA timing.
+
+The engine takes a device (real or fake) and a telemetry reader, appends the trial to the record's
+ledger before touching the GPU, and writes the trial file however the trial ends — complete,
+failed or interrupted — so evidence already gathered is never lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from qualify.build.arms import kernel_spec
+from qualify.build.nvrtc import compile_kernel, nvrtc_version
+from qualify.errors import DeviceError, FrozenInputChanged
+from qualify.evaluate import samples as samples_io
+from qualify.evaluate.samples import TrialSamples
+from qualify.evaluate.stats import ci_half_width_pct
+from qualify.evaluate.summarize import floor_ns, has_series, pair_stats, timing_summary
+from qualify.evaluate.verdict import fidelity_passes
+from qualify.plan.checks import selected_cases
+from qualify.plan.digest import sha256_bytes
+from qualify.plan.load import LoadedPlan
+from qualify.plan.model import CudaArm
+from qualify.plan.resolve import ResolvedCase
+from qualify.results.model import CaseTrial, ControlResult, Failure, Trial
+from qualify.results.store import Record, now_iso
+from qualify.run import inputs as input_gen
+from qualify.run import provenance
+from qualify.run.arms import ArmExec
+from qualify.run.controls import mutate
+from qualify.run.device import KernelFault, device_matches
+from qualify.run.fidelity import compare
+from qualify.run.schedule import AA, MAIN, block_halves
+
+FLOOR_SAMPLES = 100
+SIDES = ("base", "candidate")
+
+
+class BudgetExhausted(FrozenInputChanged):
+    """A trial beyond the plan's budget was asked for."""
+
+
+@dataclass
+class RunOptions:
+    record_dir: Path
+    exploratory: bool = False
+    argv: list[str] = field(default_factory=list)
+    progress: Callable[[int, str], None] = lambda advance, what: None
+
+
+@dataclass
+class _CaseFacts:
+    """What a case produced apart from timing (timing is derived from the samples at the end)."""
+
+    case: str
+    input_sha256: dict
+    resources: dict
+    parity: list
+    deterministic: dict
+    timed_outputs_match: bool = True
+
+
+def samples_per_trial(loaded: LoadedPlan) -> int:
+    s = loaded.plan.schedule
+    per_case = s.blocks * 4 * s.samples_per_block * (2 if loaded.plan.controls.aa else 1)
+    return per_case * len(loaded.cases)
+
+
+class TrialRunner:
+    def __init__(self, loaded: LoadedPlan, device, telemetry, options: RunOptions):
+        self.loaded = loaded
+        self.plan = loaded.plan
+        self.device = device
+        self.telemetry = telemetry
+        self.options = options
+        self.record = Record(options.record_dir)
+        self.samples = TrialSamples()
+        self.failures: list[Failure] = []
+        self.facts: list[_CaseFacts] = []
+        self.controls: list[ControlResult] = []
+        self.kernels: dict[str, object] = {}
+        self.control_kernels: dict[str, object] = {}
+        self.started = time.monotonic()
+
+    # -- admission --------------------------------------------------------------------------
+
+    def admit(self) -> tuple[int, bool]:
+        info = self.device.info
+        planned = device_matches(info, self.plan.hardware.devices)
+        if not planned and not self.options.exploratory:
+            raise DeviceError(
+                f"{info.name} (cc {info.compute_capability}) is not among the plan's devices; "
+                "pass --exploratory to run anyway (the record is then marked unplanned)"
+            )
+        if info.arch not in self.plan.hardware.architectures and not self.options.exploratory:
+            raise DeviceError(f"{info.arch} is not among the plan's architectures")
+        self.record.close_dangling()
+        self.record.bind(self.loaded.path, self.loaded.digest)
+        used = self.record.trials_on_device(info.uuid)
+        if len(used) >= self.plan.budget.max_trials:
+            raise BudgetExhausted(
+                f"budget spent: {len(used)} of {self.plan.budget.max_trials} trials already ran on "
+                f"{info.name} {info.uuid} (failed and interrupted ones count)",
+                file=self.record.folder,
+            )
+        index = self.record.next_trial_index()
+        self.record.append({"event": "trial_started", "trial": index, "digest": self.loaded.digest,
+                            "device_uuid": info.uuid, "device": info.name})  # fmt: skip
+        return index, planned
+
+    # -- the trial --------------------------------------------------------------------------
+
+    def run(self) -> Trial:
+        index, planned = self.admit()
+        started_at = now_iso()
+        status = "complete"
+        try:
+            self._load_kernels()
+            cold = self.plan.schedule.cache == "cold"
+            for _ in range(FLOOR_SAMPLES):  # the empty window, measured the way samples are
+                self.samples.add_floor(self.device.time_sample(lambda: None, cold=cold))
+            for case in self.loaded.cases:
+                if not self._run_case(case):
+                    status = "failed"
+                    break
+        except KeyboardInterrupt:
+            status = "interrupted"
+            self.failures.append(Failure(kind="interrupted", message="interrupted (SIGINT or SIGTERM)"))
+        except KernelFault as exc:
+            status = "failed"
+            self.failures.append(Failure(kind="fault", case=self._case, side=self._side, message=exc.message))
+        except DeviceError as exc:
+            status = "failed"
+            self.failures.append(Failure(kind="error", case=self._case, side=self._side, message=exc.message))
+        return self._finish(index, planned, started_at, status)
+
+    _case: str | None = None
+    _side: str | None = None
+
+    def _load_kernels(self) -> None:
+        arch = self.device.info.arch
+        for side in SIDES:
+            arm = self.plan.arm(side)
+            if not isinstance(arm, CudaArm):
+                raise DeviceError("shared-library arms run through `qualify compare`")
+            self._side = side
+            compiled = compile_kernel(kernel_spec(self.loaded, side, arch))
+            smem = max(c.arms[side].launch.shared_bytes for c in self.loaded.cases)
+            self.kernels[side] = self.device.load_kernel(side, compiled, smem)
+        self._side = None
+
+    def _over_time(self) -> bool:
+        return time.monotonic() - self.started > self.plan.budget.max_wall_seconds
+
+    def _run_case(self, case: ResolvedCase) -> bool:
+        """Run one case; False stops the trial (fail-fast or budget)."""
+        self._case = case.id
+        dev = self.device
+        execs: dict[str, ArmExec] = {}
+        hashes: dict[str, str] = {}
+        host_inputs: dict[str, dict[str, np.ndarray]] = {}
+        try:
+            for side in SIDES:
+                arm = case.arms[side]
+                buffers = {b.name: dev.alloc(b.nbytes) for b in arm.buffers}
+                host_inputs[side] = {}
+                for spec in self.plan.workload.buffers:
+                    if spec.role != "input":
+                        continue
+                    data = input_gen.generate(self.plan.seeds, case.id, spec, arm.buffer(spec.name))
+                    dev.upload(buffers[spec.name], data)
+                    host_inputs[side][spec.name] = data
+                    hashes.setdefault(spec.name, hashlib.sha256(data.tobytes()).hexdigest())
+                outputs = [b.name for b in arm.buffers if b.role == "output"]
+                execs[side] = ArmExec(side, self.kernels[side], arm, buffers, outputs)
+                execs[side].bind_args()
+            return self._measure_case(case, execs, hashes, host_inputs)
+        finally:
+            for ex in execs.values():
+                for buf in ex.buffers.values():
+                    dev.free(buf)
+
+    def _measure_case(self, case, execs, hashes, host_inputs) -> bool:
+        dev, plan = self.device, self.plan
+        resources = {
+            side: dev.resources(ex.kernel, ex.resolved.launch.threads_per_block, ex.resolved.launch.shared_bytes)
+            for side, ex in execs.items()
+        }
+        reference, deterministic = {}, {}
+        for side, ex in execs.items():
+            self._side = side
+            reference[side] = ex.run_once(dev)
+            again = ex.run_once(dev)
+            deterministic[side] = all(np.array_equal(reference[side][n], again[n]) for n in ex.outputs)
+        self._side = None
+        dtypes = {b.name: b.dtype for b in case.arms["base"].buffers}
+        parity = [compare(n, dtypes[n], reference["base"][n], reference["candidate"][n]) for n in execs["base"].outputs]
+        facts = _CaseFacts(case.id, hashes, resources, parity, deterministic)
+        self.facts.append(facts)
+        self._run_controls(case, execs, host_inputs, reference["base"], dtypes)
+        fail_fast = set(plan.stop.fail_fast)
+        if not fidelity_passes(parity, plan.acceptance.fidelity) or not all(deterministic.values()):
+            self.failures.append(Failure(kind="fidelity", case=case.id, message="outputs differ from base or between runs"))
+            if "fidelity" in fail_fast:
+                return False
+        self._warmup(case, execs)
+        ok = self._abba(case, execs, reference, facts, MAIN)
+        if ok and plan.controls.aa:
+            ok = self._abba(case, {"base": execs["base"]}, reference, facts, AA)
+        return ok
+
+    def _run_controls(self, case, execs, host_inputs, base_ref, dtypes) -> None:
+        cand = execs["candidate"]
+        for control in self.plan.controls.negative:
+            if control.cases is not None and case.id not in control.cases:
+                continue
+            if control.kind == "input":
+                spec = next(b for b in case.arms["candidate"].buffers if b.name == control.buffer)
+                original = host_inputs["candidate"][control.buffer]
+                mutated = mutate(original, spec.dtype, control.mutation, case.arms["candidate"].params)
+                self.device.upload(cand.buffers[control.buffer], mutated)
+                try:
+                    out = cand.run_once(self.device)
+                finally:
+                    self.device.upload(cand.buffers[control.buffer], original)
+            else:
+                kernel = self._control_kernel(control)
+                variant = ArmExec("candidate", kernel, cand.resolved, cand.buffers, cand.outputs, cand.args)
+                out = variant.run_once(self.device)
+            parity = [compare(n, dtypes[n], base_ref[n], out[n]) for n in cand.outputs]
+            self.controls.append(ControlResult(
+                name=control.name, kind=control.kind, case=case.id,
+                caught=not fidelity_passes(parity, self.plan.acceptance.fidelity),
+                differing_elements=sum(p.differing_elements for p in parity),
+            ))  # fmt: skip
+
+    def _control_kernel(self, control):
+        if control.name not in self.control_kernels:
+            spec = kernel_spec(self.loaded, "candidate", self.device.info.arch, extra_defines=control.defines)
+            smem = max(c.arms["candidate"].launch.shared_bytes for c in self.loaded.cases)
+            self.control_kernels[control.name] = self.device.load_kernel(
+                f"candidate+{control.name}", compile_kernel(spec), smem
+            )
+        return self.control_kernels[control.name]
+
+    def _warmup(self, case, execs) -> None:
+        # Without the blocking kernel: a first launch may load lazily, which deadlocks behind it.
+        for side, ex in execs.items():
+            self._side = side
+            for _ in range(self.plan.schedule.warmup):
+                ns = self.device.time_sample(lambda ex=ex: ex.enqueue(self.device), cold=False, block_stream=False)
+                self.samples.add_warmup(case.id, side, ns)
+        self._side = None
+
+    def _abba(self, case, execs, reference, facts, pair) -> bool:
+        sched, dev = self.plan.schedule, self.device
+        cold = sched.cache == "cold"
+        iterations = sched.iterations_per_sample
+        per_arm = 0
+        for block in range(sched.blocks):
+            for half in block_halves(block, pair):
+                ex = execs[half.side]
+                self._side = half.side
+                if not cold:
+                    ex.poison_outputs(dev)
+                for _ in range(sched.samples_per_block):
+                    if cold:
+                        ex.poison_outputs(dev)
+                    ns = dev.time_sample(lambda ex=ex: ex.enqueue(dev, iterations), cold=cold)
+                    r = self.telemetry.read()
+                    self.samples.add(case.id, half.series, ns=ns, block=block,
+                                     sm_mhz=r.sm_mhz, throttle=r.throttle, temp_c=r.temp_c)  # fmt: skip
+                self.options.progress(sched.samples_per_block, f"{case.id} {half.series}")
+                outputs = {n: dev.download(ex.buffers[n]) for n in ex.outputs}
+                if any(not np.array_equal(outputs[n], reference[half.side][n]) for n in ex.outputs):
+                    facts.timed_outputs_match = False
+            self._side = None
+            per_arm += 2 * sched.samples_per_block
+            if self._over_time():
+                self.failures.append(Failure(kind="budget", case=case.id,
+                                             message=f"wall-time budget of {self.plan.budget.max_wall_seconds:g} s spent"))  # fmt: skip
+                return False
+            if self._noise_target_met(case.id, pair, block + 1) or per_arm + 2 * sched.samples_per_block > self.plan.budget.max_samples:
+                break
+        return True
+
+    def _noise_target_met(self, case_id: str, pair, blocks_done: int) -> bool:
+        stop = self.plan.stop
+        if stop.rule != "noise" or blocks_done < stop.min_blocks:
+            return False
+        arrays = self.samples.arrays()
+        (a, _), (b, _) = pair
+        stats = pair_stats(arrays, case_id, a, b, floor_ns(arrays), self.plan.schedule.iterations_per_sample)
+        return ci_half_width_pct(stats) <= stop.target_ci_pct
+
+    # -- the end ----------------------------------------------------------------------------
+
+    def _finish(self, index: int, planned: bool, started_at: str, status: str) -> Trial:
+        arrays = self.samples.arrays()
+        data = samples_io.save(self.record.samples_path(index), arrays)
+        iterations = self.plan.schedule.iterations_per_sample
+        floor = floor_ns(arrays)
+        cases = []
+        for f in self.facts:
+            if not all(has_series(arrays, f.case, s) for s in SIDES):
+                continue  # stopped before timing; its samples (if any) stay in the npz
+            aa = None
+            if has_series(arrays, f.case, "aa_a") and has_series(arrays, f.case, "aa_b"):
+                aa = pair_stats(arrays, f.case, "aa_a", "aa_b", floor, iterations)
+            cases.append(CaseTrial(
+                case=f.case, input_sha256=f.input_sha256, resources=f.resources,
+                timing={s: timing_summary(arrays, f.case, s, floor, iterations) for s in SIDES},
+                stats=pair_stats(arrays, f.case, "base", "candidate", floor, iterations),
+                aa=aa, parity=f.parity, deterministic=f.deterministic,
+                timed_outputs_match=f.timed_outputs_match,
+            ))  # fmt: skip
+        trial = Trial(
+            index=index,
+            status=status,
+            plan_digest=self.loaded.digest,
+            started_at=started_at,
+            ended_at=now_iso(),
+            provenance=provenance.collect(self.device.info, self.loaded.files.root, planned,
+                                          nvrtc_version(), self.options.argv),  # fmt: skip
+            timer={
+                "mode": self.plan.schedule.timing,
+                "cache": self.plan.schedule.cache,
+                "floor_ns": floor,
+                "floor_samples": int(arrays.get("floor_ns", np.empty(0)).size),
+                "iterations_per_sample": iterations,
+                "telemetry": "nvml" if getattr(self.telemetry, "available", False) else "none",
+            },
+            cases=cases,
+            controls=self.controls,
+            sanitizer=[],
+            failures=self.failures,
+            samples_file=self.record.samples_path(index).name,
+            samples_sha256=sha256_bytes(data),
+        )
+        self.record.write_trial(trial)
+        self.record.append({"event": "trial_ended", "trial": index, "status": status})
+        return trial

@@ -1,0 +1,143 @@
+"""A fake device for CPU tests: the CudaDevice surface over host memory, recording every call.
+
+Kernels are Python functions registered by name (`kernels={"axpy": fn}`); a launch calls
+`fn(memory, args)` where `memory.view(ptr, nbytes)` gives writable bytes. Sample durations come
+from `durations[label]` (ns per launch) plus seeded noise, so statistics and verdicts can be driven
+to any outcome. `calls` lists what happened, in order, so tests assert the exact ABBA order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from qualify.results.model import ArmResources, DeviceInfo
+from qualify.run.device import DeviceBuffer, KernelFault
+from qualify.run.telemetry import Reading
+
+FAKE_INFO = DeviceInfo(
+    name="NVIDIA H200 (fake)", uuid="GPU-00000000-0000-0000-0000-000000000000", ordinal=0,
+    compute_capability="9.0", arch="sm_90", sm_count=132, l2_bytes=62_914_560,
+    max_shared_per_block_optin=232_448, sm_clock_max_mhz=1980, mem_clock_max_mhz=3201,
+    driver_version="580.00", cuda_driver_version="13.0", pci_bus_id="0000:00:00.0",
+)  # fmt: skip
+
+
+@dataclass
+class FakeKernel:
+    label: str
+    name: str  # the kernel's name expression
+    compiled: object
+
+
+class _Memory:
+    def __init__(self) -> None:
+        self.blocks: dict[int, bytearray] = {}
+        self.next_ptr = 0x7F00_0000_0000
+
+    def alloc(self, nbytes: int) -> int:
+        ptr = self.next_ptr
+        self.blocks[ptr] = bytearray(max(nbytes, 1))
+        self.next_ptr += (max(nbytes, 1) + 255) // 256 * 256 + 256
+        return ptr
+
+    def view(self, ptr: int, nbytes: int) -> np.ndarray:
+        for base, block in self.blocks.items():
+            if base <= ptr and ptr + nbytes <= base + len(block):
+                return np.frombuffer(block, dtype=np.uint8)[ptr - base : ptr - base + nbytes]
+        raise KernelFault(f"illegal address {ptr:#x} (+{nbytes})", 700)
+
+
+class FakeDevice:
+    def __init__(
+        self,
+        kernels: dict[str, Callable],
+        durations: dict[str, float] | None = None,
+        noise: float = 0.002,
+        seed: int = 0,
+        info: DeviceInfo = FAKE_INFO,
+        floor_ns: float = 1300.0,
+    ):
+        self.info = info
+        self.kernels = kernels
+        self.durations = durations or {}
+        self.noise = noise
+        self.rng = np.random.default_rng(seed)
+        self.floor = floor_ns
+        self.memory = _Memory()
+        self.calls: list[tuple] = []
+        self.stream_handle = 0xF00D
+        self._in_sample: list[str] | None = None
+        self.live_buffers = 0
+
+    def load_kernel(self, label: str, compiled, dynamic_shared_bytes: int) -> FakeKernel:
+        self.calls.append(("load", label, compiled.spec.kernel, dynamic_shared_bytes))
+        return FakeKernel(label, compiled.spec.kernel, compiled)
+
+    def unload_kernel(self, kernel) -> None:
+        self.calls.append(("unload", kernel.label))
+
+    def resources(self, kernel, threads_per_block: int, dynamic_shared_bytes: int) -> ArmResources:
+        r = kernel.compiled.resources
+        return ArmResources(
+            registers=r.registers, static_shared_bytes=r.static_shared_bytes,
+            dynamic_shared_bytes=dynamic_shared_bytes, local_bytes=r.stack_bytes,
+            max_threads_per_block=1024, threads_per_block=threads_per_block,
+            blocks_per_sm=max(1, 2048 // threads_per_block), warps_per_sm=64,
+        )  # fmt: skip
+
+    def launch(self, kernel, grid, block, shared_bytes, args) -> None:
+        base = kernel.name.split("<", 1)[0]
+        if self._in_sample is not None:
+            self._in_sample.append(kernel.label)
+        else:
+            self.calls.append(("launch", kernel.label))
+        self.kernels[base](self.memory, args, kernel)
+
+    def alloc(self, nbytes: int) -> DeviceBuffer:
+        self.live_buffers += 1
+        return DeviceBuffer(self.memory.alloc(nbytes), nbytes)
+
+    def free(self, buf: DeviceBuffer) -> None:
+        self.live_buffers -= 1
+        del self.memory.blocks[buf.ptr]
+
+    def upload(self, buf: DeviceBuffer, data: np.ndarray) -> None:
+        self.memory.view(buf.ptr, buf.nbytes)[:] = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+
+    def download(self, buf: DeviceBuffer) -> np.ndarray:
+        return self.memory.view(buf.ptr, buf.nbytes).copy()
+
+    def poison(self, buf: DeviceBuffer) -> None:
+        self.memory.view(buf.ptr, buf.nbytes)[:] = 0xFF
+
+    def synchronize(self) -> None:
+        pass
+
+    def check_idle(self) -> None:
+        pass
+
+    def time_sample(self, enqueue, cold: bool, block_stream: bool = True) -> float:
+        self._in_sample = []
+        try:
+            enqueue()
+        finally:
+            launched, self._in_sample = self._in_sample, None
+        self.calls.append(("sample", tuple(launched), cold, block_stream))
+        ns = self.floor + sum(self.durations.get(label, 1000.0) for label in launched)
+        return float(ns * (1.0 + self.noise * self.rng.standard_normal()))
+
+    def close(self) -> None:
+        self.calls.append(("close",))
+
+
+class FakeTelemetry:
+    available = True
+
+    def __init__(self, sm_mhz: float = 1980.0, throttle: int = 0):
+        self.reading = Reading(sm_mhz, throttle, 45.0)
+
+    def read(self) -> Reading:
+        return self.reading

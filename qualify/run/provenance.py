@@ -1,0 +1,46 @@
+"""Who, what and where: versions, the git revision with its dirty flag, the host."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from qualify import __version__
+from qualify.results.model import DeviceInfo, Provenance
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def collect(device: DeviceInfo, root: Path, planned: bool, nvrtc: str, argv: list[str]) -> Provenance:
+    try:
+        from cuda import bindings
+
+        bindings_version = bindings.__version__
+    except Exception:  # noqa: BLE001
+        bindings_version = "unknown"
+    revision = _git(root, "rev-parse", "HEAD")
+    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    return Provenance(
+        device=device,
+        planned=planned,
+        nvrtc_version=nvrtc,
+        cuda_bindings_version=bindings_version,
+        qualify_version=__version__,
+        python_version=platform.python_version(),
+        numpy_version=np.__version__,
+        git_revision=revision,
+        git_dirty=None if status is None else bool(status),
+        host=socket.gethostname(),
+        command=[Path(sys.argv[0]).name, *argv],
+    )

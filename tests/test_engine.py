@@ -1,0 +1,218 @@
+"""The run engine on the fake device: ABBA order, fidelity, controls, ledger and budget rules."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import fakes
+from plans import make_repo, plan_copy
+from qualify.errors import FrozenInputChanged
+from qualify.plan.digest import freeze
+from qualify.plan.load import load_plan
+from qualify.results.store import Record
+from qualify.run.engine import BudgetExhausted, RunOptions, TrialRunner
+from qualify.run.fake import FakeDevice, FakeTelemetry
+
+
+def small_plan(**changes) -> dict:
+    plan = plan_copy()
+    plan["schedule"] = {"warmup": 2, "samples_per_block": 3, "blocks": 2, "trials": 2, "cache": "cold"}
+    plan["budget"] = {"max_trials": 3, "max_samples": 12, "max_wall_seconds": 60}
+    plan["acceptance"]["sanitizer"] = []
+    for key, value in changes.items():
+        plan[key] = value
+    return plan
+
+
+def frozen(tmp_path, plan=None):
+    path = make_repo(tmp_path, plan or small_plan())
+    loaded = load_plan(path)
+    freeze(loaded.path, loaded.freeze)
+    return load_plan(path)
+
+
+def run_trial(loaded, device, tmp_path, **kw):
+    options = RunOptions(record_dir=tmp_path / "record", **kw)
+    return TrialRunner(loaded, device, FakeTelemetry(), options).run()
+
+
+def fake(kernel=fakes.axpy, base_ns=10_000.0, cand_ns=8_000.0, **kw):
+    return FakeDevice({"axpy": kernel}, durations={"base": base_ns, "candidate": cand_ns}, **kw)
+
+
+def test_samples_follow_abba_order_exactly(tmp_path):
+    loaded = frozen(tmp_path)
+    device = fake()
+    trial = run_trial(loaded, device, tmp_path)
+    assert trial.status == "complete"
+    timed = [c for c in device.calls if c[0] == "sample" and c[3] and c[1]]
+    spb, blocks = 3, 2
+    abba = ["base"] * spb + ["candidate"] * spb + ["candidate"] * spb + ["base"] * spb
+    aa = ["base"] * (4 * spb)
+    per_case = (abba * blocks) + (aa * blocks)
+    assert [c[1] for c in timed] == [(label,) for label in per_case * 2]  # two cases
+    assert all(c[2] is True for c in timed)  # cold: each sample flushes
+
+
+def test_floor_and_warmup_come_before_timing_and_outside_the_blocking_kernel(tmp_path):
+    loaded = frozen(tmp_path)
+    device = fake()
+    run_trial(loaded, device, tmp_path)
+    samples = [c for c in device.calls if c[0] == "sample"]
+    assert all(c[1] == () and c[3] for c in samples[:100])  # the empty-window floor
+    first_case = samples[100:]
+    warm = [c for c in first_case[:4]]
+    assert [c[1] for c in warm] == [("base",), ("base",), ("candidate",), ("candidate",)]
+    assert all(c[3] is False for c in warm)  # no blocking kernel during warm-up
+
+
+def test_kernels_load_before_any_sample(tmp_path):
+    loaded = frozen(tmp_path)
+    device = fake()
+    run_trial(loaded, device, tmp_path)
+    kinds = [c[0] for c in device.calls]
+    assert kinds[:2] == ["load", "load"]
+    assert kinds.index("sample") > 1
+
+
+def test_faster_candidate_statistics(tmp_path):
+    loaded = frozen(tmp_path)
+    trial = run_trial(loaded, fake(), tmp_path)
+    for case in trial.cases:
+        assert case.stats.case_class == "faster"
+        assert case.stats.ratio == pytest.approx(0.8, rel=0.01)
+        assert case.timing["base"].median_ns == pytest.approx(10_000, rel=0.01)  # floor subtracted
+        assert case.aa.case_class == "same"
+        assert all(p.equal for p in case.parity)
+        assert case.deterministic == {"base": True, "candidate": True}
+        assert case.timed_outputs_match
+    assert trial.timer["floor_ns"] == pytest.approx(1300, rel=0.01)
+    assert [c.caught for c in trial.controls] == [True, True]  # the flip control, both cases
+
+
+@pytest.mark.parametrize(
+    "kernel, expect",
+    [
+        (fakes.axpy_one_wrong, lambda p: p.differing_elements == 1 and p.first_difference == 512),
+        (fakes.axpy_skips_last, lambda p: p.differing_elements == 1 and p.first_difference == 1023),
+    ],
+    ids=["one-wrong-element", "unwritten-element"],
+)
+def test_parity_catches_wrong_and_unwritten_elements(tmp_path, kernel, expect):
+    loaded = frozen(tmp_path)
+    trial = run_trial(loaded, fake(kernel), tmp_path)
+    assert trial.status == "failed"  # fail-fast on fidelity
+    assert trial.failures[0].kind == "fidelity" and trial.failures[0].case == "N=1024"
+    assert trial.cases == []  # stopped before timing
+    record = Record(tmp_path / "record")
+    assert record.trial_path(1).exists()
+
+
+def test_nondeterminism_is_caught(tmp_path):
+    loaded = frozen(tmp_path)
+    trial = run_trial(loaded, fake(fakes.Nondeterministic()), tmp_path)
+    assert trial.failures[0].kind == "fidelity"
+
+
+def test_build_control_is_compiled_and_caught(tmp_path):
+    plan = small_plan()
+    plan["controls"]["negative"].append(
+        {"kind": "build", "name": "off_by_one", "defines": {"QUALIFY_CONTROL_OFF_BY_ONE": 1}, "cases": ["N=4096"]}
+    )
+    loaded = frozen(tmp_path, plan)
+    device = fake()
+    trial = run_trial(loaded, device, tmp_path)
+    caught = {(c.name, c.case): (c.caught, c.differing_elements) for c in trial.controls}
+    assert caught[("off_by_one", "N=4096")] == (True, 1)
+    assert ("load", "candidate+off_by_one", "axpy<4>", 0) in device.calls
+
+
+def test_vacuous_control_is_reported_not_caught(tmp_path):
+    plan = small_plan()
+    # flipping the sign bit of an element of y = 0 (zeros) gives -0.0: a*x + (-0) == a*x + 0
+    plan["controls"]["negative"] = [{"kind": "input", "name": "neg_zero", "buffer": "y",
+                                     "mutation": {"op": "flip_bit", "index": 3, "bit": 31}}]
+    loaded = frozen(tmp_path, plan)
+    trial = run_trial(loaded, fake(), tmp_path)
+    assert [c.caught for c in trial.controls] == [False, False]
+
+
+def test_ledger_budget_and_digest_rules(tmp_path):
+    loaded = frozen(tmp_path)
+    for expected in (1, 2, 3):
+        assert run_trial(loaded, fake(), tmp_path).index == expected
+    with pytest.raises(BudgetExhausted, match="3 of 3 trials"):
+        run_trial(loaded, fake(), tmp_path)
+    events = [json.loads(line) for line in (tmp_path / "record" / "ledger.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["trial"]) for e in events] == [
+        ("trial_started", 1), ("trial_ended", 1), ("trial_started", 2), ("trial_ended", 2),
+        ("trial_started", 3), ("trial_ended", 3),
+    ]
+    # another device has its own budget
+    other = fake(info=fake().info.model_copy(update={"uuid": "GPU-11111111-0000-0000-0000-000000000000"}))
+    assert run_trial(loaded, other, tmp_path).index == 4
+
+
+def test_record_refuses_a_plan_with_another_digest(tmp_path):
+    loaded = frozen(tmp_path)
+    run_trial(loaded, fake(), tmp_path)
+    plan = small_plan()
+    plan["seeds"]["base"] = 99
+    changed = frozen(tmp_path / "other", plan)
+    with pytest.raises(FrozenInputChanged, match="plan digest"):
+        run_trial(changed, fake(), tmp_path)
+
+
+def test_interrupted_trial_keeps_its_samples(tmp_path):
+    loaded = frozen(tmp_path)
+    trial = run_trial(loaded, fake(fakes.InterruptAfter(40)), tmp_path)
+    assert trial.status == "interrupted"
+    assert trial.failures[-1].kind == "interrupted"
+    record = Record(tmp_path / "record")
+    from qualify.evaluate.samples import load
+
+    arrays = load(record.samples_path(1))
+    assert arrays["N=1024/base/ns"].size > 0  # what was measured before the interrupt is kept
+    assert record.trials_in_ledger()[0].status == "interrupted"
+
+
+def test_dangling_trial_is_closed_as_interrupted_and_counts(tmp_path):
+    loaded = frozen(tmp_path)
+    record = Record(tmp_path / "record")
+    record.bind(loaded.path, loaded.digest)
+    record.append({"event": "trial_started", "trial": 1, "digest": loaded.digest,
+                   "device_uuid": fake().info.uuid})
+    trial = run_trial(loaded, fake(), tmp_path)
+    assert trial.index == 2
+    statuses = [t.status for t in record.trials_in_ledger()]
+    assert statuses == ["interrupted", "complete"]
+
+
+def test_unlisted_device_is_refused_unless_exploratory(tmp_path):
+    from qualify.errors import DeviceError
+
+    loaded = frozen(tmp_path)
+    l40 = fake(info=fake().info.model_copy(update={"name": "NVIDIA L40S", "compute_capability": "8.9", "arch": "sm_89"}))
+    with pytest.raises(DeviceError, match="not among the plan's devices"):
+        run_trial(loaded, l40, tmp_path)
+    assert not (tmp_path / "record" / "ledger.jsonl").exists()
+    trial = run_trial(loaded, l40, tmp_path, exploratory=True)
+    assert trial.provenance.planned is False
+
+
+def test_inputs_are_reproducible_and_hashed(tmp_path):
+    loaded = frozen(tmp_path)
+    a = run_trial(loaded, fake(), tmp_path / "a")
+    b = run_trial(loaded, fake(seed=5), tmp_path / "b")
+    assert [c.input_sha256 for c in a.cases] == [c.input_sha256 for c in b.cases]
+    assert a.cases[0].input_sha256["x"] != a.cases[1].input_sha256["x"]
+
+
+def test_buffers_are_freed(tmp_path):
+    loaded = frozen(tmp_path)
+    device = fake()
+    run_trial(loaded, device, tmp_path)
+    assert device.live_buffers == 0
