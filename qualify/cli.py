@@ -96,6 +96,7 @@ def run_cmd(plan_path: Path, record_dir: Path | None, ordinal: int, trials: int 
     from qualify.render.terminal import run_summary
     from qualify.run.device import CudaDevice
     from qualify.run.engine import samples_per_trial
+    from qualify.run.sanitizer import run_check
     from qualify.run.telemetry import Telemetry
 
     loaded = load_frozen(plan_path)
@@ -104,6 +105,7 @@ def run_cmd(plan_path: Path, record_dir: Path | None, ordinal: int, trials: int 
         outcome = run_plan(
             loaded, folder, lambda: CudaDevice(ordinal), Telemetry,
             exploratory=exploratory, trials=trials, argv=sys.argv[1:], progress=advance,
+            sanitize=lambda tool, case, side, timeout: run_check(tool, loaded.path, case, side, timeout, ordinal),
         )  # fmt: skip
     out.print(run_summary(outcome, folder))
     interrupted = any(t.status == "interrupted" for t in outcome.trials)

@@ -64,6 +64,7 @@ FloatExpr = Annotated[
 ExprText = Annotated[str, AfterValidator(_check_expr)]
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)]
 Label = Annotated[str, Field(min_length=1, max_length=200)]
+Prose = Annotated[str, Field(min_length=1, max_length=2000)]
 
 
 
@@ -423,8 +424,8 @@ class Seeds(Strict):
 class Plan(Strict):
     schema_version: Literal[1] = Field(description="Version of this schema; only 1 exists.")
     name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=80)]
-    hypothesis: Label
-    independent_variable: Label
+    hypothesis: Prose
+    independent_variable: Prose
     revisions: Revisions
     hardware: Hardware
     arms: Arms

@@ -210,12 +210,18 @@ class CudaDevice:
             warps_per_sm=blocks * -(-threads_per_block // 32),
         )
 
-    def launch(self, kernel: Kernel, grid, block, shared_bytes: int, args: list[tuple[str, int | float]]) -> None:
-        """Queue one launch on qualify's stream. args: (ctype name, value); pointers as 'ptr'."""
+    def launch(self, kernel: Kernel, grid, block, shared_bytes: int, args: list[tuple[str, int | float]],
+               stream: int | None = None) -> None:
+        """Queue one launch on qualify's stream (or another, by handle, for peer timers).
+
+        args: (ctype name, value) pairs; pointers as 'ptr'. The argument array is built here with
+        ctypes and handed over by address: the driver copies the values at launch.
+        """
         values = [_CTYPES[kind](value) for kind, value in args]
-        pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+        pointers = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
+        target = self.stream if stream is None else self._driver.CUstream(stream)
         _check(self._driver.cuLaunchKernel(
-            kernel.function, *grid, *block, shared_bytes, self.stream, ctypes.addressof(pointers), 0
+            kernel.function, *grid, *block, shared_bytes, target, ctypes.addressof(pointers), 0
         ), f"launch {kernel.label}")  # fmt: skip
 
     # -- memory -----------------------------------------------------------------------------

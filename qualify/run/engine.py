@@ -17,13 +17,12 @@ import numpy as np
 
 from qualify.build.arms import kernel_spec
 from qualify.build.nvrtc import compile_kernel, nvrtc_version
-from qualify.errors import DeviceError, FrozenInputChanged
+from qualify.errors import DeviceError, FrozenInputChanged, ToolError
 from qualify.evaluate import samples as samples_io
 from qualify.evaluate.samples import TrialSamples
 from qualify.evaluate.stats import ci_half_width_pct
 from qualify.evaluate.summarize import floor_ns, has_series, pair_stats, timing_summary
 from qualify.evaluate.verdict import fidelity_passes
-from qualify.plan.checks import selected_cases
 from qualify.plan.digest import sha256_bytes
 from qualify.plan.load import LoadedPlan
 from qualify.plan.model import CudaArm
@@ -52,6 +51,8 @@ class RunOptions:
     exploratory: bool = False
     argv: list[str] = field(default_factory=list)
     progress: Callable[[int, str], None] = lambda advance, what: None
+    # (tool, case, side, timeout) -> SanitizerResult; None: the checks are not run in this process
+    sanitize: Callable | None = None
 
 
 @dataclass
@@ -84,6 +85,7 @@ class TrialRunner:
         self.failures: list[Failure] = []
         self.facts: list[_CaseFacts] = []
         self.controls: list[ControlResult] = []
+        self.sanitizer: list = []
         self.kernels: dict[str, object] = {}
         self.control_kernels: dict[str, object] = {}
         self.started = time.monotonic()
@@ -120,6 +122,7 @@ class TrialRunner:
         index, planned = self.admit()
         started_at = now_iso()
         status = "complete"
+        pending: Exception | None = None
         try:
             self._load_kernels()
             cold = self.plan.schedule.cache == "cold"
@@ -129,6 +132,11 @@ class TrialRunner:
                 if not self._run_case(case):
                     status = "failed"
                     break
+            self._case = self._side = None
+            if status == "complete":
+                self._sanitize()
+        except ToolError as exc:  # keep the trial, then report the missing tool (exit 6)
+            pending = exc
         except KeyboardInterrupt:
             status = "interrupted"
             self.failures.append(Failure(kind="interrupted", message="interrupted (SIGINT or SIGTERM)"))
@@ -138,7 +146,10 @@ class TrialRunner:
         except DeviceError as exc:
             status = "failed"
             self.failures.append(Failure(kind="error", case=self._case, side=self._side, message=exc.message))
-        return self._finish(index, planned, started_at, status)
+        trial = self._finish(index, planned, started_at, status)
+        if pending is not None:
+            raise pending
+        return trial
 
     _case: str | None = None
     _side: str | None = None
@@ -154,6 +165,26 @@ class TrialRunner:
             smem = max(c.arms[side].launch.shared_bytes for c in self.loaded.cases)
             self.kernels[side] = self.device.load_kernel(side, compiled, smem)
         self._side = None
+
+    def _sanitize(self) -> None:
+        """The plan's compute-sanitizer checks, once per device (the first trial that gets there)."""
+        checks = self.plan.acceptance.sanitizer
+        if not checks or self.options.sanitize is None:
+            return
+        uuid = self.device.info.uuid
+        if any(t.sanitizer for t in self.record.trials() if t.provenance.device.uuid == uuid):
+            return
+        fail_fast = "sanitizer" in self.plan.stop.fail_fast
+        for check in checks:
+            for cid in check.cases:
+                for side in SIDES:
+                    self._case, self._side = cid, side
+                    result = self.options.sanitize(check.tool, cid, side, check.timeout_seconds)
+                    self.sanitizer.append(result)
+                    self.options.progress(0, f"{check.tool} {cid} {side}: {result.status}")
+                    if result.status != "clean" and fail_fast:
+                        return
+        self._case = self._side = None
 
     def _over_time(self) -> bool:
         return time.monotonic() - self.started > self.plan.budget.max_wall_seconds
@@ -338,7 +369,7 @@ class TrialRunner:
             },
             cases=cases,
             controls=self.controls,
-            sanitizer=[],
+            sanitizer=self.sanitizer,
             failures=self.failures,
             samples_file=self.record.samples_path(index).name,
             samples_sha256=sha256_bytes(data),
