@@ -101,15 +101,49 @@ def run_cmd(plan_path: Path, record_dir: Path | None, ordinal: int, trials: int 
 
     loaded = load_frozen(plan_path)
     folder = record_dir or default_record_dir(loaded)
+    device = CudaDevice(ordinal)  # before any output: no GPU is a one-line error, exit 5
     with _progress(samples_per_trial(loaded) * (trials or loaded.plan.schedule.trials)) as advance:
         outcome = run_plan(
-            loaded, folder, lambda: CudaDevice(ordinal), Telemetry,
+            loaded, folder, lambda: device, Telemetry,
             exploratory=exploratory, trials=trials, argv=sys.argv[1:], progress=advance,
             sanitize=lambda tool, case, side, timeout: run_check(tool, loaded.path, case, side, timeout, ordinal),
         )  # fmt: skip
     out.print(run_summary(outcome, folder))
     interrupted = any(t.status == "interrupted" for t in outcome.trials)
     raise SystemExit(exit_code(outcome.results, interrupted))
+
+
+@cli.command("report")
+@click.argument("folders", metavar="RECORD...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--check", "check_only", is_flag=True,
+              help="Recompute everything from the raw samples; fail if results.json or README.md differ.")
+@click.option("--merge", "merge_into", type=click.Path(path_type=Path),
+              help="Merge the RECORDs (same plan, other devices or hosts) into this new record.")
+def report_cmd(folders: tuple[Path, ...], check_only: bool, merge_into: Path | None) -> None:
+    """Re-render a record's results.json and README.md from its trials, check it, or merge records."""
+    from qualify.pipeline import exit_code
+    from qualify.record.check import check_record, rebuild_record
+    from qualify.record.merge import merge_records
+
+    if merge_into is not None:
+        results = merge_records(list(folders), merge_into)
+        out.print(f"merged {len(folders)} records into {merge_into}: {len(results.trials)} trials, "
+                  f"verdict {results.verdict.status}")  # fmt: skip
+        return
+    if len(folders) != 1:
+        raise click.UsageError("give one RECORD, or several with --merge")
+    folder = folders[0]
+    if check_only:
+        problems = check_record(folder)
+        for problem in problems:
+            _fail_line(f"qualify: check: {folder}: {problem}")
+        if problems:
+            raise SystemExit(ExitCode.BAD_INPUT)
+        out.print(f"{folder}: every number in results.json and README.md reproduces from the raw samples")
+        return
+    results = rebuild_record(folder)
+    out.print(f"re-rendered {folder}: verdict {results.verdict.status}")
+    raise SystemExit(exit_code(results))
 
 
 def _progress(total: int):

@@ -71,7 +71,7 @@ def shared_memory_fit(loaded: LoadedPlan, compiled: dict[tuple[str, str], Compil
                     arch=arch,
                     case=case.id,
                     dynamic_shared_bytes=dyn,
-                    total_shared_bytes=dyn + kernel.resources.static_shared_bytes,
+                    total_shared_bytes=dyn + (kernel.resources.static_shared_bytes if kernel.resources else 0),
                     limit_bytes=MAX_SHARED_PER_BLOCK[arch],
                 )
             )

@@ -36,7 +36,7 @@ class CompiledKernel:
     lowered_name: str
     cubin: bytes
     log: str
-    resources: KernelResources
+    resources: KernelResources | None  # None: ptxas printed no report (seen with some NVRTC builds)
 
 
 def _nvrtc():
@@ -123,9 +123,9 @@ def compile_kernel(spec: KernelSpec) -> CompiledKernel:
         _check(err, "nvrtcGetCUBIN")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+    # Seen on the GPU machine's NVRTC 13.0 for extern "C" kernels: an empty log. The figures are then
+    # missing from `plan check`; at run time the driver's own attributes are recorded regardless.
     resources = parse_ptxas_log(log).get(lowered_name)
-    if resources is None:
-        raise BuildError(f"ptxas reported no resources for {lowered_name}", log=log, file=spec.source)
     return CompiledKernel(spec=spec, lowered_name=lowered_name, cubin=cubin, log=log, resources=resources)
 
 

@@ -54,8 +54,12 @@ class Freeze:
 
 
 def compute_freeze(plan: Plan, files: PlanFiles) -> Freeze:
+    return freeze_from_hashes(plan, {rel: sha256_file(path) for rel, path in files.files.items()})
+
+
+def freeze_from_hashes(plan: Plan, hashes: dict[str, str]) -> Freeze:
+    """The digest from file hashes alone: what a record folder (which holds no sources) can check."""
     plan_json = plan.model_dump(mode="json")
-    hashes = {rel: sha256_file(path) for rel, path in files.files.items()}
     return Freeze(
         plan_sha256=sha256_bytes(canonical_json(plan_json).encode()),
         files=hashes,

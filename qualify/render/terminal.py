@@ -6,6 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from qualify.build.resources import KernelResources
 from qualify.check import PlanCheck
 from qualify.plan.model import ARM_SIDES, CudaArm
 
@@ -64,6 +65,10 @@ def _cases_table(check: PlanCheck) -> Table:
     return table
 
 
+_NO_REPORT = KernelResources(registers=-1, stack_bytes=-1, spill_store_bytes=-1, spill_load_bytes=-1,
+                             static_shared_bytes=0, barriers=-1)  # fmt: skip
+
+
 def _resources_table(check: PlanCheck) -> Table:
     table = Table(title="compiled resources per kernel and architecture (ptxas)", title_justify="left")
     cols = ("arm", "arch", "regs", "spill st/ld B", "stack B", "static smem B",
@@ -71,7 +76,7 @@ def _resources_table(check: PlanCheck) -> Table:
     for col in cols:
         table.add_column(col, justify="left" if col in ("arm", "arch", "fits") else "right")
     for (side, arch), k in check.compiled.items():
-        r = k.resources
+        r = k.resources or _NO_REPORT
         rows = [f for f in check.fits if f.side == side and f.arch == arch]
         dyn = sorted({f.dynamic_shared_bytes for f in rows})
         dyn_text = f"{dyn[0]:,}" if len(dyn) == 1 else f"{dyn[0]:,}–{dyn[-1]:,}"

@@ -154,7 +154,7 @@ class Trial(Model):
     controls: list[ControlResult]
     sanitizer: list[SanitizerResult]
     failures: list[Failure]
-    samples_file: str
+    samples_file: str = Field(description="raw samples (.npz), relative to the record folder")
     samples_sha256: str
 
 

@@ -140,7 +140,8 @@ class Record:
     def trials(self) -> list[Trial]:
         out = []
         folder = self.folder / "trials"
-        paths = sorted(folder.glob("trial-*.json"), key=lambda p: int(p.stem.split("-")[1])) if folder.exists() else []
+        paths = [p for p in folder.glob("trial-*.json") if p.stem[6:].isdigit()] if folder.exists() else []
+        paths.sort(key=lambda p: int(p.stem[6:]))
         for path in paths:
             out.append(load_model(Trial, path))
         return out

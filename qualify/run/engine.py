@@ -371,7 +371,7 @@ class TrialRunner:
             controls=self.controls,
             sanitizer=self.sanitizer,
             failures=self.failures,
-            samples_file=self.record.samples_path(index).name,
+            samples_file=self.record.samples_path(index).relative_to(self.record.folder).as_posix(),
             samples_sha256=sha256_bytes(data),
         )
         self.record.write_trial(trial)

@@ -81,6 +81,7 @@ class FakeDevice:
 
     def resources(self, kernel, threads_per_block: int, dynamic_shared_bytes: int) -> ArmResources:
         r = kernel.compiled.resources
+        assert r is not None
         return ArmResources(
             registers=r.registers, static_shared_bytes=r.static_shared_bytes,
             dynamic_shared_bytes=dynamic_shared_bytes, local_bytes=r.stack_bytes,

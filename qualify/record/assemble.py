@@ -1,0 +1,80 @@
+"""Assemble a record's derived files from its evidence: trial files -> results.json -> README.md.
+
+The trial files (and their raw samples) are the evidence; results.json and README.md are derived
+from them and may be rewritten at any time. The plan a record was run under is the copy inside the
+record folder, bound to the trials by the digest in the copied lock.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from qualify.errors import FrozenInputChanged, PlanError
+from qualify.evaluate.verdict import verdict
+from qualify.io import atomic_write_text
+from qualify.plan.digest import freeze_from_hashes, read_lock
+from qualify.plan.load import read_plan_json, validate_plan
+from qualify.plan.model import Plan
+from qualify.record.render import render_readme
+from qualify.results.model import Results, Trial
+from qualify.results.store import Record
+
+PLAN_FILE = "plan.json"
+LOCK_FILE = "plan.lock.json"
+README_FILE = "README.md"
+
+
+def load_record_plan(folder: Path) -> tuple[Plan, dict]:
+    """The plan copied into a record and its lock, as found (see `plan_mismatch`)."""
+    path = Path(folder) / PLAN_FILE
+    plan = validate_plan(read_plan_json(path), path)
+    lock = read_lock(path)
+    if lock is None:
+        raise PlanError(f"no {LOCK_FILE} beside it: the record is not bound to a frozen plan", file=path)
+    return plan, lock
+
+
+def plan_mismatch(plan: Plan, lock: dict) -> str | None:
+    """Why the plan no longer matches its lock (it was edited after the run), or None."""
+    now = freeze_from_hashes(plan, lock["files"])
+    if now.plan_sha256 != lock["plan_sha256"] or now.digest != lock["digest"]:
+        return f"its digest is {now.digest[:16]}…, the lock says {lock['digest'][:16]}…: edited after freezing"
+    return None
+
+
+def read_record_plan(folder: Path) -> tuple[Plan, dict]:
+    """The record's plan and lock; refuses a plan edited after freezing."""
+    plan, lock = load_record_plan(folder)
+    problem = plan_mismatch(plan, lock)
+    if problem:
+        raise PlanError(problem, file=Path(folder) / PLAN_FILE)
+    return plan, lock
+
+
+def derive_results(plan: Plan, lock: dict, trials: list[Trial]) -> Results:
+    """Results as the trials imply them, without judging whether they belong together."""
+    return Results(
+        plan_name=plan.name,
+        plan_digest=lock["digest"],
+        files=dict(lock["files"]),
+        trials=list(trials),
+        verdict=verdict(plan, trials),
+    )
+
+
+def assemble_results(plan: Plan, lock: dict, trials: list[Trial]) -> Results:
+    for t in trials:
+        # results.json binds every trial to one digest; a trial run under another plan must not
+        # be folded in silently (Record.bind refuses it at run time; this guards copied files).
+        if t.plan_digest != lock["digest"]:
+            raise FrozenInputChanged(f"trial {t.index} ran under plan digest {t.plan_digest[:16]}…, "
+                                     f"the record's plan is {lock['digest'][:16]}…")  # fmt: skip
+    return derive_results(plan, lock, trials)
+
+
+def write_record(record: Record, plan: Plan, lock: dict) -> Results:
+    """Derive results.json and README.md from the record's trial files (both written atomically)."""
+    results = assemble_results(plan, lock, record.trials())
+    record.write_results(results)
+    atomic_write_text(record.folder / README_FILE, render_readme(results, plan))
+    return results

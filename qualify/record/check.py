@@ -1,0 +1,185 @@
+"""Check a record: recompute everything it claims from its raw samples and list every disagreement.
+
+A record is trustworthy when the chain plan → trials → results.json → README.md holds link by link:
+the plan still matches its lock, every trial ran under that digest, every raw-sample file is the one
+the trial names (sha256), every statistic in a trial is what its samples give, results.json holds
+exactly those trials and the verdict they imply, and README.md is exactly what they render to.
+Problems are returned as sentences (data); unreadable files raise PlanError naming the file.
+"""
+
+from __future__ import annotations
+
+import math
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from qualify.errors import PlanError
+from qualify.evaluate import samples as raw
+from qualify.evaluate.recompute import recompute_trial
+from qualify.evaluate.verdict import verdict
+from qualify.plan.digest import sha256_file
+from qualify.plan.model import Plan
+from qualify.record.assemble import (
+    LOCK_FILE,
+    PLAN_FILE,
+    README_FILE,
+    derive_results,
+    load_record_plan,
+    plan_mismatch,
+    read_record_plan,
+    write_record,
+)
+from qualify.record.render import render_readme
+from qualify.results.model import Results, Trial
+from qualify.results.store import Record
+
+# JSON round-trips floats exactly, so recomputed statistics normally match bit for bit; the
+# tolerance only absorbs last-digit differences between numpy builds. The absolute part keeps
+# values that are near zero by nature (a change of +0.000 %) from failing on noise alone.
+REL_TOL = 1e-9
+ABS_TOL = 1e-9
+MAX_LISTED = 5  # differences listed per file before "and N more"
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def differences(found: object, expected: object, path: str = "") -> list[str]:
+    """Where two JSON-like values differ: 'path: found X, expected Y' per leaf."""
+    if isinstance(found, dict) and isinstance(expected, dict):
+        out = []
+        for k in list(expected) + [k for k in found if k not in expected]:
+            sub = f"{path}.{k}" if path else str(k)
+            if k not in found:
+                out.append(f"{sub}: missing")
+            elif k not in expected:
+                out.append(f"{sub}: not expected")
+            else:
+                out.extend(differences(found[k], expected[k], sub))
+        return out
+    if isinstance(found, list) and isinstance(expected, list):
+        if len(found) != len(expected):
+            return [f"{path}: {len(found)} entries, expected {len(expected)}"]
+        return [d for i, (a, b) in enumerate(zip(found, expected)) for d in differences(a, b, f"{path}[{i}]")]
+    if _number(found) and _number(expected):
+        if math.isclose(found, expected, rel_tol=REL_TOL, abs_tol=ABS_TOL):
+            return []
+    elif type(found) is type(expected) and found == expected:  # True is not 1 in a record
+        return []
+    return [f"{path}: found {found!r}, expected {expected!r}"]
+
+
+def _listed(where: str, diffs: list[str], what: str) -> list[str]:
+    if not diffs:
+        return []
+    more = f" (and {len(diffs) - MAX_LISTED} more)" if len(diffs) > MAX_LISTED else ""
+    return [f"{where}: {what}: {d}" for d in diffs[:MAX_LISTED]] + ([f"{where}: {what}{more}"] if more else [])
+
+
+def load_samples(path: Path) -> dict[str, np.ndarray]:
+    try:
+        return raw.load(path)
+    except FileNotFoundError:
+        raise PlanError("no such file", file=path) from None
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise PlanError(f"unreadable raw samples: {exc}", file=path) from None
+
+
+def _trial_problems(record: Record, trial: Trial, plan: Plan, lock: dict) -> list[str]:
+    path = record.trial_path(trial.index)
+    where = f"trials/{path.name}"
+    problems = []
+    if trial.plan_digest != lock["digest"]:
+        problems.append(f"{where}: ran under plan digest {trial.plan_digest[:16]}…, the record's "
+                        f"{LOCK_FILE} says {lock['digest'][:16]}…")  # fmt: skip
+    samples = (record.folder / trial.samples_file).resolve()
+    if not samples.is_relative_to(record.folder.resolve()):
+        return problems + [f"{where}: samples_file {trial.samples_file!r} lies outside the record"]
+    if not samples.exists():
+        return problems + [f"{where}: its raw samples {trial.samples_file} are missing"]
+    digest = sha256_file(samples)
+    if digest != trial.samples_sha256:
+        # the samples are not the ones the trial was derived from: recomputing from them proves nothing
+        return problems + [f"{trial.samples_file}: sha256 {digest[:16]}… differs from the trial's "
+                           f"samples_sha256 {trial.samples_sha256[:16]}…: the raw samples changed"]  # fmt: skip
+    arrays = load_samples(samples)
+    try:
+        again = recompute_trial(trial, arrays, plan.schedule.iterations_per_sample)
+    except KeyError as exc:
+        raise PlanError(f"raw samples lack the series {exc}", file=samples) from None
+    diffs = differences(trial.model_dump(mode="json"), again.model_dump(mode="json"))
+    return problems + _listed(where, diffs, "differs from its raw samples")
+
+
+def _readme_problem(folder: Path, expected: str) -> list[str]:
+    path = folder / README_FILE
+    if not path.exists():
+        return [f"{README_FILE}: missing"]
+    found = path.read_text(encoding="utf-8")
+    if found == expected:
+        return []
+    want, got = expected.splitlines(), found.splitlines()
+    for n, (a, b) in enumerate(zip(want, got), 1):
+        if a != b:
+            return [f"{README_FILE} line {n} differs from the rendered record: expected {a!r}, found {b!r}"]
+    if len(want) != len(got):
+        n = min(len(want), len(got)) + 1
+        shown = f"found {got[n - 1]!r}" if len(got) > len(want) else f"expected {want[n - 1]!r}"
+        return [f"{README_FILE} line {n}: {'extra' if len(got) > len(want) else 'missing'} line ({shown})"]
+    return [f"{README_FILE} differs from the rendered record in line endings or the final newline"]
+
+
+def check_record(folder: Path) -> list[str]:
+    """Every way the record disagrees with its own evidence; an empty list means it checks out."""
+    folder = Path(folder)
+    record = Record(folder)
+    plan, lock = load_record_plan(folder)
+    problems = []
+    mismatch = plan_mismatch(plan, lock)
+    if mismatch:
+        problems.append(f"{PLAN_FILE}: {mismatch}")
+    trials = record.trials()
+    for path, trial in zip(_trial_paths(record), trials):
+        if path.name != record.trial_path(trial.index).name:
+            problems.append(f"trials/{path.name}: holds trial {trial.index}")
+            continue
+        problems.extend(_trial_problems(record, trial, plan, lock))
+
+    results = record.results()
+    if results.plan_digest != lock["digest"]:
+        problems.append(f"results.json: plan_digest {results.plan_digest[:16]}… is not the "
+                        f"{LOCK_FILE} digest {lock['digest'][:16]}…")  # fmt: skip
+    if results.plan_name != plan.name or results.files != lock["files"]:
+        problems.append(f"results.json: plan_name or files differ from {PLAN_FILE} and {LOCK_FILE}")
+    stored = [t.index for t in results.trials]
+    on_disk = [t.index for t in trials]
+    if stored != on_disk:
+        problems.append(f"results.json: holds trials {stored}, the trial files are {on_disk}")
+    else:
+        for kept, trial in zip(results.trials, trials):
+            diffs = differences(kept.model_dump(mode="json"), trial.model_dump(mode="json"))
+            problems.extend(_listed("results.json", diffs, f"trial {trial.index} differs from its trial file"))
+    fresh = verdict(plan, trials)
+    diffs = differences(results.verdict.model_dump(mode="json"), fresh.model_dump(mode="json"), "verdict")
+    problems.extend(_listed("results.json", diffs, "the verdict is not the one its trials give"))
+
+    # The README must be what the trial files render to, not merely what results.json renders
+    # to: a results.json edited to match an edited README must not make the pair pass.
+    problems.extend(_readme_problem(folder, render_readme(derive_results(plan, lock, trials), plan)))
+    return problems
+
+
+def _trial_paths(record: Record) -> list[Path]:
+    folder = record.folder / "trials"
+    if not folder.exists():
+        return []
+    return sorted(folder.glob("trial-*.json"), key=lambda p: int(p.stem.split("-")[1]))
+
+
+def rebuild_record(folder: Path) -> Results:
+    """Derive results.json and README.md again from the trial files (`qualify report DIR`)."""
+    plan, lock = read_record_plan(Path(folder))
+    return write_record(Record(Path(folder)), plan, lock)

@@ -1,0 +1,433 @@
+"""Render a record's README.md from its Results (and the plan, for the protocol's own words).
+
+Compute, then format. Every number in the README is a value of Results or the plan, or is derived
+from them by one of the small pure functions here; the template only looks values up and formats
+them through the filters here. Nothing is typed by hand, so `qualify report --check` can render a
+record again and compare it with the README byte for byte.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import shlex
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from qualify.evaluate.verdict import device_label
+from qualify.plan.checks import selected_cases
+from qualify.plan.model import Buffer, CudaArm, DeviceSpec, Plan, SpeedGate
+from qualify.plan.resolve import case_id
+from qualify.results.model import (
+    CaseStats,
+    CaseTrial,
+    ControlResult,
+    DeviceInfo,
+    Failure,
+    Results,
+    SanitizerResult,
+    Trial,
+)
+
+TEMPLATE = "README.md.j2"
+SIDES = ("base", "candidate")
+
+# ---------------------------------------------------------------------------------------------
+# filters: one value in, text out
+
+
+def duration(ns: float | None) -> str:
+    """Time per launch with fixed decimals: µs below a millisecond, ms from there."""
+    if ns is None:
+        return "n/a"
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:.3f} ms"
+    return f"{ns / 1e3:.3f} µs"
+
+
+def signed_pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.2f} %"
+
+
+def ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def interval(stats: CaseStats | None) -> str:
+    if stats is None:
+        return "n/a"
+    if stats.ci_low is None or stats.ci_high is None:
+        return "none (fewer than 2 blocks)"
+    return f"[{stats.ci_low:.4f}, {stats.ci_high:.4f}]"
+
+
+def count(n: int | float | None) -> str:
+    return "n/a" if n is None else f"{n:,}"
+
+
+def plural(n: int | float, singular: str, many: str | None = None) -> str:
+    """'1 trial', '2 trials', '1,024 timed samples'."""
+    return f"{n:,} {singular if n == 1 else (many or singular + 's')}"
+
+
+def num(value: float | int) -> str:
+    """A declared number as written (1.0 -> '1', 0.25 -> '0.25')."""
+    return f"{value:g}"
+
+
+def seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+def nbytes(n: int | None) -> str:
+    """Bytes exactly (occupancy limits are exact), MiB for large sizes such as L2."""
+    if n is None:
+        return "n/a"
+    if n >= 2**20:
+        return f"{n / 2**20:.1f} MiB"
+    return f"{n:,} B"
+
+
+def short(digest: str | None, width: int = 12) -> str:
+    return "n/a" if not digest else digest[:width]
+
+
+def cell(value: object) -> str:
+    """Text safe inside a Markdown table cell."""
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def yes_no(value: bool | None) -> str:
+    return "unknown" if value is None else ("yes" if value else "no")
+
+
+def case_class(name: str) -> str:
+    return {"cant_tell": "can't tell"}.get(name, name)
+
+
+def verdict_status(status: str) -> str:
+    return status.replace("_", " ").upper()
+
+
+def clock(mhz: float | int | None) -> str:
+    return "n/a" if mhz is None else f"{mhz:,.0f} MHz"
+
+
+FILTERS = {
+    "duration": duration,
+    "signed_pct": signed_pct,
+    "ratio": ratio,
+    "interval": interval,
+    "count": count,
+    "plural": plural,
+    "seconds": seconds,
+    "num": num,
+    "nbytes": nbytes,
+    "short": short,
+    "cell": cell,
+    "yes_no": yes_no,
+    "case_class": case_class,
+    "verdict_status": verdict_status,
+    "clock": clock,
+}
+
+# ---------------------------------------------------------------------------------------------
+# derived values: pure functions of Results and the plan
+
+
+@dataclass(frozen=True)
+class DeviceGroup:
+    label: str
+    device: DeviceInfo
+    trials: tuple[Trial, ...]
+
+    @property
+    def complete(self) -> tuple[Trial, ...]:
+        return tuple(t for t in self.trials if t.status == "complete")
+
+
+def device_groups(trials: list[Trial]) -> list[DeviceGroup]:
+    """Trials grouped by device (name and UUID), devices in the order they first ran."""
+    order: dict[str, list[Trial]] = {}
+    for t in trials:
+        order.setdefault(device_label(t), []).append(t)
+    return [DeviceGroup(label, ts[0].provenance.device, tuple(ts)) for label, ts in order.items()]
+
+
+def planned_cases(plan: Plan) -> list[str]:
+    return [case_id(c) for c in plan.workload.cases]
+
+
+def case_ids(plan: Plan, trials: list[Trial] | tuple[Trial, ...]) -> list[str]:
+    """Case ids measured in these trials, in the plan's order (unplanned ids last, as found)."""
+    seen = {c.case for t in trials for c in t.cases}
+    planned = planned_cases(plan)
+    extra = [c.case for t in trials for c in t.cases if c.case not in planned]
+    return [cid for cid in planned if cid in seen] + list(dict.fromkeys(extra))
+
+
+def find_case(trial: Trial, cid: str) -> CaseTrial | None:
+    return next((c for c in trial.cases if c.case == cid), None)
+
+
+@dataclass(frozen=True)
+class TrialsMedian:
+    base_ns: float
+    candidate_ns: float
+    delta_pct: float
+    trials: int
+
+
+def median_of_trials(trials: tuple[Trial, ...], cid: str) -> TrialsMedian | None:
+    """Medians over complete trials: of each arm's median, and of the change.
+
+    The change is the median of the trials' changes, the same statistic a gate judged over the
+    median of trials uses, rather than a ratio of the two medians shown beside it.
+    """
+    rows = [c for t in trials if t.status == "complete" for c in t.cases if c.case == cid]
+    if not rows:
+        return None
+    return TrialsMedian(
+        base_ns=statistics.median(c.timing["base"].median_ns for c in rows),
+        candidate_ns=statistics.median(c.timing["candidate"].median_ns for c in rows),
+        delta_pct=statistics.median(c.stats.delta_pct for c in rows),
+        trials=len(rows),
+    )
+
+
+def spread(values: list[int]) -> str:
+    """'40' when every value agrees, '32 to 40' otherwise, 'none' without values."""
+    if not values:
+        return "none"
+    lo, hi = min(values), max(values)
+    return f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
+
+
+def samples_per_arm(trials: tuple[Trial, ...]) -> str:
+    return spread([c.timing[s].samples for t in trials for c in t.cases for s in SIDES if s in c.timing])
+
+
+def warmups_per_arm(trials: tuple[Trial, ...]) -> str:
+    return spread([c.timing[s].warmup for t in trials for c in t.cases for s in SIDES if s in c.timing])
+
+
+def throttled(trials: tuple[Trial, ...]) -> tuple[int, int]:
+    """(throttled, all) timed samples of both arms over these trials."""
+    timings = [c.timing[s] for t in trials for c in t.cases for s in SIDES if s in c.timing]
+    return sum(x.throttled_samples for x in timings), sum(x.samples for x in timings)
+
+
+def planned_samples_per_arm(plan: Plan) -> int:
+    """Timed samples per arm, case and trial under the fixed schedule: each ABBA block runs an arm twice."""
+    return 2 * plan.schedule.samples_per_block * plan.schedule.blocks
+
+
+def gate_cases(gate: SpeedGate, plan: Plan) -> list[str]:
+    return selected_cases(gate, plan)
+
+
+def gate_bound(gate: SpeedGate) -> str:
+    bounds = []
+    if gate.min_speedup_pct is not None:
+        # judged per trial, a speed-up must also be resolved by the trial's interval (class faster)
+        resolved = " with class faster" if gate.every_trial else ""
+        bounds.append(f"speed-up >= {gate.min_speedup_pct:g} %{resolved}")
+    if gate.max_regression_pct is not None:
+        bounds.append(f"regression <= {gate.max_regression_pct:g} %")
+    return " and ".join(bounds)
+
+
+def arm_text(plan: Plan, side: str) -> str:
+    arm = plan.arm(side)
+    params = ", ".join(f"{k}={v}" for k, v in arm.params.items())
+    if isinstance(arm, CudaArm):
+        text = f"CUDA kernel `{arm.kernel}` from `{arm.source}`"
+        if arm.defines:
+            text += ", defines " + ", ".join(f"{k}={v}" for k, v in arm.defines.items())
+        if arm.options:
+            text += ", NVRTC options " + " ".join(f"`{o}`" for o in arm.options)
+    else:
+        text = f"library entry point `{arm.symbol}` in `{arm.library}`"
+    return text + (f" ({params})" if params else "")
+
+
+def buffer_text(buffer: Buffer) -> str:
+    shape = ", ".join(str(d) for d in buffer.shape)
+    text = f"`{buffer.name}` {buffer.dtype} [{shape}] {buffer.role}"
+    init = buffer.init
+    if init is None:
+        return text + " (poisoned before every launch)"
+    fields = ", ".join(f"{k} {v:g}" for k, v in init.model_dump().items() if k != "kind")
+    return text + f", {init.kind}" + (f" ({fields})" if fields else "")
+
+
+def fidelity_text(plan: Plan) -> str:
+    f = plan.acceptance.fidelity
+    against = {"base": "the base arm's outputs",
+               "float64": f"a float64 reference `{f.reference}`",
+               "golden": f"the golden file `{f.golden}`"}[f.against]  # fmt: skip
+    if f.mode == "bytes":
+        return f"outputs byte-identical to {against}"
+    unit = {"ulp": "ulp", "abs": "absolute", "rel": "relative"}[f.mode]
+    return f"outputs within {f.bound:g} ({unit}) of {against}"
+
+
+def control_text(control) -> str:
+    if control.kind == "build":
+        return "candidate rebuilt with " + ", ".join(f"{k}={v}" for k, v in control.defines.items())
+    m = control.mutation
+    what = {
+        "flip_bit": f"bit {m.bit} of element {m.index} flipped",
+        "set": f"element {m.index} set to {m.value:g}",
+        "scale": f"scaled by {m.value:g}",
+        "zero": "zeroed",
+    }[m.op]
+    return f"input `{control.buffer}` {what}"
+
+
+def timer_extra(trial: Trial) -> str:
+    """Timer fields beyond mode, cache and floor, as the run recorded them."""
+    rest = {k: v for k, v in trial.timer.items() if k not in ("mode", "cache", "floor_ns")}
+    return ", ".join(f"{k}={v}" for k, v in sorted(rest.items())) or "none"
+
+
+def spec_text(spec: DeviceSpec) -> str:
+    parts = [f"`{spec.name}`" if spec.name else None,
+             f"compute capability {spec.compute_capability}" if spec.compute_capability else None]  # fmt: skip
+    return " with ".join(p for p in parts if p)
+
+
+def spec_matches(spec: DeviceSpec, device: DeviceInfo) -> bool:
+    # fnmatchcase: a record must render the same on every operating system
+    name_ok = spec.name is None or fnmatch.fnmatchcase(device.name, spec.name)
+    return name_ok and (spec.compute_capability is None or spec.compute_capability == device.compute_capability)
+
+
+@dataclass(frozen=True)
+class SanitizerRow:
+    device: str
+    trial: int | None
+    tool: str
+    case: str
+    side: str
+    result: SanitizerResult | None  # None: the plan declares the check, no trial ran it
+
+
+def sanitizer_rows(results: Results, plan: Plan) -> list[SanitizerRow]:
+    rows = []
+    for group in device_groups(results.trials):
+        found = set()
+        for t in group.trials:
+            for r in t.sanitizer:
+                rows.append(SanitizerRow(group.label, t.index, r.tool, r.case, r.side, r))
+                found.add((r.tool, r.case, r.side))
+        for check in plan.acceptance.sanitizer:
+            for cid in check.cases:
+                for side in SIDES:
+                    if (check.tool, cid, side) not in found:
+                        rows.append(SanitizerRow(group.label, None, check.tool, cid, side, None))
+    return rows
+
+
+@dataclass(frozen=True)
+class ControlRow:
+    device: str
+    trial: int | None
+    name: str
+    result: ControlResult | None  # None: declared, not run on this device
+
+
+def control_rows(results: Results, plan: Plan) -> list[ControlRow]:
+    rows = []
+    for group in device_groups(results.trials):
+        names = set()
+        for t in group.trials:
+            for c in t.controls:
+                rows.append(ControlRow(group.label, t.index, c.name, c))
+                names.add(c.name)
+        rows.extend(ControlRow(group.label, None, c.name, None) for c in plan.controls.negative if c.name not in names)
+    return rows
+
+
+def unverified(results: Results, plan: Plan) -> list[str]:
+    """What this record does not establish, derived from what the plan asked and the trials hold."""
+    out = []
+    groups = device_groups(results.trials)
+    complete = [g for g in groups if g.complete]
+    for spec in plan.hardware.devices:
+        if not any(spec_matches(spec, g.device) for g in complete):
+            out.append(f"Device {spec_text(spec)}: listed by the plan, no complete trial ran on it.")
+    for g in groups:
+        if len(g.complete) < plan.schedule.trials:
+            out.append(f"{g.label}: {len(g.complete)} of {plan.schedule.trials} planned trials complete.")
+        unplanned = [str(t.index) for t in g.trials if not t.provenance.planned]
+        if unplanned:
+            out.append(f"{g.label}: not listed by the plan; trial {', '.join(unplanned)} ran as exploratory.")
+        bad, total = throttled(g.trials)
+        if bad:
+            out.append(f"{g.label}: {bad:,} of {total:,} timed samples were taken while the SM was throttled.")
+        if plan.controls.aa:
+            missing = [f"{c.case} (trial {t.index})" for t in g.complete for c in t.cases if c.aa is None]
+            if missing:
+                out.append(f"{g.label}: no A/A control at {', '.join(missing)}.")
+    for row in sanitizer_rows(results, plan):
+        if row.result is None:
+            out.append(f"{row.tool} at {row.case} ({row.side}) not run on {row.device}.")
+    for row in control_rows(results, plan):
+        if row.result is None:
+            out.append(f"Negative control {row.name} not run on {row.device}.")
+    executed = {t.provenance.device.arch for t in results.trials}
+    idle = [a for a in plan.hardware.architectures if a not in executed]
+    if idle:
+        out.append(f"Compiled for {', '.join(idle)} but not executed there: no trial ran on "
+                   f"{'that architecture' if len(idle) == 1 else 'those architectures'}.")  # fmt: skip
+    # qualify times the arms' launches only; saying so keeps kernel and end-to-end results apart
+    out.append("End-to-end (application) latency: not measured; this record times the arms' launches only.")
+    return out
+
+
+def failure_rows(trials: list[Trial]) -> list[tuple[int, Failure]]:
+    return [(t.index, f) for t in trials for f in t.failures]
+
+
+def commands(trials: list[Trial]) -> list[tuple[str, str]]:
+    """(trial numbers, command line) for each distinct command the trials ran under."""
+    by_command: dict[str, list[str]] = {}
+    for t in trials:
+        by_command.setdefault(shlex.join(t.provenance.command), []).append(str(t.index))
+    return [(", ".join(indices), command) for command, indices in by_command.items()]
+
+
+FUNCTIONS = {
+    f.__name__: f
+    for f in (
+        device_groups, planned_cases, case_ids, find_case, median_of_trials, samples_per_arm,
+        warmups_per_arm, throttled, planned_samples_per_arm, gate_cases, gate_bound, arm_text,
+        buffer_text, fidelity_text, control_text, timer_extra, sanitizer_rows, control_rows,
+        unverified, failure_rows, commands,
+    )
+}  # fmt: skip
+
+# ---------------------------------------------------------------------------------------------
+
+
+@functools.cache  # one environment per process: it caches the compiled template
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+        undefined=jinja2.StrictUndefined,  # a misspelt field is an error, never an empty cell
+        autoescape=False,  # Markdown, not HTML
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(FILTERS)
+    env.globals.update(FUNCTIONS)
+    return env
+
+
+def render_readme(results: Results, plan: Plan) -> str:
+    return environment().get_template(TEMPLATE).render(results=results, plan=plan)
