@@ -1,8 +1,8 @@
 """The files a plan uses: where they are, that they stay inside the repository, what they include.
 
 Every path in a plan is relative to the plan file and must resolve inside the repository that holds
-the plan (the nearest ancestor with a `.git`, or the plan's own folder outside any repository), so a
-plan can neither read nor bind itself to files elsewhere on the host.
+the plan (see `repository_root`), so a plan can neither read nor bind itself to files elsewhere on
+the host.
 """
 
 from __future__ import annotations
@@ -26,9 +26,13 @@ class PlanFiles:
 
 
 def repository_root(plan_path: Path) -> Path:
-    for folder in (plan_path.parent, *plan_path.parent.parents):
-        if (folder / ".git").exists():
-            return folder
+    """The nearest ancestor with a `.git`; in an exported tree without one (a CI artifact, a copy
+    sent to a GPU host), the nearest with a `pyproject.toml`; else the plan's own folder."""
+    folders = (plan_path.parent, *plan_path.parent.parents)
+    for marker in (".git", "pyproject.toml"):
+        for folder in folders:
+            if (folder / marker).exists():
+                return folder
     return plan_path.parent
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import subprocess
@@ -31,6 +32,10 @@ def collect(device: DeviceInfo, root: Path, planned: bool, nvrtc: str, argv: lis
         bindings_version = "unknown"
     revision = _git(root, "rev-parse", "HEAD")
     status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    if revision is None:
+        # An exported tree (no .git): take the revision the exporter states, as CI runners do
+        # (GITHUB_SHA and the like); whether that tree was dirty is then unknown.
+        revision = os.environ.get("QUALIFY_SOURCE_REVISION") or None
     return Provenance(
         device=device,
         planned=planned,
