@@ -173,14 +173,17 @@ def render(result: dict) -> str:
         f"driver {result['device']['driver_version']}. Medians in µs; error against ncu; A/A = spread "
         f"(max − min) / median of the medians of {result['aa_runs']} identical runs.",
         "",
-        "| kernel | ncu | qualify (error, A/A) | do_bench (error, A/A) |",
-        "|---|---:|---:|---:|",
+        "| kernel | ncu | qualify (error, A/A) | do_bench (error, A/A) | qualify within 1 % / A/A ≤ 0.5 % |",
+        "|---|---:|---:|---:|---|",
     ]
     for r in result["rows"]:
         db = (f"{r['dobench_us']:.2f} ({r['dobench_error_pct']:+.1f} %, {r['dobench_aa_spread_pct']:.2f} %)"
               if "dobench_us" in r else "not run")  # fmt: skip
+        goals = ("yes" if abs(r["qualify_error_pct"]) <= 1.0 else "**no**",
+                 "yes" if r["qualify_aa_spread_pct"] <= 0.5 else "**no**")  # fmt: skip
         lines.append(f"| {r['kernel']} | {r['ncu_us']:.2f} | {r['qualify_us']:.2f} "
-                     f"({r['qualify_error_pct']:+.1f} %, {r['qualify_aa_spread_pct']:.2f} %) | {db} |")  # fmt: skip
+                     f"({r['qualify_error_pct']:+.1f} %, {r['qualify_aa_spread_pct']:.2f} %) | {db} | "
+                     f"{goals[0]} / {goals[1]} |")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -8,7 +8,9 @@ The trial-wide 'floor_ns' holds the empty-window samples the floor is derived fr
 
 from __future__ import annotations
 
+import ast
 import io
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -60,5 +62,34 @@ def save(path: Path, arrays: dict[str, np.ndarray]) -> bytes:
 
 
 def load(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as npz:
-        return {k: npz[k] for k in npz.files}
+    """Read a samples file written by any numpy version.
+
+    The .npy members are parsed here rather than by np.load: numpy 2.5 pads headers with NUL
+    bytes that numpy 2.4 refuses, and a record must stay readable wherever it is checked.
+    Only plain (non-object, C-order) arrays are accepted; nothing is unpickled.
+    """
+    out = {}
+    with zipfile.ZipFile(path) as archive:
+        for name in archive.namelist():
+            if name.endswith(".npy"):
+                out[name[: -len(".npy")]] = _parse_npy(archive.read(name), name)
+    return out
+
+
+def _parse_npy(data: bytes, name: str) -> np.ndarray:
+    if data[:6] != b"\x93NUMPY":
+        raise ValueError(f"{name}: not an .npy array")
+    major = data[6]
+    if major == 1:
+        size, start = int.from_bytes(data[8:10], "little"), 10
+    else:
+        size, start = int.from_bytes(data[8:12], "little"), 12
+    header = data[start : start + size].decode("latin1").replace("\x00", " ").strip()
+    meta = ast.literal_eval(header)
+    if not isinstance(meta, dict) or meta.get("fortran_order") or not isinstance(meta.get("shape"), tuple):
+        raise ValueError(f"{name}: unsupported .npy header {header!r}")
+    dtype = np.dtype(meta["descr"])
+    if dtype.hasobject:
+        raise ValueError(f"{name}: object arrays are refused")
+    count = int(np.prod(meta["shape"], dtype=np.int64))
+    return np.frombuffer(data, dtype=dtype, count=count, offset=start + size).reshape(meta["shape"]).copy()

@@ -17,7 +17,7 @@ import numpy as np
 
 from qualify.build.arms import kernel_spec
 from qualify.build.nvrtc import compile_kernel, nvrtc_version
-from qualify.errors import DeviceError, FrozenInputChanged, ToolError
+from qualify.errors import DeviceError, FrozenInputChanged, ToolError, UsageError
 from qualify.evaluate import samples as samples_io
 from qualify.evaluate.samples import TrialSamples
 from qualify.evaluate.stats import ci_half_width_pct
@@ -94,6 +94,13 @@ class TrialRunner:
 
     def admit(self) -> tuple[int, bool]:
         info = self.device.info
+        if self.plan.schedule.timing != "blocking-kernel":
+            # Not silently substituted: the record states the timer boundary it was measured with.
+            raise UsageError(
+                f"timing mode {self.plan.schedule.timing!r} is not implemented by this qualify; "
+                "use 'blocking-kernel'",
+                file=self.loaded.path, field="schedule.timing",
+            )
         planned = device_matches(info, self.plan.hardware.devices)
         if not planned and not self.options.exploratory:
             raise DeviceError(

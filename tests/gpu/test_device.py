@@ -62,6 +62,7 @@ def test_vecload_trial_on_the_gpu(tmp_path):
     plan = json.loads((ROOT / "protocols" / "vecload" / "plan.json").read_text())
     plan["workload"]["cases"] = [{"N": 16777216}, {"N": 16777219}]
     plan["schedule"].update(samples_per_block=5, blocks=4, trials=1)
+    plan["stop"]["min_blocks"] = 4
     plan["acceptance"] = {"gates": [{"name": "faster", "min_speedup_pct": 1.0}],
                           "fidelity": {"mode": "bytes", "against": "base"}}
     plan["controls"]["negative"][1]["cases"] = ["N=16777219"]

@@ -1,0 +1,32 @@
+"""Every record committed under records/ reproduces: `qualify report --check` finds nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qualify.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = sorted(p.parent for p in ROOT.glob("records/*/results.json"))
+
+
+def test_records_exist():
+    assert {p.name for p in RECORDS} >= {"attention-wide"}
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=[p.name for p in RECORDS])
+def test_report_check_passes(record, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["report", "--check", str(record)])
+    assert exc.value.code == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=[p.name for p in RECORDS])
+def test_record_was_produced_on_a_planned_gpu(record):
+    from qualify.results.store import Record
+
+    for trial in Record(record).trials():
+        assert trial.provenance.planned and trial.provenance.device.uuid.startswith("GPU-")
+        assert "fake" not in trial.provenance.device.name
