@@ -96,9 +96,11 @@ def run_cmd(plan_path: Path, record_dir: Path | None, ordinal: int, trials: int 
     from qualify.render.terminal import run_summary
     from qualify.run.device import CudaDevice
     from qualify.run.engine import samples_per_trial
+    from qualify.run.isolation import preflight
     from qualify.run.sanitizer import run_check
     from qualify.run.telemetry import Telemetry
 
+    terminate_as_interrupt()
     loaded = load_frozen(plan_path)
     folder = record_dir or default_record_dir(loaded)
     device = CudaDevice(ordinal)  # before any output: no GPU is a one-line error, exit 5
@@ -107,6 +109,7 @@ def run_cmd(plan_path: Path, record_dir: Path | None, ordinal: int, trials: int 
             loaded, folder, lambda: device, Telemetry,
             exploratory=exploratory, trials=trials, argv=sys.argv[1:], progress=advance,
             sanitize=lambda tool, case, side, timeout: run_check(tool, loaded.path, case, side, timeout, ordinal),
+            preflight=lambda side, cases: preflight(loaded.path, side, cases, ordinal),
         )  # fmt: skip
     out.print(run_summary(outcome, folder))
     interrupted = any(t.status == "interrupted" for t in outcome.trials)
@@ -144,6 +147,17 @@ def report_cmd(folders: tuple[Path, ...], check_only: bool, merge_into: Path | N
     results = rebuild_record(folder)
     out.print(f"re-rendered {folder}: verdict {results.verdict.status}")
     raise SystemExit(exit_code(results))
+
+
+def terminate_as_interrupt() -> None:
+    """SIGTERM (a CI runner cancelling the job) ends a run as Ctrl-C does: the trial is kept,
+    labelled interrupted with every sample taken, the ledger closed, and the exit code is 130."""
+    import signal
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def _progress(total: int):

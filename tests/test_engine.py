@@ -106,6 +106,7 @@ def test_parity_catches_wrong_and_unwritten_elements(tmp_path, kernel, expect):
     trial = run_trial(loaded, fake(kernel), tmp_path)
     assert trial.status == "failed"  # fail-fast on fidelity
     assert trial.failures[0].kind == "fidelity" and trial.failures[0].case == "N=1024"
+    assert "1 of 1024 elements differ from base" in trial.failures[0].message
     assert trial.cases == []  # stopped before timing
     record = Record(tmp_path / "record")
     assert record.trial_path(1).exists()

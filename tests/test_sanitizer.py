@@ -8,7 +8,7 @@ from qualify.errors import ToolError
 from qualify.run import sanitizer
 
 CLEAN = """========= COMPUTE-SANITIZER
-{"status": "ok"}
+{"event": "done", "case": "T=640"}
 ========= LEAK SUMMARY: 0 bytes leaked in 0 allocations
 ========= ERROR SUMMARY: 0 errors
 """
@@ -17,13 +17,13 @@ OOB = """========= COMPUTE-SANITIZER
 =========     at oob_write(float *, int)+0x70 in planted.cu:7
 =========     by thread (255,0,0) in block (3,0,0)
 =========     Address 0x7f0000001000 is out of bounds
-{"status": "ok"}
+{"event": "done", "case": "T=640"}
 ========= ERROR SUMMARY: 1 error
 """
 RACE = """========= COMPUTE-SANITIZER
 ========= Error: Race reported between Write access at race(int *)+0x50 in planted.cu:12
 =========     and Read access at race(int *)+0x90 in planted.cu:13 [4 hazards]
-{"status": "ok"}
+{"event": "done", "case": "T=640"}
 ========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
 """
 NO_SUMMARY = "Traceback (most recent call last):\n  ImportError: qualify\n"
@@ -37,9 +37,9 @@ NO_SUMMARY = "Traceback (most recent call last):\n  ImportError: qualify\n"
         ("racecheck", sanitizer.FINDINGS_EXIT, RACE, "findings", 1),
         ("memcheck", 0, OOB, "findings", 1),  # errors counted even if the exit code were lost
         ("memcheck", 1, NO_SUMMARY, "error", None),  # a crashed worker is not a clean bill
-        ("memcheck", 0, "{\"status\": \"ok\"}\n", "error", None),  # no summary line: not clean
+        ("memcheck", 0, "{\"event\": \"done\"}\n", "error", None),  # no summary line: not clean
         ("memcheck", None, "", "timeout", None),
-        ("memcheck", 3, '{"status": "fault", "code": 700}\n========= ERROR SUMMARY: 0 errors', "fault", 0),
+        ("memcheck", 3, '{"event": "fault", "code": 700}\n========= ERROR SUMMARY: 0 errors', "fault", 0),
     ],
     ids=["clean", "oob", "race", "oob-rc0", "crash", "no-summary", "timeout", "fault"],
 )

@@ -53,6 +53,8 @@ class RunOptions:
     progress: Callable[[int, str], None] = lambda advance, what: None
     # (tool, case, side, timeout) -> SanitizerResult; None: the checks are not run in this process
     sanitize: Callable | None = None
+    # (side, case ids) -> [isolation.CaseOutcome]: each arm's cases run first in child workers
+    preflight: Callable | None = None
 
 
 @dataclass
@@ -131,11 +133,16 @@ class TrialRunner:
         status = "complete"
         pending: Exception | None = None
         try:
+            bad = self._preflight()
+            if bad:
+                status = "failed"  # the verdict cannot be "qualified"; the other cases still run
             self._load_kernels()
             cold = self.plan.schedule.cache == "cold"
             for _ in range(FLOOR_SAMPLES):  # the empty window, measured the way samples are
                 self.samples.add_floor(self.device.time_sample(lambda: None, cold=cold))
             for case in self.loaded.cases:
+                if case.id in bad:
+                    continue
                 if not self._run_case(case):
                     status = "failed"
                     break
@@ -172,6 +179,21 @@ class TrialRunner:
             smem = max(c.arms[side].launch.shared_bytes for c in self.loaded.cases)
             self.kernels[side] = self.device.load_kernel(side, compiled, smem)
         self._side = None
+
+    def _preflight(self) -> set[str]:
+        """Cases whose kernels fault or hang in a child worker; recorded, then left out here."""
+        if self.options.preflight is None:
+            return set()
+        bad: set[str] = set()
+        kinds = {"fault": "fault", "timeout": "timeout", "error": "error"}
+        for side in SIDES:
+            for outcome in self.options.preflight(side, [c.id for c in self.loaded.cases]):
+                if outcome.status != "ok":
+                    bad.add(outcome.case)
+                    self.failures.append(Failure(kind=kinds[outcome.status], case=outcome.case, side=side,
+                                                 message=f"in an isolated worker: {outcome.message}"))  # fmt: skip
+            self.options.progress(0, f"preflight {side}")
+        return bad
 
     def _sanitize(self) -> None:
         """The plan's compute-sanitizer checks, once per device (the first trial that gets there)."""
@@ -244,7 +266,7 @@ class TrialRunner:
         self._run_controls(case, execs, host_inputs, reference["base"], dtypes)
         fail_fast = set(plan.stop.fail_fast)
         if not fidelity_passes(parity, plan.acceptance.fidelity) or not all(deterministic.values()):
-            self.failures.append(Failure(kind="fidelity", case=case.id, message="outputs differ from base or between runs"))
+            self.failures.append(Failure(kind="fidelity", case=case.id, message=_fidelity_message(parity, deterministic)))
             if "fidelity" in fail_fast:
                 return False
         self._warmup(case, execs)
@@ -384,3 +406,14 @@ class TrialRunner:
         self.record.write_trial(trial)
         self.record.append({"event": "trial_ended", "trial": index, "status": status})
         return trial
+
+
+def _fidelity_message(parity, deterministic) -> str:
+    parts = [
+        f"{p.buffer}: {p.differing_elements} of {p.elements} elements differ from base, first at "
+        f"index {p.first_difference}" + (f", up to {p.max_ulp} ulp" if p.max_ulp is not None else "")
+        for p in parity
+        if not p.equal
+    ]
+    parts += [f"{side} gave different bytes on two runs" for side, ok in deterministic.items() if not ok]
+    return "; ".join(parts) or "outputs outside the fidelity bound"

@@ -61,7 +61,7 @@ def parse(tool: str, case: str, side: str, returncode: int | None, output: str, 
     for i, line in enumerate(lines):
         if _FINDING.search(line) and len(excerpt) < 24:
             excerpt.extend(ln.rstrip() for ln in lines[i : i + 4])
-    worker_fault = '"status": "fault"' in output
+    worker_fault = '"event": "fault"' in output
     if returncode is None:
         status = "timeout"
     elif worker_fault:

@@ -1,11 +1,15 @@
-"""A child worker: run one arm of one case once, in a process of its own.
+"""A child worker: run one arm's cases once each, in a process of its own.
 
-`qualify` runs this under compute-sanitizer (and, for fault isolation, on its own), because a
-faulting kernel poisons the CUDA context of the whole process. It builds the arm exactly as the
-engine does, launches it once on poisoned outputs, synchronises the device, and prints one JSON
-line: {"status": "ok"} or {"status": "fault"|"error", "message": ...}.
+A faulting kernel poisons the CUDA context of its whole process, and a hung one never returns.
+So before the parent times anything, each arm runs here, case by case, exactly as the engine
+builds it (and compute-sanitizer runs it here too). One JSON line per event on stdout:
 
-    python -m qualify.run.worker PLAN --case T=640 --side candidate
+    {"event": "start", "case": "T=640"}
+    {"event": "done", "case": "T=640"}
+    {"event": "fault", "case": "T=640", "code": 700, "message": "..."}   (then the process exits)
+    {"event": "error", "case": ..., "message": ...}
+
+    python -m qualify.run.worker PLAN --side candidate --case T=640 [--case ...]
 """
 
 from __future__ import annotations
@@ -23,44 +27,61 @@ from qualify.run.arms import ArmExec
 from qualify.run.device import CudaDevice, KernelFault
 
 
-def run_once(plan_path: str, case_id: str, side: str, ordinal: int = 0) -> None:
+def emit(**event) -> None:
+    print(json.dumps(event), flush=True)
+
+
+def run_cases(plan_path: str, case_ids: list[str], side: str, ordinal: int = 0) -> int:
     loaded = load_plan(plan_path)
-    case = next((c for c in loaded.cases if c.id == case_id), None)
-    if case is None:
-        raise QualifyError(f"no case {case_id!r} in the plan")
-    arm = case.arms[side]
-    with CudaDevice(ordinal) as dev:
-        compiled = compile_kernel(kernel_spec(loaded, side, dev.info.arch))
-        kernel = dev.load_kernel(side, compiled, arm.launch.shared_bytes)
-        buffers = {b.name: dev.alloc(b.nbytes) for b in arm.buffers}
-        for spec in loaded.plan.workload.buffers:
-            if spec.role == "input":
-                dev.upload(buffers[spec.name], input_gen.generate(loaded.plan.seeds, case.id, spec, arm.buffer(spec.name)))
-            elif spec.role == "scratch":
-                dev.poison(buffers[spec.name])
-        ex = ArmExec(side, kernel, arm, buffers, [b.name for b in arm.buffers if b.role == "output"])
-        ex.bind_args()
-        ex.run_once(dev)
-        dev.check_idle()
+    by_id = {c.id: c for c in loaded.cases}
+    unknown = [c for c in case_ids if c not in by_id]
+    if unknown:
+        raise QualifyError(f"no case {unknown[0]!r} in the plan")
+    current = None
+    try:
+        with CudaDevice(ordinal) as dev:
+            compiled = compile_kernel(kernel_spec(loaded, side, dev.info.arch))
+            smem = max(by_id[c].arms[side].launch.shared_bytes for c in case_ids)
+            kernel = dev.load_kernel(side, compiled, smem)
+            for cid in case_ids:
+                current = cid
+                emit(event="start", case=cid)
+                arm = by_id[cid].arms[side]
+                buffers = {b.name: dev.alloc(b.nbytes) for b in arm.buffers}
+                for spec in loaded.plan.workload.buffers:
+                    if spec.role == "input":
+                        data = input_gen.generate(loaded.plan.seeds, cid, spec, arm.buffer(spec.name))
+                        dev.upload(buffers[spec.name], data)
+                    else:
+                        dev.poison(buffers[spec.name])
+                ex = ArmExec(side, kernel, arm, buffers, [b.name for b in arm.buffers if b.role == "output"])
+                ex.bind_args()
+                ex.run_once(dev)
+                dev.check_idle()
+                for buf in buffers.values():
+                    dev.free(buf)
+                emit(event="done", case=cid)
+    except KernelFault as exc:
+        emit(event="fault", case=current, code=exc.code, message=exc.message)
+        return 3
+    except QualifyError as exc:
+        emit(event="error", case=current, message=exc.one_line())
+        return 2
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qualify.run.worker")
     parser.add_argument("plan")
-    parser.add_argument("--case", required=True)
+    parser.add_argument("--case", dest="cases", action="append", required=True)
     parser.add_argument("--side", choices=("base", "candidate"), required=True)
     parser.add_argument("--device", type=int, default=0)
     args = parser.parse_args(argv)
     try:
-        run_once(args.plan, args.case, args.side, args.device)
-    except KernelFault as exc:
-        print(json.dumps({"status": "fault", "code": exc.code, "message": exc.message}), flush=True)
-        return 3
+        return run_cases(args.plan, args.cases, args.side, args.device)
     except QualifyError as exc:
-        print(json.dumps({"status": "error", "message": exc.one_line()}), flush=True)
+        emit(event="error", case=None, message=exc.one_line())
         return 2
-    print(json.dumps({"status": "ok"}), flush=True)
-    return 0
 
 
 if __name__ == "__main__":

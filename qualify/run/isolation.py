@@ -1,0 +1,90 @@
+"""Fault isolation: every arm runs its cases first in child workers, never in the timing process.
+
+A case whose kernel faults (illegal address, misaligned access, trap) or hangs (no progress within
+the timeout) is recorded against its arm and case, and the worker is restarted for the cases after
+it, in a fresh process and context. The engine then times only the cases that passed, so the
+timing process never loses its context to a kernel already known to be bad.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+CASE_TIMEOUT_S = 60.0  # a single launch of a plan's case never takes a minute; a hang does
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    case: str
+    side: str
+    status: str  # ok | fault | timeout | error
+    message: str = ""
+
+
+def worker_command(plan: Path, side: str, cases: list[str], ordinal: int) -> list[str]:
+    cmd = [sys.executable, "-m", "qualify.run.worker", str(plan), "--side", side, "--device", str(ordinal)]
+    for c in cases:
+        cmd += ["--case", c]
+    return cmd
+
+
+def _run_worker(cmd: list[str], timeout: float) -> tuple[list[dict], bool, str]:
+    """Events the worker printed, whether it was killed for a timeout, and its stderr tail."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        stdout, stderr, killed = done.stdout, done.stderr, False
+    except subprocess.TimeoutExpired as exc:
+        stdout = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        killed = True
+    events = []
+    for line in stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(event, dict) and "event" in event:
+            events.append(event)
+    tail = stderr.strip().splitlines()
+    return events, killed, tail[-1] if tail else ""
+
+
+def preflight(plan: Path, side: str, cases: list[str], ordinal: int = 0,
+              case_timeout: float = CASE_TIMEOUT_S, run_worker=_run_worker) -> list[CaseOutcome]:
+    """Run `cases` of one arm in workers; one outcome per case, in order."""
+    outcomes: list[CaseOutcome] = []
+    pending = list(cases)
+    while pending:
+        # budget: start-up and build, plus the per-case timeout for each pending case
+        started = time.monotonic()
+        events, killed, stderr = run_worker(worker_command(plan, side, pending, ordinal),
+                                            30.0 + case_timeout * len(pending))  # fmt: skip
+        done = [e["case"] for e in events if e["event"] == "done"]
+        outcomes += [CaseOutcome(c, side, "ok") for c in done]
+        rest = pending[len(done):]
+        if not rest:
+            break
+        culprit = rest[0]
+        last = events[-1] if events else {}
+        if last.get("event") == "fault":
+            outcomes.append(CaseOutcome(culprit, side, "fault", last.get("message", "kernel fault")))
+        elif killed:
+            waited = time.monotonic() - started
+            outcomes.append(CaseOutcome(culprit, side, "timeout",
+                                        f"no progress after {waited:.0f} s: the launch hangs"))  # fmt: skip
+        else:
+            message = last.get("message") or stderr or "the worker exited without a report"
+            if last.get("event") == "error" and last.get("case") is None:
+                # the arm cannot even be built or started: every pending case shares the cause
+                outcomes += [CaseOutcome(c, side, "error", message) for c in rest]
+                break
+            outcomes.append(CaseOutcome(culprit, side, "error", message))
+        pending = rest[1:]
+    return outcomes

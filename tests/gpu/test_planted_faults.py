@@ -1,0 +1,135 @@
+"""Planted faults, each caught by the mechanism meant for it (GPU; QUALIFY_REQUIRE_GPU=1 fails them
+when no GPU is present).
+
+| planted fault              | mechanism                                  |
+|----------------------------|--------------------------------------------|
+| out-of-bounds write        | compute-sanitizer memcheck                 |
+| shared-memory race         | compute-sanitizer racecheck                |
+| uninitialised read         | compute-sanitizer initcheck                |
+| __trap()                   | isolated worker: fault, trial goes on      |
+| endless loop               | isolated worker: timeout, trial goes on    |
+| one wrong element          | byte parity (first difference named)       |
+| output left unwritten      | poisoned outputs + byte parity             |
+| work on another stream     | tests/gpu/test_compare.py (library arms)   |
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+HERE = Path(__file__).resolve().parent
+N = 4096
+
+PLAN = {
+    "schema_version": 1,
+    "name": "planted",
+    "hypothesis": "the planted defect is caught",
+    "independent_variable": "one planted defect",
+    "revisions": {"base": "copy_ok", "candidate": "planted"},
+    "hardware": {"devices": [{"name": "*"}], "architectures": ["sm_90"]},
+    "arms": {
+        "base": {"kind": "cuda", "source": "../../kernels/faults.cu", "kernel": "copy_ok"},
+        "candidate": {"kind": "cuda", "source": "../../kernels/faults.cu", "kernel": "PLANTED"},
+    },
+    "workload": {
+        "params": {"THREADS": 256},
+        "cases": [{"N": N}, {"N": 2 * N}],
+        "buffers": [
+            {"name": "x", "dtype": "f32", "shape": ["N"], "role": "input", "init": {"kind": "normal"}},
+            {"name": "out", "dtype": "f32", "shape": ["N"], "role": "output"},
+        ],
+        "launch": {
+            "grid": ["cdiv(N, THREADS)"], "block": ["THREADS"],
+            "args": [{"kind": "buffer", "name": "x"}, {"kind": "buffer", "name": "out"}, {"kind": "i32", "value": "N"}],
+        },
+    },
+    "seeds": {"base": 1},
+    "schedule": {"warmup": 1, "samples_per_block": 2, "blocks": 2, "trials": 1},
+    "budget": {"max_trials": 1, "max_samples": 8, "max_wall_seconds": 120},
+    "stop": {"min_blocks": 2},
+}
+
+
+def planted_plan(tmp_path: Path, kernel: str) -> Path:
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True, exist_ok=True)
+    (repo / "kernels").mkdir(exist_ok=True)
+    shutil.copy(HERE / "planted" / "faults.cu", repo / "kernels" / "faults.cu")
+    plan = copy.deepcopy(PLAN)
+    plan["arms"]["candidate"]["kernel"] = kernel
+    path = repo / "protocols" / "planted" / "plan.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(plan))
+    from qualify.plan.digest import freeze
+    from qualify.plan.load import load_plan
+
+    loaded = load_plan(path)
+    freeze(loaded.path, loaded.freeze)
+    return path
+
+
+@pytest.mark.parametrize(
+    "kernel, tool",
+    [("oob_write", "memcheck"), ("smem_race", "racecheck"), ("uninit_read", "initcheck")],
+)
+def test_sanitizer_catches(tmp_path, kernel, tool):
+    from qualify.run.sanitizer import run_check
+
+    path = planted_plan(tmp_path, kernel)
+    bad = run_check(tool, path, f"N={N}", "candidate", timeout=240)
+    good = run_check(tool, path, f"N={N}", "base", timeout=240)
+    print(tool, kernel, bad.status, bad.errors, bad.summary, bad.excerpt[:2])
+    assert bad.status == "findings" and (bad.errors or 0) >= 1, bad
+    assert good.status == "clean", good
+
+
+@pytest.mark.parametrize("kernel, status", [("trap_at_end", "fault"), ("endless", "timeout")])
+def test_isolated_worker_catches(tmp_path, kernel, status):
+    from qualify.run.isolation import preflight
+
+    path = planted_plan(tmp_path, kernel)
+    out = preflight(path, "candidate", [f"N={N}", f"N={2 * N}"], case_timeout=15)
+    print(kernel, out)
+    assert out[0].status == status, out
+    assert out[0].case == f"N={N}"
+    assert len(out) == 2  # the next case got its own, fresh worker
+    base = preflight(path, "base", [f"N={N}"], case_timeout=15)
+    assert [o.status for o in base] == ["ok"]
+
+
+def test_trial_goes_on_after_a_trap(tmp_path):
+    from qualify.pipeline import load_frozen, run_plan
+    from qualify.run.device import CudaDevice
+    from qualify.run.isolation import preflight
+    from qualify.run.telemetry import Telemetry
+
+    path = planted_plan(tmp_path, "trap_at_end")
+    loaded = load_frozen(path)
+    outcome = run_plan(loaded, tmp_path / "record", lambda: CudaDevice(0), Telemetry,
+                       preflight=lambda side, cases: preflight(path, side, cases, case_timeout=15))
+    (trial,) = outcome.trials
+    kinds = {(f.kind, f.case, f.side) for f in trial.failures}
+    print(kinds)
+    assert ("fault", f"N={N}", "candidate") in kinds
+    assert trial.status == "failed"
+    assert outcome.results.verdict.status == "not_qualified"
+
+
+@pytest.mark.parametrize("kernel, first", [("one_wrong", N // 2), ("skips_last", N - 1)])
+def test_parity_catches(tmp_path, kernel, first):
+    from qualify.pipeline import load_frozen, run_plan
+    from qualify.run.device import CudaDevice
+    from qualify.run.telemetry import Telemetry
+
+    path = planted_plan(tmp_path, kernel)
+    outcome = run_plan(load_frozen(path), tmp_path / "record", lambda: CudaDevice(0), Telemetry)
+    (trial,) = outcome.trials
+    assert trial.failures and trial.failures[0].kind == "fidelity", trial.failures
+    assert f"1 of {N} elements differ from base, first at index {first}" in trial.failures[0].message
+    assert outcome.results.verdict.status == "not_qualified"
