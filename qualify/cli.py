@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 
 from qualify import __version__
-from qualify.errors import BuildError, ExitCode, QualifyError
+from qualify.errors import BuildError, ExitCode, QualifyError, UsageError
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "plan.schema.json"
 
@@ -83,16 +83,50 @@ def plan_schema(output: Path | None) -> None:
         out.print(f"wrote {output}")
 
 
+_RUN_OPTIONS = [
+    click.option("--record", "record_dir", type=click.Path(path_type=Path),
+                 help="Record folder (default: records/<plan name> in the plan's repository)."),
+    click.option("--device", "ordinal", type=int, default=0, show_default=True, help="CUDA device ordinal."),
+    click.option("--trials", type=click.IntRange(min=1), help="Run at most this many of the planned trials now."),
+    click.option("--exploratory", is_flag=True,
+                 help="Allow a device the plan does not list; the record is marked unplanned."),
+]  # fmt: skip
+
+
+def _run_options(fn):
+    for option in reversed(_RUN_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
 @cli.command("run")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
-@click.option("--record", "record_dir", type=click.Path(path_type=Path),
-              help="Record folder (default: records/<plan name> in the plan's repository).")
-@click.option("--device", "ordinal", type=int, default=0, show_default=True, help="CUDA device ordinal.")
-@click.option("--trials", type=click.IntRange(min=1), help="Run at most this many of the planned trials now.")
-@click.option("--exploratory", is_flag=True, help="Allow a device the plan does not list; the record is marked unplanned.")
+@_run_options
 def run_cmd(plan_path: Path, record_dir: Path | None, ordinal: int, trials: int | None, exploratory: bool) -> None:
     """Run PLAN's remaining trials on this GPU and update its record."""
+    _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries=None)
+
+
+@cli.command("compare")
+@click.argument("base_lib", metavar="BASE.so", type=click.Path(path_type=Path))
+@click.argument("cand_lib", metavar="CAND.so", type=click.Path(path_type=Path))
+@click.option("--plan", "plan_path", type=click.Path(path_type=Path),
+              help="Frozen plan with shared-library arms: symbol, C signature, workload.call.")
+@_run_options
+def compare_cmd(base_lib: Path, cand_lib: Path, plan_path: Path | None, record_dir: Path | None,
+                ordinal: int, trials: int | None, exploratory: bool) -> None:  # fmt: skip
+    """Qualify two builds of a shared library's public C entry point under PLAN."""
+    if plan_path is None:
+        raise UsageError("qualify compare needs --plan PLAN: a frozen plan whose arms are shared-library "
+                         "arms (symbol, signature) and whose workload.call lists the arguments")  # fmt: skip
+    _execute(plan_path, record_dir, ordinal, trials, exploratory,
+             libraries={"base": base_lib, "candidate": cand_lib})  # fmt: skip
+
+
+def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> None:
+    """`run` and `compare`: one code path from the frozen plan to the record and the exit code."""
     from qualify.pipeline import default_record_dir, exit_code, load_frozen, run_plan
+    from qualify.plan.model import LibraryArm
     from qualify.render.terminal import run_summary
     from qualify.run.device import CudaDevice
     from qualify.run.engine import samples_per_trial
@@ -102,6 +136,12 @@ def run_cmd(plan_path: Path, record_dir: Path | None, ordinal: int, trials: int 
 
     terminate_as_interrupt()
     loaded = load_frozen(plan_path)
+    if libraries is not None:
+        for side, path in libraries.items():
+            if not isinstance(loaded.plan.arm(side), LibraryArm):
+                raise UsageError("compare needs shared-library arms", file=loaded.path, field=f"arms.{side}.kind")
+            if not Path(path).is_file():
+                raise UsageError("no such library", file=path)
     folder = record_dir or default_record_dir(loaded)
     device = CudaDevice(ordinal)  # before any output: no GPU is a one-line error, exit 5
     with _progress(samples_per_trial(loaded) * (trials or loaded.plan.schedule.trials)) as advance:
@@ -110,6 +150,7 @@ def run_cmd(plan_path: Path, record_dir: Path | None, ordinal: int, trials: int 
             exploratory=exploratory, trials=trials, argv=sys.argv[1:], progress=advance,
             sanitize=lambda tool, case, side, timeout: run_check(tool, loaded.path, case, side, timeout, ordinal),
             preflight=lambda side, cases: preflight(loaded.path, side, cases, ordinal),
+            libraries=libraries,
         )  # fmt: skip
     out.print(run_summary(outcome, folder))
     interrupted = any(t.status == "interrupted" for t in outcome.trials)

@@ -79,10 +79,16 @@ def parse(source: str) -> ast.expr:
     """Parse and vet an expression; raise ExprError for anything outside the whitelist."""
     if len(source) > MAX_SOURCE_CHARS:
         raise ExprError(f"expression longer than {MAX_SOURCE_CHARS} characters")
+    if not source.isascii():
+        # Python folds identifiers to NFKC, so 'Ｎ' would silently mean N: parameter names are
+        # ASCII (see the plan model), and an expression that only looks like another is refused.
+        raise ExprError(f"{source!r}: only ASCII characters are allowed in expressions")
     try:
         tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as exc:
         raise ExprError(f"not an expression: {source!r} ({exc.msg})") from None
+    except (ValueError, MemoryError, RecursionError) as exc:  # NUL bytes (Python 3.10), absurd nesting
+        raise ExprError(f"not an expression: {source!r} ({type(exc).__name__})") from None
     for node in ast.walk(tree):
         _vet(node)
     return tree.body
@@ -136,10 +142,15 @@ def evaluate_int(source: str | Number, params: Mapping[str, Number]) -> int:
 
 
 def _bounded(value: Number) -> Number:
+    if not isinstance(value, (int, float)):  # a negative number to a fractional power is complex
+        raise ExprError(f"result {value!r} is not a real number")
     if isinstance(value, float) and not math.isfinite(value):
         raise ExprError(f"result {value!r} is not finite")
     if abs(value) > MAX_MAGNITUDE:
-        raise ExprError(f"result {value:.3g} exceeds {MAX_MAGNITUDE:.3g}")
+        # an int beyond float range cannot be formatted with :g
+        big = isinstance(value, int) and abs(value) >= 2**1000
+        shown = f"about 2**{abs(value).bit_length() - 1}" if big else f"{value:.3g}"
+        raise ExprError(f"result {shown} exceeds {MAX_MAGNITUDE:.3g}")
     return value
 
 
@@ -150,7 +161,7 @@ def _eval(node: ast.expr, params: Mapping[str, Number]) -> Number:
         if node.id not in params:
             known = ", ".join(sorted(params)) or "none"
             raise ExprError(f"unknown name {node.id!r} (parameters: {known})")
-        return params[node.id]
+        return _bounded(params[node.id])
     if isinstance(node, ast.UnaryOp):
         value = _eval(node.operand, params)
         if isinstance(node.op, ast.USub):

@@ -49,6 +49,7 @@ def run_plan(
     progress: Callable[[int, str], None] | None = None,
     sanitize: Callable | None = None,
     preflight: Callable | None = None,
+    libraries: dict[str, Path] | None = None,
 ) -> RunOutcome:
     """Run the trials still planned for this device, then re-derive the record."""
     from qualify.record.assemble import write_record
@@ -69,7 +70,7 @@ def run_plan(
             skipped = f"the {loaded.plan.schedule.trials} planned trials on this device are complete"
         options = RunOptions(record_dir=record_dir, exploratory=exploratory, argv=argv or [],
                              progress=progress or (lambda n, what: None), sanitize=sanitize,
-                             preflight=preflight)  # fmt: skip
+                             preflight=preflight, libraries=libraries or {})  # fmt: skip
         for _ in range(max(wanted, 0)):
             trial = TrialRunner(loaded, device, telemetry, options).run()
             done.append(trial)

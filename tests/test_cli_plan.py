@@ -52,7 +52,11 @@ def test_protocols_exist():
 def test_protocol_passes_plan_check_for_every_architecture(plan, capsys):
     code, out, err = run_cli(["plan", "check", str(plan)], capsys)
     assert code == 0, err
-    loaded_archs = json.loads(plan.read_text())["hardware"]["architectures"]
+    data = json.loads(plan.read_text())
+    if data["arms"]["base"]["kind"] == "library":  # built elsewhere (nvcc); nothing to compile here
+        assert "digest" in out and "frozen  yes" in out
+        return
+    loaded_archs = data["hardware"]["architectures"]
     for arch in ("sm_89", "sm_90", "sm_120"):
         assert arch in loaded_archs
         assert arch in out

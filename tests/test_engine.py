@@ -64,9 +64,10 @@ def test_floor_and_warmup_come_before_timing_and_outside_the_blocking_kernel(tmp
     samples = [c for c in device.calls if c[0] == "sample"]
     assert all(c[1] == () and c[3] for c in samples[:100])  # the empty-window floor
     first_case = samples[100:]
-    warm = [c for c in first_case[:4]]
+    escape_checks, warm = first_case[:6], first_case[6:10]
+    assert [c[1] for c in escape_checks] == [("base",)] * 3 + [("candidate",)] * 3
     assert [c[1] for c in warm] == [("base",), ("base",), ("candidate",), ("candidate",)]
-    assert all(c[3] is False for c in warm)  # no blocking kernel during warm-up
+    assert all(c[3] is False for c in escape_checks + warm)  # no blocking kernel before timing
 
 
 def test_kernels_load_before_any_sample(tmp_path):

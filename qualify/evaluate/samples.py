@@ -85,10 +85,17 @@ def _parse_npy(data: bytes, name: str) -> np.ndarray:
     else:
         size, start = int.from_bytes(data[8:12], "little"), 12
     header = data[start : start + size].decode("latin1").replace("\x00", " ").strip()
-    meta = ast.literal_eval(header)
-    if not isinstance(meta, dict) or meta.get("fortran_order") or not isinstance(meta.get("shape"), tuple):
-        raise ValueError(f"{name}: unsupported .npy header {header!r}")
-    dtype = np.dtype(meta["descr"])
+    try:
+        meta = ast.literal_eval(header)
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+        raise ValueError(f"{name}: unreadable .npy header {header[:80]!r}") from None
+    if (not isinstance(meta, dict) or meta.get("fortran_order") or not isinstance(meta.get("shape"), tuple)
+            or not all(type(n) is int and 0 <= n < 2**40 for n in meta["shape"])):  # fmt: skip
+        raise ValueError(f"{name}: unsupported .npy header {header[:80]!r}")
+    try:
+        dtype = np.dtype(meta["descr"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{name}: unknown dtype {meta.get('descr')!r}") from None
     if dtype.hasobject:
         raise ValueError(f"{name}: object arrays are refused")
     count = int(np.prod(meta["shape"], dtype=np.int64))

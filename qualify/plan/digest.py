@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from qualify import strict_json
 from qualify.errors import FrozenInputChanged, PlanError
 from qualify.io import atomic_write_text
 from qualify.plan.files import PlanFiles
@@ -76,8 +77,10 @@ def read_lock(plan_path: Path) -> dict | None:
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = strict_json.parse(path.read_text(encoding="utf-8"))
+    except strict_json.JSONProblem as exc:
+        raise PlanError(f"unreadable lock file: {exc.message}", file=path, field=exc.field) from None
+    except (OSError, UnicodeDecodeError) as exc:
         raise PlanError(f"unreadable lock file: {exc}", file=path) from None
     if not isinstance(data, dict) or data.get("lock_version") != LOCK_VERSION:
         raise PlanError(f"not a version-{LOCK_VERSION} lock file", file=path, field="lock_version")

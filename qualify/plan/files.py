@@ -14,7 +14,7 @@ from pathlib import Path
 from qualify.errors import PlanError
 from qualify.plan.model import CudaArm, LibraryArm, Plan
 
-_LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+_INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"\n]+)"|<([^>\n]+)>)', re.MULTILINE)
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 MAX_INCLUDE_DEPTH = 32
 
@@ -48,9 +48,43 @@ def _resolve(plan_path: Path, root: Path, relative: str, field: str) -> Path:
     path = (plan_path.parent / relative).resolve()
     if not inside(root, path):
         raise PlanError(f"{relative!r} resolves outside the repository {root}", file=plan_path, field=field)
-    if not path.is_file():
+    if not path.exists():
         raise PlanError(f"{relative!r}: no such file", file=plan_path, field=field)
+    if not path.is_file():
+        raise PlanError(f"{relative!r} is not a regular file", file=plan_path, field=field)
     return path
+
+
+def _read_text(path: Path, plan_path: Path, field: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise PlanError(f"cannot read {path.name}: {exc.strerror}", file=plan_path, field=field) from None
+
+
+ELF_MAGIC = b"\x7fELF"
+ET_DYN = 3
+
+
+def shared_object_problem(path: Path) -> str | None:
+    """Why `path` is not an ELF shared object (None when it is one), read from its header alone.
+
+    A text file, an archive or an executable named .so would otherwise reach the dynamic loader
+    only at run time, on the GPU host, as an opaque dlopen error.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(18)
+    except OSError as exc:
+        return f"cannot read: {exc.strerror}"
+    if head[:4] != ELF_MAGIC:
+        return "not an ELF file"
+    if len(head) < 18 or head[5] not in (1, 2):
+        return "a truncated ELF header"
+    e_type = int.from_bytes(head[16:18], "little" if head[5] == 1 else "big")
+    if e_type != ET_DYN:
+        return f"an ELF file of type {e_type}, not a shared object (type {ET_DYN})"
+    return None
 
 
 def collect_files(plan: Plan, plan_path: Path) -> PlanFiles:
@@ -79,8 +113,12 @@ def collect_files(plan: Plan, plan_path: Path) -> PlanFiles:
             for path in local_includes(source, include_dirs, root, plan_path, f"arms.{side}.source"):
                 add(path)
             check_kernel_declared(source, arm.kernel, plan_path, f"arms.{side}.kernel", include_dirs)
-        elif isinstance(arm, LibraryArm):
-            add(_resolve(plan_path, root, arm.library, f"arms.{side}.library"))
+        elif isinstance(arm, LibraryArm) and arm.library is not None:
+            library = _resolve(plan_path, root, arm.library, f"arms.{side}.library")
+            problem = shared_object_problem(library)
+            if problem:
+                raise PlanError(f"{arm.library!r}: {problem}", file=plan_path, field=f"arms.{side}.library")
+            add(library)
     fid = plan.acceptance.fidelity
     if fid.golden is not None:
         add(_resolve(plan_path, root, fid.golden, "acceptance.fidelity.golden"))
@@ -91,11 +129,15 @@ def collect_files(plan: Plan, plan_path: Path) -> PlanFiles:
 
 
 def local_includes(source: Path, include_dirs, root: Path, plan_path: Path, field: str) -> list[Path]:
-    """The source and, transitively, every `#include "..."` found next to it or in include_dirs.
+    """The source and, transitively, every header it includes that resolves inside the repository.
 
-    Angle-bracket includes are toolkit headers; their versions are recorded as provenance instead.
-    A quoted include that resolves nowhere is left to the compiler (it may be a toolkit header).
+    The search follows NVRTC's, which qualify gives the source's folder and include_dirs as
+    include paths: `#include "..."` looks next to the including file, then in those paths;
+    `#include <...>` in those paths only. A header found there is frozen whichever brackets name
+    it; one found nowhere is a toolkit header (its version is recorded as provenance instead).
+    Each file is read once, so include cycles end.
     """
+    search = (source.parent, *include_dirs)
     seen: list[Path] = []
     stack = [(source, 0)]
     while stack:
@@ -105,9 +147,9 @@ def local_includes(source: Path, include_dirs, root: Path, plan_path: Path, fiel
         if depth > MAX_INCLUDE_DEPTH:
             raise PlanError(f"includes nest deeper than {MAX_INCLUDE_DEPTH}", file=plan_path, field=field)
         seen.append(path)
-        text = path.read_text(encoding="utf-8", errors="replace")
-        for name in _LOCAL_INCLUDE.findall(_COMMENTS.sub("", text)):
-            for folder in (path.parent, *include_dirs):
+        for quoted, angled in _INCLUDE.findall(_COMMENTS.sub("", _read_text(path, plan_path, field))):
+            name = quoted or angled
+            for folder in ((path.parent, *search) if quoted else search):
                 candidate = (folder / name).resolve()
                 if candidate.is_file():
                     if not inside(root, candidate):
@@ -130,6 +172,6 @@ def check_kernel_declared(source: Path, kernel: str, plan_path: Path, field: str
     pattern = re.compile(r"__global__[^;{}]*?\b" + re.escape(base) + r"\s*\(")
     root = repository_root(plan_path.resolve())
     for path in local_includes(source, list(include_dirs), root, plan_path, field):
-        if pattern.search(_COMMENTS.sub("", path.read_text(encoding="utf-8", errors="replace"))):
+        if pattern.search(_COMMENTS.sub("", _read_text(path, plan_path, field))):
             return
     raise PlanError(f"no __global__ function {base!r} in {source.name}", file=plan_path, field=field)

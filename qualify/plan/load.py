@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from qualify import strict_json
 from qualify.errors import PlanError
 from qualify.plan.checks import cross_check
 from qualify.plan.digest import Freeze, compute_freeze, read_lock
@@ -48,13 +49,11 @@ def read_plan_json(path: Path) -> dict:
     if not raw.strip():
         raise PlanError("empty file; expected a JSON plan", file=path)
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = strict_json.parse(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise PlanError("not UTF-8 text", file=path) from None
-    except json.JSONDecodeError as exc:
-        raise PlanError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", file=path) from None
-    except RecursionError:
-        raise PlanError("JSON nested too deeply", file=path) from None
+    except strict_json.JSONProblem as exc:
+        raise PlanError(exc.message, file=path, field=exc.field) from None
     if not isinstance(data, dict):
         raise PlanError(f"expected a JSON object, got {type(data).__name__}", file=path)
     return data

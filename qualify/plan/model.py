@@ -245,12 +245,18 @@ class CudaArm(Strict):
         for opt in value:
             if re.match(r"^(-arch|--gpu-architecture|-I|--include-path)", opt):
                 raise ValueError(f"{opt!r}: set architectures and include_dirs in their fields")
+            if re.match(r"^(-include|--pre-include)", opt):
+                # NVRTC would read that header from anywhere on the host, outside the lock
+                raise ValueError(f"{opt!r}: a pre-included header is not frozen; #include it in the source")
         return value
 
 
 class LibraryArm(Strict):
     kind: Literal["library"]
-    library: str = Field(description="Shared library, relative to the plan file.")
+    library: str | None = Field(
+        default=None,
+        description="Shared library, relative to the plan file; None: given to `qualify compare`.",
+    )
     symbol: Identifier = Field(description="Exported C entry point; it returns an int status.")
     signature: list[Literal["ptr", "i32", "u32", "i64", "u64", "f32", "f64"]] = Field(
         description="C types of the entry point's arguments before the trailing stream."
@@ -260,6 +266,9 @@ class LibraryArm(Strict):
         default=None, description="A function returning an int ABI version that must match."
     )
     abi_version: int | None = None
+    error_symbol: Identifier | None = Field(
+        default=None, description="A function mapping a status code to a message (const char*)."
+    )
 
 
 Arm = Annotated[Union[CudaArm, LibraryArm], Field(discriminator="kind")]

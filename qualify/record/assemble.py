@@ -34,20 +34,26 @@ def load_record_plan(folder: Path) -> tuple[Plan, dict]:
     return plan, lock
 
 
-def plan_mismatch(plan: Plan, lock: dict) -> str | None:
-    """Why the plan no longer matches its lock (it was edited after the run), or None."""
+def plan_mismatch(plan: Plan, lock: dict) -> tuple[str, str] | None:
+    """(file, why) when the plan no longer matches its lock, or None.
+
+    The plan edited after the run shows in its own sha256; a lock whose digest alone was
+    changed names the lock instead.
+    """
     now = freeze_from_hashes(plan, lock["files"])
-    if now.plan_sha256 != lock["plan_sha256"] or now.digest != lock["digest"]:
-        return f"its digest is {now.digest[:16]}…, the lock says {lock['digest'][:16]}…: edited after freezing"
+    if now.plan_sha256 != lock["plan_sha256"]:
+        return PLAN_FILE, f"its digest is {now.digest[:16]}…, the lock says {lock['digest'][:16]}…: edited after freezing"
+    if now.digest != lock["digest"]:
+        return LOCK_FILE, f"digest {lock['digest'][:16]}… is not {now.digest[:16]}…, the digest of its plan and files"
     return None
 
 
 def read_record_plan(folder: Path) -> tuple[Plan, dict]:
-    """The record's plan and lock; refuses a plan edited after freezing."""
+    """The record's plan and lock; refuses a plan or lock changed after freezing (exit 3)."""
     plan, lock = load_record_plan(folder)
-    problem = plan_mismatch(plan, lock)
-    if problem:
-        raise PlanError(problem, file=Path(folder) / PLAN_FILE)
+    mismatch = plan_mismatch(plan, lock)
+    if mismatch:
+        raise FrozenInputChanged(mismatch[1], file=Path(folder) / mismatch[0])
     return plan, lock
 
 

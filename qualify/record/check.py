@@ -140,12 +140,10 @@ def check_record(folder: Path) -> list[str]:
     problems = []
     mismatch = plan_mismatch(plan, lock)
     if mismatch:
-        problems.append(f"{PLAN_FILE}: {mismatch}")
-    trials = record.trials()
-    for path, trial in zip(_trial_paths(record), trials):
-        if path.name != record.trial_path(trial.index).name:
-            problems.append(f"trials/{path.name}: holds trial {trial.index}")
-            continue
+        problems.append(": ".join(mismatch))
+    record.ledger()  # a damaged ledger (a line cut short, an edited event) raises, naming its line
+    trials = record.trials()  # each file holds the trial its name says, or this raises
+    for trial in trials:
         problems.extend(_trial_problems(record, trial, plan, lock))
 
     results = record.results()
@@ -170,13 +168,6 @@ def check_record(folder: Path) -> list[str]:
     # to: a results.json edited to match an edited README must not make the pair pass.
     problems.extend(_readme_problem(folder, render_readme(derive_results(plan, lock, trials), plan)))
     return problems
-
-
-def _trial_paths(record: Record) -> list[Path]:
-    folder = record.folder / "trials"
-    if not folder.exists():
-        return []
-    return sorted(folder.glob("trial-*.json"), key=lambda p: int(p.stem.split("-")[1]))
 
 
 def rebuild_record(folder: Path) -> Results:

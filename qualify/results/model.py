@@ -111,6 +111,18 @@ class CaseTrial(Model):
     parity: list[BufferParity]
     deterministic: dict[Side, bool]
     timed_outputs_match: bool = Field(description="outputs of timed launches equal the checked ones")
+    stream_escape_ns: dict[Side, float] = Field(
+        default_factory=dict,
+        description="host wait for device idle after qualify's stream finished one call; large "
+        "values mean work escaped the stream (an entry point launching on a stream of its own)",
+    )
+
+
+class LibraryInfo(Model):
+    path: str
+    sha256: str
+    symbol: str
+    abi_version: int | None
 
 
 class ControlResult(Model):
@@ -154,6 +166,9 @@ class Trial(Model):
     controls: list[ControlResult]
     sanitizer: list[SanitizerResult]
     failures: list[Failure]
+    libraries: dict[Side, LibraryInfo] = Field(
+        default_factory=dict, description="shared-library arms: the builds actually compared"
+    )
     samples_file: str = Field(description="raw samples (.npz), relative to the record folder")
     samples_sha256: str
 

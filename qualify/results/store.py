@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from qualify import strict_json
 from qualify.errors import FrozenInputChanged, PlanError
 from qualify.io import atomic_write_text
 from qualify.results.model import RESULTS_VERSION, Results, Trial
@@ -56,24 +57,37 @@ class Record:
     def ledger(self) -> list[dict]:
         if not self.ledger_path.exists():
             return []
+        try:
+            text = self.ledger_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PlanError(f"unreadable ledger: {exc}", file=self.ledger_path) from None
         events = []
-        for n, line in enumerate(self.ledger_path.read_text(encoding="utf-8").splitlines(), 1):
+        # A line cut short by a crash is refused, not skipped: the ledger is what counts trials
+        # against the budget, and a guess about what the lost event said could undercount them.
+        for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                raise PlanError(f"line {n} is not JSON; the ledger was damaged", file=self.ledger_path) from None
-            if not isinstance(event, dict) or "event" not in event or "trial" not in event:
-                raise PlanError(f"line {n} is not a ledger event", file=self.ledger_path)
+                event = strict_json.parse(line)
+            except strict_json.JSONProblem as exc:
+                raise PlanError(f"line {n} is not JSON ({exc.message}); the ledger was damaged",
+                                file=self.ledger_path) from None  # fmt: skip
+            if not (isinstance(event, dict) and isinstance(event.get("event"), str)
+                    and type(event.get("trial")) is int and event["trial"] >= 1):  # fmt: skip
+                raise PlanError(f"line {n} is not a ledger event (an 'event' name and a 'trial' number)",
+                                file=self.ledger_path)  # fmt: skip
             events.append(event)
         return events
 
     def append(self, event: dict) -> None:
         """Append one event and fsync: the ledger is the part of a record that must survive."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        line = json.dumps({**event, "at": now_iso()}, sort_keys=True) + "\n"
-        with open(self.ledger_path, "a", encoding="utf-8") as f:
+        line = (json.dumps({**event, "at": now_iso()}, sort_keys=True, allow_nan=False) + "\n").encode()
+        with open(self.ledger_path, "a+b") as f:  # O_APPEND: the line goes at the end in one write
+            if f.seek(0, os.SEEK_END) > 0:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":  # the last append was cut short: this event must not join it
+                    raise PlanError("the last line is incomplete; the ledger was damaged", file=self.ledger_path)
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
@@ -143,7 +157,10 @@ class Record:
         paths = [p for p in folder.glob("trial-*.json") if p.stem[6:].isdigit()] if folder.exists() else []
         paths.sort(key=lambda p: int(p.stem[6:]))
         for path in paths:
-            out.append(load_model(Trial, path))
+            trial = load_model(Trial, path)
+            if path.name != self.trial_path(trial.index).name:  # trial-01.json, or a renamed file
+                raise PlanError(f"holds trial {trial.index}; its name says otherwise", file=path, field="index")
+            out.append(trial)
         return out
 
     def write_results(self, results: Results) -> None:
@@ -162,10 +179,12 @@ def load_model(model, path: Path):
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanError(f"unreadable: {exc}", file=path) from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PlanError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", file=path) from None
-    version = data.get("results_version") if isinstance(data, dict) else None
+        data = strict_json.parse(text)
+    except strict_json.JSONProblem as exc:
+        raise PlanError(exc.message, file=path, field=exc.field) from None
+    if not isinstance(data, dict):
+        raise PlanError(f"expected a JSON object, got {type(data).__name__}", file=path)
+    version = data.get("results_version")
     if model is Results and version != RESULTS_VERSION:
         raise PlanError(f"results_version {version!r} is not {RESULTS_VERSION}; this qualify cannot read it",
                         file=path, field="results_version")  # fmt: skip

@@ -31,6 +31,10 @@ class ArmExec:
 
     def enqueue(self, device, iterations: int = 1) -> None:
         launch = self.resolved.launch
+        if launch is None:  # a shared-library entry point: it queues its own work on our stream
+            for _ in range(iterations):
+                self.kernel.call(self.args, device.stream_handle)
+            return
         for _ in range(iterations):
             device.launch(self.kernel, launch.grid, launch.block, launch.shared_bytes, self.args)
 

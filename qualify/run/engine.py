@@ -23,11 +23,11 @@ from qualify.evaluate.samples import TrialSamples
 from qualify.evaluate.stats import ci_half_width_pct
 from qualify.evaluate.summarize import floor_ns, has_series, pair_stats, timing_summary
 from qualify.evaluate.verdict import fidelity_passes
-from qualify.plan.digest import sha256_bytes
+from qualify.plan.digest import sha256_bytes, sha256_file
 from qualify.plan.load import LoadedPlan
-from qualify.plan.model import CudaArm
+from qualify.plan.model import CudaArm, LibraryArm
 from qualify.plan.resolve import ResolvedCase
-from qualify.results.model import CaseTrial, ControlResult, Failure, Trial
+from qualify.results.model import CaseTrial, ControlResult, Failure, LibraryInfo, Trial
 from qualify.results.store import Record, now_iso
 from qualify.run import inputs as input_gen
 from qualify.run import provenance
@@ -35,9 +35,13 @@ from qualify.run.arms import ArmExec
 from qualify.run.controls import mutate
 from qualify.run.device import KernelFault, device_matches
 from qualify.run.fidelity import compare
+from qualify.run.library import EntryPointFailed, LibraryEntry, load_library
 from qualify.run.schedule import AA, MAIN, block_halves
 
 FLOOR_SAMPLES = 100
+# A device-wide sync right after the stream's stop event returns in microseconds; a wait beyond
+# this means work was still running elsewhere on the device.
+ESCAPE_MIN_NS = 50_000.0
 SIDES = ("base", "candidate")
 
 
@@ -55,6 +59,8 @@ class RunOptions:
     sanitize: Callable | None = None
     # (side, case ids) -> [isolation.CaseOutcome]: each arm's cases run first in child workers
     preflight: Callable | None = None
+    # shared-library arms: the builds named on `qualify compare`'s command line, by side
+    libraries: dict[str, Path] = field(default_factory=dict)
 
 
 @dataclass
@@ -67,6 +73,7 @@ class _CaseFacts:
     parity: list
     deterministic: dict
     timed_outputs_match: bool = True
+    stream_escape_ns: dict = field(default_factory=dict)
 
 
 def samples_per_trial(loaded: LoadedPlan) -> int:
@@ -88,6 +95,7 @@ class TrialRunner:
         self.facts: list[_CaseFacts] = []
         self.controls: list[ControlResult] = []
         self.sanitizer: list = []
+        self.libraries: dict[str, LibraryInfo] = {}
         self.kernels: dict[str, object] = {}
         self.control_kernels: dict[str, object] = {}
         self.started = time.monotonic()
@@ -120,6 +128,7 @@ class TrialRunner:
                 f"{info.name} {info.uuid} (failed and interrupted ones count)",
                 file=self.record.folder,
             )
+        self._check_library_binding()
         index = self.record.next_trial_index()
         self.record.append({"event": "trial_started", "trial": index, "digest": self.loaded.digest,
                             "device_uuid": info.uuid, "device": info.name})  # fmt: skip
@@ -154,6 +163,9 @@ class TrialRunner:
         except KeyboardInterrupt:
             status = "interrupted"
             self.failures.append(Failure(kind="interrupted", message="interrupted (SIGINT or SIGTERM)"))
+        except EntryPointFailed as exc:
+            status = "failed"
+            self.failures.append(Failure(kind="fault", case=self._case, side=self._side, message=exc.message))
         except KernelFault as exc:
             status = "failed"
             self.failures.append(Failure(kind="fault", case=self._case, side=self._side, message=exc.message))
@@ -172,9 +184,10 @@ class TrialRunner:
         arch = self.device.info.arch
         for side in SIDES:
             arm = self.plan.arm(side)
-            if not isinstance(arm, CudaArm):
-                raise DeviceError("shared-library arms run through `qualify compare`")
             self._side = side
+            if isinstance(arm, LibraryArm):
+                self.kernels[side] = self._load_library(side, arm)
+                continue
             compiled = compile_kernel(kernel_spec(self.loaded, side, arch))
             smem = max(c.arms[side].launch.shared_bytes for c in self.loaded.cases)
             self.kernels[side] = self.device.load_kernel(side, compiled, smem)
@@ -187,6 +200,8 @@ class TrialRunner:
         bad: set[str] = set()
         kinds = {"fault": "fault", "timeout": "timeout", "error": "error"}
         for side in SIDES:
+            if not isinstance(self.plan.arm(side), CudaArm):
+                continue  # an entry point is called in-process (isolation for libraries: not yet)
             for outcome in self.options.preflight(side, [c.id for c in self.loaded.cases]):
                 if outcome.status != "ok":
                     bad.add(outcome.case)
@@ -207,6 +222,8 @@ class TrialRunner:
         for check in checks:
             for cid in check.cases:
                 for side in SIDES:
+                    if not isinstance(self.plan.arm(side), CudaArm):
+                        continue  # reported as "not run" for library arms
                     self._case, self._side = cid, side
                     result = self.options.sanitize(check.tool, cid, side, check.timeout_seconds)
                     self.sanitizer.append(result)
@@ -214,6 +231,38 @@ class TrialRunner:
                     if result.status != "clean" and fail_fast:
                         return
         self._case = self._side = None
+
+    def _load_library(self, side: str, arm: LibraryArm) -> LibraryEntry:
+        path = self._library_path(side)
+        if path is None:
+            raise UsageError(f"the {side} arm names no library: give it to `qualify compare`",
+                             file=self.loaded.path, field=f"arms.{side}.library")  # fmt: skip
+        entry = load_library(side, Path(path), arm, f"arms.{side}.library")
+        self.libraries[side] = LibraryInfo(path=str(path), sha256=entry.sha256, symbol=arm.symbol,
+                                           abi_version=entry.abi_version)  # fmt: skip
+        return entry
+
+    def _library_path(self, side: str) -> Path | None:
+        arm = self.plan.arm(side)
+        if not isinstance(arm, LibraryArm):
+            return None
+        given = self.options.libraries.get(side)
+        if given is not None:
+            return Path(given)
+        return None if arm.library is None else self.loaded.path.parent / arm.library
+
+    def _check_library_binding(self) -> None:
+        """A record compares one pair of builds: another build is refused before the ledger moves."""
+        for side in SIDES:
+            path = self._library_path(side)
+            if path is None or not path.is_file():
+                continue
+            digest = sha256_file(path)
+            for t in self.record.trials():
+                info = t.libraries.get(side)
+                if info is not None and info.sha256 != digest:
+                    raise FrozenInputChanged(f"the record's trials compared another {side} library; "
+                                             "a different build needs a new record", file=path)  # fmt: skip
 
     def _over_time(self) -> bool:
         return time.monotonic() - self.started > self.plan.budget.max_wall_seconds
@@ -251,6 +300,7 @@ class TrialRunner:
         resources = {
             side: dev.resources(ex.kernel, ex.resolved.launch.threads_per_block, ex.resolved.launch.shared_bytes)
             for side, ex in execs.items()
+            if ex.resolved.launch is not None
         }
         reference, deterministic = {}, {}
         for side, ex in execs.items():
@@ -262,6 +312,12 @@ class TrialRunner:
         dtypes = {b.name: b.dtype for b in case.arms["base"].buffers}
         parity = [compare(n, dtypes[n], reference["base"][n], reference["candidate"][n]) for n in execs["base"].outputs]
         facts = _CaseFacts(case.id, hashes, resources, parity, deterministic)
+        facts.stream_escape_ns = {side: self._escape_wait(ex) for side, ex in execs.items()}
+        for side, waited in facts.stream_escape_ns.items():
+            if waited > ESCAPE_MIN_NS:
+                self.failures.append(Failure(kind="fault", case=case.id, side=side, message=(
+                    f"work escaped qualify's stream: the device stayed busy {waited / 1e3:.1f} µs after "
+                    "the stream finished (an entry point launching on a stream of its own?)")))  # fmt: skip
         self.facts.append(facts)
         self._run_controls(case, execs, host_inputs, reference["base"], dtypes)
         fail_fast = set(plan.stop.fail_fast)
@@ -274,6 +330,22 @@ class TrialRunner:
         if ok and plan.controls.aa:
             ok = self._abba(case, {"base": execs["base"]}, reference, facts, AA)
         return ok
+
+    def _escape_wait(self, ex: ArmExec) -> float:
+        """Nanoseconds the device stays busy after qualify's stream has finished one call.
+
+        Events on qualify's stream time only the work queued there; work an entry point sends to
+        another stream escapes them and would look free. A device-wide synchronisation after the
+        stop event shows it: the median of three calls waits for any such work.
+        """
+        waits = []
+        for _ in range(3):
+            self.device.synchronize()
+            self.device.time_sample(lambda: ex.enqueue(self.device), cold=False, block_stream=False)
+            start = time.perf_counter_ns()
+            self.device.check_idle()
+            waits.append(time.perf_counter_ns() - start)
+        return float(sorted(waits)[1])
 
     def _run_controls(self, case, execs, host_inputs, base_ref, dtypes) -> None:
         cand = execs["candidate"]
@@ -378,7 +450,7 @@ class TrialRunner:
                 timing={s: timing_summary(arrays, f.case, s, floor, iterations) for s in SIDES},
                 stats=pair_stats(arrays, f.case, "base", "candidate", floor, iterations),
                 aa=aa, parity=f.parity, deterministic=f.deterministic,
-                timed_outputs_match=f.timed_outputs_match,
+                timed_outputs_match=f.timed_outputs_match, stream_escape_ns=f.stream_escape_ns,
             ))  # fmt: skip
         trial = Trial(
             index=index,
@@ -399,6 +471,7 @@ class TrialRunner:
             cases=cases,
             controls=self.controls,
             sanitizer=self.sanitizer,
+            libraries=self.libraries,
             failures=self.failures,
             samples_file=self.record.samples_path(index).relative_to(self.record.folder).as_posix(),
             samples_sha256=sha256_bytes(data),

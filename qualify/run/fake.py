@@ -33,20 +33,22 @@ class FakeKernel:
 
 
 class _Memory:
+    """Host buffers at real addresses, so a CPU-only shared library can read and write them the
+    way an entry point reads and writes device memory."""
+
     def __init__(self) -> None:
-        self.blocks: dict[int, bytearray] = {}
-        self.next_ptr = 0x7F00_0000_0000
+        self.blocks: dict[int, np.ndarray] = {}
 
     def alloc(self, nbytes: int) -> int:
-        ptr = self.next_ptr
-        self.blocks[ptr] = bytearray(max(nbytes, 1))
-        self.next_ptr += (max(nbytes, 1) + 255) // 256 * 256 + 256
+        block = np.zeros(max(nbytes, 1), dtype=np.uint8)
+        ptr = block.ctypes.data
+        self.blocks[ptr] = block
         return ptr
 
     def view(self, ptr: int, nbytes: int) -> np.ndarray:
         for base, block in self.blocks.items():
-            if base <= ptr and ptr + nbytes <= base + len(block):
-                return np.frombuffer(block, dtype=np.uint8)[ptr - base : ptr - base + nbytes]
+            if base <= ptr and ptr + nbytes <= base + block.size:
+                return block[ptr - base : ptr - base + nbytes]
         raise KernelFault(f"illegal address {ptr:#x} (+{nbytes})", 700)
 
 
@@ -59,6 +61,7 @@ class FakeDevice:
         seed: int = 0,
         info: DeviceInfo = FAKE_INFO,
         floor_ns: float = 1300.0,
+        busy_after_ns: float = 0.0,
     ):
         self.info = info
         self.kernels = kernels
@@ -66,6 +69,7 @@ class FakeDevice:
         self.noise = noise
         self.rng = np.random.default_rng(seed)
         self.floor = floor_ns
+        self.busy_after_ns = busy_after_ns  # simulates work that escaped the stream
         self.memory = _Memory()
         self.calls: list[tuple] = []
         self.stream_handle = 0xF00D
@@ -118,7 +122,10 @@ class FakeDevice:
         pass
 
     def check_idle(self) -> None:
-        pass
+        if self.busy_after_ns:
+            import time
+
+            time.sleep(self.busy_after_ns / 1e9)
 
     def time_sample(self, enqueue, cold: bool, block_stream: bool = True) -> float:
         self._in_sample = []

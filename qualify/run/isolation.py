@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CASE_TIMEOUT_S = 60.0  # a single launch of a plan's case never takes a minute; a hang does
+STARTUP_TIMEOUT_S = 120.0  # interpreter start, NVRTC build and module load before the first case
 
 
 @dataclass(frozen=True)
@@ -34,25 +36,48 @@ def worker_command(plan: Path, side: str, cases: list[str], ordinal: int) -> lis
     return cmd
 
 
-def _run_worker(cmd: list[str], timeout: float) -> tuple[list[dict], bool, str]:
-    """Events the worker printed, whether it was killed for a timeout, and its stderr tail."""
+def _run_worker(cmd: list[str], startup_timeout: float, case_timeout: float) -> tuple[list[dict], bool, str]:
+    """Events the worker printed, whether it was killed for a hang, and its last stderr line.
+
+    The clock restarts at every event: the worker has `startup_timeout` to build and reach its
+    first case, then `case_timeout` from each case's start to its end.
+    """
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    events: list[dict] = []
+    killed = False
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + startup_timeout
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        stdout, stderr, killed = done.stdout, done.stderr, False
-    except subprocess.TimeoutExpired as exc:
-        stdout = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        killed = True
-    events = []
-    for line in stdout.splitlines():
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                proc.kill()
+                killed = True
+                break
+            if not selector.select(timeout=min(left, 1.0)):
+                if proc.poll() is not None:
+                    break
+                continue
+            line = proc.stdout.readline()
+            if not line:
+                break
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(event, dict) and "event" in event:
+                events.append(event)
+                deadline = time.monotonic() + case_timeout
+    finally:
+        selector.close()
         try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(event, dict) and "event" in event:
-            events.append(event)
-    tail = stderr.strip().splitlines()
+            _, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, stderr = proc.communicate()
+    tail = (stderr or "").strip().splitlines()
     return events, killed, tail[-1] if tail else ""
 
 
@@ -62,10 +87,9 @@ def preflight(plan: Path, side: str, cases: list[str], ordinal: int = 0,
     outcomes: list[CaseOutcome] = []
     pending = list(cases)
     while pending:
-        # budget: start-up and build, plus the per-case timeout for each pending case
         started = time.monotonic()
         events, killed, stderr = run_worker(worker_command(plan, side, pending, ordinal),
-                                            30.0 + case_timeout * len(pending))  # fmt: skip
+                                            STARTUP_TIMEOUT_S, case_timeout)  # fmt: skip
         done = [e["case"] for e in events if e["event"] == "done"]
         outcomes += [CaseOutcome(c, side, "ok") for c in done]
         rest = pending[len(done):]
@@ -78,7 +102,8 @@ def preflight(plan: Path, side: str, cases: list[str], ordinal: int = 0,
         elif killed:
             waited = time.monotonic() - started
             outcomes.append(CaseOutcome(culprit, side, "timeout",
-                                        f"no progress after {waited:.0f} s: the launch hangs"))  # fmt: skip
+                                        f"no end {case_timeout:g} s after the launch started "
+                                        f"(worker killed after {waited:.0f} s): the launch hangs"))  # fmt: skip
         else:
             message = last.get("message") or stderr or "the worker exited without a report"
             if last.get("event") == "error" and last.get("case") is None:

@@ -10,7 +10,7 @@ when no GPU is present).
 | endless loop               | isolated worker: timeout, trial goes on    |
 | one wrong element          | byte parity (first difference named)       |
 | output left unwritten      | poisoned outputs + byte parity             |
-| work on another stream     | tests/gpu/test_compare.py (library arms)   |
+| work on another stream     | tests/gpu/test_compare_gpu.py (library arms)   |
 """
 
 from __future__ import annotations

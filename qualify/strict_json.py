@@ -1,0 +1,75 @@
+"""Parse JSON that a person may have written or edited: plans, locks, records, ledger lines.
+
+Python's `json` accepts what none of these files may hold, and fails in ways other than
+JSONDecodeError on hostile input:
+
+- `NaN`, `Infinity` and numbers such as `1e400` that overflow to infinity (a NaN bound passes
+  every comparison, and the digest's canonical JSON cannot even encode it);
+- a key given twice in one object, where the last silently wins, so the file says two things;
+- nesting deeper than the interpreter's recursion limit (RecursionError) and integers longer
+  than its digit limit (a bare ValueError).
+
+`parse` turns each of these into one JSONProblem with the field path where there is one;
+callers add the file (and, for the ledger, the line).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+
+class JSONProblem(ValueError):
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class _RepeatedKey(dict):
+    """An object in which `key` appeared more than once (raised on after parsing, with its path)."""
+
+    key: str
+
+
+def _object(pairs: list[tuple[str, object]]) -> dict:
+    out = dict(pairs)
+    if len(out) == len(pairs):
+        return out
+    seen: set[str] = set()
+    repeated = next(k for k, _ in pairs if k in seen or seen.add(k))
+    marked = _RepeatedKey(out)
+    marked.key = repeated
+    return marked
+
+
+def parse(text: str) -> object:
+    try:
+        data = json.loads(text, object_pairs_hook=_object)
+    except json.JSONDecodeError as exc:
+        raise JSONProblem(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise JSONProblem("JSON nested too deeply") from None
+    except ValueError as exc:  # an integer beyond sys.get_int_max_str_digits()
+        raise JSONProblem(f"invalid JSON: {exc}") from None
+    _refuse_ambiguous(data)
+    return data
+
+
+def _refuse_ambiguous(data: object) -> None:
+    """Raise on the first repeated key or non-finite number, in document order.
+
+    Iterative: a document just under json's own nesting limit must not overflow the stack here.
+    """
+    stack: list[tuple[str, object]] = [("", data)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, _RepeatedKey):
+            where = f"{path}.{node.key}" if path else node.key
+            raise JSONProblem("key given twice in one object (JSON would keep only the last)", where)
+        if isinstance(node, float) and not math.isfinite(node):
+            raise JSONProblem(f"{node!r} is not a finite number", path or "(top level)")
+        if isinstance(node, dict):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(node))))
