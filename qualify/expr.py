@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import warnings
 from collections.abc import Mapping
 from functools import lru_cache
 
@@ -84,7 +85,11 @@ def parse(source: str) -> ast.expr:
         # ASCII (see the plan model), and an expression that only looks like another is refused.
         raise ExprError(f"{source!r}: only ASCII characters are allowed in expressions")
     try:
-        tree = ast.parse(source.strip(), mode="eval")
+        with warnings.catch_warnings():
+            # '3if N else 4' parses with a SyntaxWarning printed to stderr, and is to become an
+            # error in a later Python: refuse it now, and never print from here
+            warnings.simplefilter("error")
+            tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as exc:
         raise ExprError(f"not an expression: {source!r} ({exc.msg})") from None
     except (ValueError, MemoryError, RecursionError) as exc:  # NUL bytes (Python 3.10), absurd nesting

@@ -43,6 +43,14 @@ def _object(pairs: list[tuple[str, object]]) -> dict:
     return marked
 
 
+def join_field(path: str, key: object) -> str:
+    """`a.b` + `c` -> `a.b.c`; a key that is no plain name is quoted (`a["two words\\n"]`), so a
+    field path stays on one line and cannot pass for another path."""
+    if isinstance(key, str) and key.isidentifier() and key.isascii():
+        return f"{path}.{key}" if path else key
+    return f"{path}[{json.dumps(key)}]"
+
+
 def parse(text: str) -> object:
     try:
         data = json.loads(text, object_pairs_hook=_object)
@@ -65,11 +73,10 @@ def _refuse_ambiguous(data: object) -> None:
     while stack:
         path, node = stack.pop()
         if isinstance(node, _RepeatedKey):
-            where = f"{path}.{node.key}" if path else node.key
-            raise JSONProblem("key given twice in one object (JSON would keep only the last)", where)
+            raise JSONProblem("key given twice in one object (JSON would keep only the last)", join_field(path, node.key))
         if isinstance(node, float) and not math.isfinite(node):
             raise JSONProblem(f"{node!r} is not a finite number", path or "(top level)")
         if isinstance(node, dict):
-            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in reversed(node.items()))
+            stack.extend((join_field(path, k), v) for k, v in reversed(node.items()))
         elif isinstance(node, list):
             stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(node))))

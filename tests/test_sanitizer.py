@@ -40,8 +40,9 @@ NO_SUMMARY = "Traceback (most recent call last):\n  ImportError: qualify\n"
         ("memcheck", 0, "{\"event\": \"done\"}\n", "error", None),  # no summary line: not clean
         ("memcheck", None, "", "timeout", None),
         ("memcheck", 3, '{"event": "fault", "code": 700}\n========= ERROR SUMMARY: 0 errors', "fault", 0),
+        ("memcheck", sanitizer.FINDINGS_EXIT, OOB + '{"event": "fault", "code": 719}\n', "findings", 1),
     ],
-    ids=["clean", "oob", "race", "oob-rc0", "crash", "no-summary", "timeout", "fault"],
+    ids=["clean", "oob", "race", "oob-rc0", "crash", "no-summary", "timeout", "fault", "oob-aborts-kernel"],
 )
 def test_parse(tool, rc, output, status, errors):
     r = sanitizer.parse(tool, "T=640", "base", rc, output, 1.5)

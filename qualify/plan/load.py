@@ -117,13 +117,19 @@ def field_path(loc: tuple, data: object) -> str:
     """
     out = ""
     node = data
+    tagged = None  # the object whose discriminator tag was skipped
     for i, part in enumerate(loc):
         last = i == len(loc) - 1
+        if isinstance(node, dict) and node.get("kind") == part and tagged is not node:
+            # a discriminated union's tag is the object's own kind; it can also be a key of the
+            # object (a library arm's `library`), so the walk alone cannot tell them apart
+            tagged = node
+            continue
         if isinstance(part, int) and isinstance(node, list):
             out += f"[{part}]"
             node = node[part] if 0 <= part < len(node) else None
         elif isinstance(part, str) and isinstance(node, dict) and (part in node or last):
-            out += f".{part}" if out else part
+            out = strict_json.join_field(out, part)
             node = node.get(part)
         # anything else is a union tag ('cuda', 'int', 'function-after[...]'): skip it
     return out

@@ -64,10 +64,12 @@ def parse(tool: str, case: str, side: str, returncode: int | None, output: str, 
     worker_fault = '"event": "fault"' in output
     if returncode is None:
         status = "timeout"
+    elif returncode == FINDINGS_EXIT or (errors or 0) > 0:
+        # before "fault": memcheck aborts a kernel at its first bad access, so the worker also
+        # sees a launch failure; the finding is the cause, the fault its consequence
+        status = "findings"
     elif worker_fault:
         status = "fault"
-    elif returncode == FINDINGS_EXIT or (errors or 0) > 0:
-        status = "findings"
     elif returncode != 0 or errors is None:
         status = "error"  # the worker failed, or the tool printed no summary: not a clean bill
     else:
