@@ -30,3 +30,16 @@ def test_record_was_produced_on_a_planned_gpu(record):
     for trial in Record(record).trials():
         assert trial.provenance.planned and trial.provenance.device.uuid.startswith("GPU-")
         assert "fake" not in trial.provenance.device.name
+
+
+def test_readme_table_states_each_records_verdict():
+    """The top-level README summarises the records; its verdict words must be the records' own."""
+    import json
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    rows = re.findall(r"^\| `records/([^/`]+)/` \| [^|]+ \| ([a-z ]+?)[:|]", text, re.MULTILINE)
+    assert {name for name, _ in rows} == {p.name for p in RECORDS}
+    for name, stated in rows:
+        verdict = json.loads((ROOT / "records" / name / "results.json").read_text())["verdict"]["status"]
+        assert stated.strip() == verdict.replace("_", " "), (name, stated, verdict)

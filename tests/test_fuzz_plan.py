@@ -15,10 +15,11 @@ import json
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from plans import PLAN, make_repo
@@ -90,6 +91,7 @@ def assert_cli_answers(path: Path, outcome: str) -> None:
 
 @PROFILE
 @given(data=json_values)
+@example(data={**PLAN, "two\nlines": 1})  # the unknown field's path must stay on one line
 def test_any_json_value_loads_or_is_refused(repo, data):
     assert_cli_answers(repo, load_or_plan_error(repo, data))
 
@@ -152,8 +154,19 @@ def mutated_plans(draw):
     return plan
 
 
+def _planted(path: str, value) -> dict:
+    plan = copy.deepcopy(PLAN)
+    keys = path.split("/")
+    node = _parent(plan, [int(k) if k.isdigit() else k for k in keys])
+    node[int(keys[-1]) if keys[-1].isdigit() else keys[-1]] = value
+    return plan
+
+
 @PROFILE
 @given(plan=mutated_plans())
+@example(plan=_planted("acceptance/gates/0/min_speedup_pct", float("nan")))  # once an internal error
+@example(plan=_planted("workload/buffers/0/shape/0", "(N - 2 * N) ** 0.5"))  # once a complex size
+@example(plan=_planted("workload/params/BIG", 10**400))
 def test_mutated_plan_loads_or_is_refused(repo, plan):
     assert_cli_answers(repo, load_or_plan_error(repo, plan))
 
@@ -176,13 +189,18 @@ PARAMS = {"T": 512, "N": 1024, "BM": 64}
 
 @PROFILE
 @given(tokens=st.lists(st.sampled_from(TOKENS), max_size=40))
+@example(tokens=["(", "N", "-", "2", "*", "N", ")", "**", "0", ".", "5"])  # complex
+@example(tokens=["3", "if", " ", "N", " ", "else", " ", "4"])  # a SyntaxWarning on stderr
+@example(tokens=["(", "2", "**", "6", "2", ")", "**", "6", "4"])  # too large to format as a float
 def test_expressions_evaluate_to_a_bounded_number_or_raise_expr_error(tokens):
     source = "".join(tokens)
     start = time.perf_counter()
-    try:
-        value = expr.evaluate(source, PARAMS)
-    except expr.ExprError:
-        value = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the evaluator must not print, warnings included
+        try:
+            value = expr.evaluate(source, PARAMS)
+        except expr.ExprError:
+            value = None
     assert time.perf_counter() - start < 0.5, source
     if value is not None:
         assert type(value) in (int, float), (source, value)

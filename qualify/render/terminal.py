@@ -6,7 +6,6 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from qualify.build.resources import KernelResources
 from qualify.check import PlanCheck
 from qualify.plan.model import ARM_SIDES, CudaArm
 
@@ -65,10 +64,6 @@ def _cases_table(check: PlanCheck) -> Table:
     return table
 
 
-_NO_REPORT = KernelResources(registers=-1, stack_bytes=-1, spill_store_bytes=-1, spill_load_bytes=-1,
-                             static_shared_bytes=0, barriers=-1)  # fmt: skip
-
-
 def _resources_table(check: PlanCheck) -> Table:
     table = Table(title="compiled resources per kernel and architecture (ptxas)", title_justify="left")
     cols = ("arm", "arch", "regs", "spill st/ld B", "stack B", "static smem B",
@@ -76,19 +71,21 @@ def _resources_table(check: PlanCheck) -> Table:
     for col in cols:
         table.add_column(col, justify="left" if col in ("arm", "arch", "fits") else "right")
     for (side, arch), k in check.compiled.items():
-        r = k.resources or _NO_REPORT
+        r = k.resources
         rows = [f for f in check.fits if f.side == side and f.arch == arch]
         dyn = sorted({f.dynamic_shared_bytes for f in rows})
         dyn_text = f"{dyn[0]:,}" if len(dyn) == 1 else f"{dyn[0]:,}–{dyn[-1]:,}"
         misfits = [f.case for f in rows if not f.fits]
-        spills = f"{r.spill_store_bytes}/{r.spill_load_bytes}"
+        if r is None:  # ptxas printed no report for this kernel
+            figures = ["n/a"] * 4
+        else:
+            spills = f"{r.spill_store_bytes}/{r.spill_load_bytes}"
+            figures = [str(r.registers), Text(spills, style="red" if r.spill_store_bytes or r.spill_load_bytes else ""),
+                       str(r.stack_bytes), f"{r.static_shared_bytes:,}"]  # fmt: skip
         table.add_row(
             _arm_label(check, side),
             arch,
-            str(r.registers),
-            Text(spills, style="red" if r.spill_store_bytes or r.spill_load_bytes else ""),
-            str(r.stack_bytes),
-            f"{r.static_shared_bytes:,}",
+            *figures,
             dyn_text,
             f"{rows[0].limit_bytes:,}" if rows else "-",
             Text("all cases", style="green") if not misfits
