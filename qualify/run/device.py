@@ -20,6 +20,7 @@ from qualify.build.nvrtc import CompiledKernel, KernelSpec, compile_kernel
 from qualify.errors import DeviceError
 from qualify.plan.model import DeviceSpec
 from qualify.results.model import ArmResources, DeviceInfo
+from qualify.run.cabi import C_TYPES
 
 HELPERS = Path(__file__).with_name("helpers.cu")
 BLOCK_TIMEOUT_NS = 10_000_000_000  # a sample's launches must be queued within 10 s
@@ -29,15 +30,6 @@ STICKY = {700: "illegal address", 702: "launch timeout", 710: "device-side asser
           714: "hardware stack error", 715: "illegal instruction", 716: "misaligned address",
           717: "invalid address space", 718: "invalid pc", 719: "launch failure"}  # fmt: skip
 
-_CTYPES = {
-    "i32": ctypes.c_int32,
-    "u32": ctypes.c_uint32,
-    "i64": ctypes.c_int64,
-    "u64": ctypes.c_uint64,
-    "f32": ctypes.c_float,
-    "f64": ctypes.c_double,
-    "ptr": ctypes.c_uint64,
-}
 
 
 class KernelFault(DeviceError):
@@ -217,7 +209,7 @@ class CudaDevice:
         args: (ctype name, value) pairs; pointers as 'ptr'. The argument array is built here with
         ctypes and handed over by address: the driver copies the values at launch.
         """
-        values = [_CTYPES[kind](value) for kind, value in args]
+        values = [C_TYPES[kind](value) for kind, value in args]
         pointers = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
         target = self.stream if stream is None else self._driver.CUstream(stream)
         _check(self._driver.cuLaunchKernel(

@@ -15,19 +15,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from qualify.run.cabi import C_TYPES
 from qualify.errors import DeviceError, PlanError
 from qualify.plan.digest import sha256_file
 from qualify.plan.model import LibraryArm
 
-_CTYPES = {
-    "ptr": ctypes.c_void_p,
-    "i32": ctypes.c_int32,
-    "u32": ctypes.c_uint32,
-    "i64": ctypes.c_int64,
-    "u64": ctypes.c_uint64,
-    "f32": ctypes.c_float,
-    "f64": ctypes.c_double,
-}
 
 
 class EntryPointFailed(DeviceError):
@@ -85,7 +77,7 @@ def load_library(label: str, path: Path, arm: LibraryArm, field: str) -> Library
     except AttributeError:
         raise PlanError(f"the library exports no symbol {arm.symbol!r}", file=path, field=f"{field.rsplit('.', 1)[0]}.symbol") from None
     function.restype = ctypes.c_int
-    function.argtypes = [_CTYPES[t] for t in arm.signature] + [ctypes.c_void_p]
+    function.argtypes = [C_TYPES[t] for t in arm.signature] + [ctypes.c_void_p]
     abi = None
     if arm.abi_symbol is not None:
         try:
