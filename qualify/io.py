@@ -8,7 +8,9 @@ import tempfile
 from pathlib import Path
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, replace: bool = True) -> None:
+    """Write `path` whole or not at all. replace=False refuses an existing file (FileExistsError)
+    without a window between the check and the write: the file is linked in, never renamed over."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -18,7 +20,11 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # fails if path exists, atomically
+            os.unlink(tmp)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):  # never mask the failure that got us here
             os.unlink(tmp)
@@ -40,11 +46,19 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def _umask() -> int:
+def _read_umask() -> int:
+    # os.umask can only be read by setting it; done once, at import, before any thread writes.
     mask = os.umask(0)
     os.umask(mask)
     return mask
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+_UMASK = _read_umask()
+
+
+def _umask() -> int:
+    return _UMASK
+
+
+def atomic_write_text(path: Path, text: str, *, replace: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), replace=replace)

@@ -73,7 +73,8 @@ def _refuse_ambiguous(data: object) -> None:
     while stack:
         path, node = stack.pop()
         if isinstance(node, _RepeatedKey):
-            raise JSONProblem("key given twice in one object (JSON would keep only the last)", join_field(path, node.key))
+            where = join_field(path, node.key)
+            raise JSONProblem("key given twice in one object (JSON would keep only the last)", where)
         if isinstance(node, float) and not math.isfinite(node):
             raise JSONProblem(f"{node!r} is not a finite number", path or "(top level)")
         if isinstance(node, dict):

@@ -100,7 +100,7 @@ def test_library_errors_name_the_file_and_field(tmp_path, changes, field, fragme
 def test_not_a_library(tmp_path):
     bogus = tmp_path / "libnot.so"
     bogus.write_text("not an ELF file")
-    with pytest.raises(PlanError, match="cannot load as a shared library"):
+    with pytest.raises(PlanError, match="not a shared library: not an ELF file"):
         load_library("base", bogus, arm(), "arms.base.library")
 
 

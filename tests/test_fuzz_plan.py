@@ -29,7 +29,7 @@ from qualify.errors import PlanError
 from qualify.plan.load import load_plan
 
 settings.register_profile(
-    "ci", max_examples=150, deadline=None, derandomize=True, print_blob=True,
+    "ci", max_examples=150, deadline=None, derandomize=True, database=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )  # fmt: skip
 settings.register_profile("explore", max_examples=2_000, deadline=None)

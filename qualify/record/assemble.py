@@ -40,11 +40,12 @@ def plan_mismatch(plan: Plan, lock: dict) -> tuple[str, str] | None:
     The plan edited after the run shows in its own sha256; a lock whose digest alone was
     changed names the lock instead.
     """
-    now = freeze_from_hashes(plan, lock["files"])
-    if now.plan_sha256 != lock["plan_sha256"]:
-        return PLAN_FILE, f"its digest is {now.digest[:16]}…, the lock says {lock['digest'][:16]}…: edited after freezing"
-    if now.digest != lock["digest"]:
-        return LOCK_FILE, f"digest {lock['digest'][:16]}… is not {now.digest[:16]}…, the digest of its plan and files"
+    frozen = freeze_from_hashes(plan, lock["files"])
+    now, locked = frozen.digest, lock["digest"]
+    if frozen.plan_sha256 != lock["plan_sha256"]:
+        return PLAN_FILE, f"its digest is {now[:16]}…, the lock says {locked[:16]}…: edited after freezing"
+    if now != locked:
+        return LOCK_FILE, f"digest {locked[:16]}… is not {now[:16]}…, the digest of its plan and files"
     return None
 
 

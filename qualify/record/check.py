@@ -100,6 +100,8 @@ def _trial_problems(record: Record, trial: Trial, plan: Plan, lock: dict) -> lis
         return problems + [f"{where}: samples_file {trial.samples_file!r} lies outside the record"]
     if not samples.exists():
         return problems + [f"{where}: its raw samples {trial.samples_file} are missing"]
+    if not samples.is_file():
+        return problems + [f"{where}: its raw samples {trial.samples_file} are not a file"]
     digest = sha256_file(samples)
     if digest != trial.samples_sha256:
         # the samples are not the ones the trial was derived from: recomputing from them proves nothing

@@ -99,7 +99,10 @@ def merge_records(sources: list[Path], dest: Path) -> Results:
 
 def _copy_trial(source: Record, trial: Trial, out: Record, index: int) -> None:
     samples = source.folder / trial.samples_file
-    if not samples.exists():
+    if not samples.resolve().is_relative_to(source.folder.resolve()):  # as `report --check` refuses it
+        raise PlanError(f"trial {trial.index}'s samples_file {trial.samples_file!r} lies outside the record",
+                        file=source.trial_path(trial.index), field="samples_file")  # fmt: skip
+    if not samples.is_file():
         raise PlanError(f"trial {trial.index}'s raw samples {trial.samples_file} are missing", file=samples)
     if sha256_file(samples) != trial.samples_sha256:
         # never carry tampered evidence into a new record, where its origin would be harder to see

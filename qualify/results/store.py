@@ -147,9 +147,10 @@ class Record:
 
     def write_trial(self, trial: Trial) -> None:
         path = self.trial_path(trial.index)
-        if path.exists():
-            raise FrozenInputChanged("trial file exists; records are never overwritten", file=path)
-        atomic_write_text(path, trial.model_dump_json(indent=1) + "\n")
+        try:
+            atomic_write_text(path, trial.model_dump_json(indent=1) + "\n", replace=False)
+        except FileExistsError:
+            raise FrozenInputChanged("trial file exists; records are never overwritten", file=path) from None
 
     def trials(self) -> list[Trial]:
         out = []

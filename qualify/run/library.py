@@ -18,6 +18,7 @@ from pathlib import Path
 from qualify.run.cabi import C_TYPES
 from qualify.errors import DeviceError, PlanError
 from qualify.plan.digest import sha256_file
+from qualify.plan.files import shared_object_problem
 from qualify.plan.model import LibraryArm
 
 
@@ -59,6 +60,9 @@ def load_library(label: str, path: Path, arm: LibraryArm, field: str) -> Library
     path = Path(path)
     if not path.is_file():
         raise PlanError("no such library", file=path, field=field)
+    problem = shared_object_problem(path)
+    if problem:
+        raise PlanError(f"not a shared library: {problem}", file=path, field=field)
     real = os.path.realpath(path)
     load_from = Path(real)
     if real in _opened:
