@@ -39,7 +39,7 @@ MAX_THREADS_PER_BLOCK = 1024
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _check_expr(value: object) -> object:
