@@ -218,13 +218,3 @@ def test_buffers_are_freed(tmp_path):
     device = fake()
     run_trial(loaded, device, tmp_path)
     assert device.live_buffers == 0
-
-
-def test_graph_timing_is_refused_not_substituted(tmp_path):
-    from qualify.errors import UsageError
-
-    plan = small_plan()
-    plan["schedule"]["timing"] = "graph"
-    loaded = frozen(tmp_path, plan)
-    with pytest.raises(UsageError, match="schedule.timing|not implemented"):
-        run_trial(loaded, fake(), tmp_path)

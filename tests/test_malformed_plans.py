@@ -60,6 +60,7 @@ CASES = [
     ("unknown-buffer-key", _set("workload/buffers/0/stride", 4), "workload.buffers[0].stride", "unknown field"),
     ("wrong-type-trials", _set("schedule/trials", "two"), "schedule.trials", "integer"),
     ("boolean-as-integer", _set("schedule/trials", True), "schedule.trials", "integer"),
+    ("graph-timing", _set("schedule/timing", "graph"), "schedule.timing", "blocking-kernel"),
     ("wrong-type-cases", _set("workload/cases", {"N": 1}), "workload.cases", "list"),
     ("wrong-schema-version", _set("schema_version", 2), "schema_version", "1"),
     ("zero-samples", _set("schedule/samples_per_block", 0), "schedule.samples_per_block", "greater"),

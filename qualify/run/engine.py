@@ -104,13 +104,6 @@ class TrialRunner:
 
     def admit(self) -> tuple[int, bool]:
         info = self.device.info
-        if self.plan.schedule.timing != "blocking-kernel":
-            # Not silently substituted: the record states the timer boundary it was measured with.
-            raise UsageError(
-                f"timing mode {self.plan.schedule.timing!r} is not implemented by this qualify; "
-                "use 'blocking-kernel'",
-                file=self.loaded.path, field="schedule.timing",
-            )
         planned = device_matches(info, self.plan.hardware.devices)
         if not planned and not self.options.exploratory:
             raise DeviceError(
