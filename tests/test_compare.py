@@ -233,3 +233,15 @@ def test_signature_must_match_the_call(tmp_path, capsys):
     path = make_repo(tmp_path, plan)
     code, err = run_cli(["plan", "check", str(path)], capsys)
     assert code == 2 and "arms.candidate.signature[3]" in err
+
+
+def test_run_on_a_plan_whose_libraries_come_from_compare(tmp_path):
+    """`qualify run` on a compare plan: a usage error before the ledger moves."""
+    from qualify.errors import UsageError
+    from qualify.pipeline import load_frozen, run_plan
+    from qualify.run.fake import FakeDevice, FakeTelemetry
+
+    loaded = load_frozen(frozen_plan(tmp_path))
+    with pytest.raises(UsageError, match="give it to `qualify compare`"):
+        run_plan(loaded, tmp_path / "record", lambda: FakeDevice({}), lambda u: FakeTelemetry())
+    assert not (tmp_path / "record" / "ledger.jsonl").exists()

@@ -40,61 +40,33 @@ from qualify.results.model import (
 )
 from qualify.results.store import Record
 
+from plans import plan_copy
+
 GOLDEN = Path(__file__).parent / "golden" / "record-README.md"
 
-PLAN = {
-    "schema_version": 1,
-    "name": "vecwidth",
-    "hypothesis": "four-wide loads make the copy faster from 4096 elements up",
-    "independent_variable": "elements loaded per thread (1 against 4)",
-    "revisions": {"base": "vec1", "candidate": "vec4"},
-    "hardware": {
-        "devices": [
-            {"name": "NVIDIA H200*", "compute_capability": "9.0"},
-            {"name": "NVIDIA L40S", "compute_capability": "8.9"},
-            {"compute_capability": "12.0"},
-        ],
-        "architectures": ["sm_89", "sm_90", "sm_120"],
-    },
-    "arms": {
-        "base": {"kind": "cuda", "source": "../../kernels/k.cu", "kernel": "axpy<1>", "params": {"VEC": 1}},
-        "candidate": {"kind": "cuda", "source": "../../kernels/k.cu", "kernel": "axpy<4>", "params": {"VEC": 4}},
-    },
-    "workload": {
-        "params": {"THREADS": 256},
-        "cases": [{"N": 1024}, {"N": 4096}],
-        "buffers": [
-            {"name": "x", "dtype": "f32", "shape": ["N"], "role": "input", "init": {"kind": "normal"}},
-            {"name": "y", "dtype": "f32", "shape": ["N"], "role": "input", "init": {"kind": "zeros"}},
-            {"name": "out", "dtype": "f32", "shape": ["N"], "role": "output"},
-        ],
-        "launch": {
-            "grid": ["cdiv(N, THREADS * VEC)"],
-            "block": ["THREADS"],
-            "args": [
-                {"kind": "buffer", "name": "x"},
-                {"kind": "buffer", "name": "y"},
-                {"kind": "buffer", "name": "out"},
-                {"kind": "f32", "value": 0.5},
-                {"kind": "i64", "value": "N"},
-            ],
-        },
-    },
-    "seeds": {"base": 7},
-    "schedule": {"warmup": 3, "iterations_per_sample": 2, "samples_per_block": 3, "blocks": 4, "trials": 2},
-    "budget": {"max_trials": 3, "max_samples": 100, "max_wall_seconds": 60},
-    "acceptance": {
-        "gates": [
-            {"name": "faster", "where": "N >= 4096", "min_speedup_pct": 1.0},
-            {"name": "no_regression", "max_regression_pct": 2.0, "every_trial": False},
-        ],
-        "sanitizer": [{"tool": "memcheck", "cases": ["N=1024"]}, {"tool": "racecheck", "cases": ["N=1024"]}],
-    },
-    "controls": {
-        "negative": [
-            {"kind": "input", "name": "flip", "buffer": "x", "mutation": {"op": "flip_bit", "index": 0, "bit": 22}}
-        ]
-    },
+# the CPU tests' standard plan (tests/plans.py), with three devices and two gates
+PLAN = plan_copy()
+PLAN.update(
+    name="vecwidth",
+    hypothesis="four-wide loads make the copy faster from 4096 elements up",
+    independent_variable="elements loaded per thread (1 against 4)",
+)
+PLAN["hardware"] = {
+    "devices": [
+        {"name": "NVIDIA H200*", "compute_capability": "9.0"},
+        {"name": "NVIDIA L40S", "compute_capability": "8.9"},
+        {"compute_capability": "12.0"},
+    ],
+    "architectures": ["sm_89", "sm_90", "sm_120"],
+}
+PLAN["schedule"] = {"warmup": 3, "iterations_per_sample": 2, "samples_per_block": 3, "blocks": 4, "trials": 2}
+PLAN["budget"] = {"max_trials": 3, "max_samples": 100, "max_wall_seconds": 60}
+PLAN["acceptance"] = {
+    "gates": [
+        {"name": "faster", "where": "N >= 4096", "min_speedup_pct": 1.0},
+        {"name": "no_regression", "max_regression_pct": 2.0, "every_trial": False},
+    ],
+    "sanitizer": [{"tool": "memcheck", "cases": ["N=1024"]}, {"tool": "racecheck", "cases": ["N=1024"]}],
 }
 FILES = {"kernels/k.cu": sha256_bytes(b"kernel"), "kernels/common.cuh": sha256_bytes(b"header")}
 

@@ -247,9 +247,14 @@ class TrialRunner:
     def _check_library_binding(self) -> None:
         """A record compares one pair of builds: another build is refused before the ledger moves."""
         for side in SIDES:
-            path = self._library_path(side)
-            if path is None or not path.is_file():
+            if not isinstance(self.plan.arm(side), LibraryArm):
                 continue
+            path = self._library_path(side)
+            if path is None:
+                raise UsageError(f"the {side} arm names no library: give it to `qualify compare`",
+                                 file=self.loaded.path, field=f"arms.{side}.library")  # fmt: skip
+            if not path.is_file():
+                continue  # reported with its field when the library is loaded
             digest = sha256_file(path)
             for t in self.record.trials():
                 info = t.libraries.get(side)
