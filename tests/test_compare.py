@@ -244,4 +244,4 @@ def test_run_on_a_plan_whose_libraries_come_from_compare(tmp_path):
     loaded = load_frozen(frozen_plan(tmp_path))
     with pytest.raises(UsageError, match="give it to `qualify compare`"):
         run_plan(loaded, tmp_path / "record", lambda: FakeDevice({}), lambda u: FakeTelemetry())
-    assert not (tmp_path / "record" / "ledger.jsonl").exists()
+    assert not (tmp_path / "record").exists()  # nothing half-written

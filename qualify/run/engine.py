@@ -112,6 +112,7 @@ class TrialRunner:
             )
         if info.arch not in self.plan.hardware.architectures and not self.options.exploratory:
             raise DeviceError(f"{info.arch} is not among the plan's architectures")
+        self._check_library_binding()  # before anything is written to the record
         self.record.close_dangling()
         self.record.bind(self.loaded.path, self.loaded.digest)
         used = self.record.trials_on_device(info.uuid)
@@ -121,7 +122,6 @@ class TrialRunner:
                 f"{info.name} {info.uuid} (failed and interrupted ones count)",
                 file=self.record.folder,
             )
-        self._check_library_binding()
         index = self.record.next_trial_index()
         self.record.append({"event": "trial_started", "trial": index, "digest": self.loaded.digest,
                             "device_uuid": info.uuid, "device": info.name})  # fmt: skip
