@@ -148,8 +148,10 @@ def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> 
         outcome = run_plan(
             loaded, folder, lambda: device, Telemetry,
             exploratory=exploratory, trials=trials, argv=sys.argv[1:], progress=advance,
-            sanitize=lambda tool, case, side, timeout: run_check(tool, loaded.path, case, side, timeout, ordinal),
-            preflight=lambda side, cases: preflight(loaded.path, side, cases, ordinal),
+            sanitize=lambda tool, case, side, timeout: run_check(tool, loaded.path, case, side, timeout, ordinal,
+                                                                 library=(libraries or {}).get(side)),
+            preflight=lambda side, cases: preflight(loaded.path, side, cases, ordinal,
+                                                    library=(libraries or {}).get(side)),
             libraries=libraries,
         )  # fmt: skip
     out.print(run_summary(outcome, folder))

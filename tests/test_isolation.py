@@ -95,3 +95,12 @@ def test_real_worker_process_hang_is_killed(tmp_path):
     events, killed, _ = _run_worker([sys.executable, str(script)], startup_timeout=20, case_timeout=1.0)
     assert killed and events == [{"event": "start", "case": "T=1"}]
     assert __import__("time").monotonic() - t0 < 15
+
+
+def test_library_arms_pass_their_build_to_the_worker():
+    cmd = worker_command(Path("/x/plan.json"), "candidate", ["T=1"], 0, library=Path("/b/libcand.so"))
+    assert cmd[cmd.index("--library") + 1] == "/b/libcand.so"
+    from qualify.run.sanitizer import command
+
+    cmd = command("memcheck", Path("/x/plan.json"), "T=1", "base", 0, "/cs", library=Path("/b/libbase.so"))
+    assert cmd[-2:] == ["--library", "/b/libbase.so"] and cmd.index("qualify.run.worker") < cmd.index("--library")

@@ -50,3 +50,15 @@ def test_refuses_object_arrays(tmp_path):
     (tmp_path / "s.npz").write_bytes(buf.getvalue())
     with pytest.raises(ValueError, match="object"):
         load(tmp_path / "s.npz")
+
+
+def test_refuses_a_zip_bomb_unread(tmp_path, monkeypatch):
+    import qualify.evaluate.samples as samples
+
+    s = TrialSamples()
+    for i in range(100):
+        s.add("T=1", "base", ns=float(i), block=0, sm_mhz=0.0, throttle=0, temp_c=0.0)
+    save(tmp_path / "s.npz", s.arrays())
+    monkeypatch.setattr(samples, "MAX_SAMPLES_BYTES", 1000)
+    with pytest.raises(ValueError, match="once expanded"):
+        load(tmp_path / "s.npz")

@@ -22,6 +22,7 @@ FIELDS = ("ns", "block", "sm_mhz", "throttle", "temp_c", "warmup_ns")
 # Throttle reasons that slow the SM (NVML clocks-event bits): SW power cap, HW slowdown,
 # SW thermal, HW thermal, power brake. Idle (0x1) and application clocks (0x2) are not throttling.
 THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+MAX_SAMPLES_BYTES = 1 << 30
 
 
 def key(case: str, series: str, field: str) -> str:
@@ -70,9 +71,12 @@ def load(path: Path) -> dict[str, np.ndarray]:
     """
     out = {}
     with zipfile.ZipFile(path) as archive:
-        for name in archive.namelist():
-            if name.endswith(".npy"):
-                out[name[: -len(".npy")]] = _parse_npy(archive.read(name), name)
+        members = [info for info in archive.infolist() if info.filename.endswith(".npy")]
+        total = sum(info.file_size for info in members)
+        if total > MAX_SAMPLES_BYTES:  # a few MB in any real record; refuse a zip bomb unread
+            raise ValueError(f"{total:,} bytes of samples once expanded (limit {MAX_SAMPLES_BYTES:,})")
+        for info in members:
+            out[info.filename[: -len(".npy")]] = _parse_npy(archive.read(info), info.filename)
     return out
 
 

@@ -25,7 +25,7 @@ from qualify.evaluate.summarize import floor_ns, has_series, pair_stats, timing_
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.plan.digest import sha256_bytes, sha256_file
 from qualify.plan.load import LoadedPlan
-from qualify.plan.model import CudaArm, LibraryArm
+from qualify.plan.model import LibraryArm
 from qualify.plan.resolve import ResolvedCase
 from qualify.results.model import CaseTrial, ControlResult, Failure, LibraryInfo, Trial
 from qualify.results.store import Record, now_iso
@@ -193,8 +193,6 @@ class TrialRunner:
         bad: set[str] = set()
         kinds = {"fault": "fault", "timeout": "timeout", "error": "error"}
         for side in SIDES:
-            if not isinstance(self.plan.arm(side), CudaArm):
-                continue  # an entry point is called in-process (isolation for libraries: not yet)
             for outcome in self.options.preflight(side, [c.id for c in self.loaded.cases]):
                 if outcome.status != "ok":
                     bad.add(outcome.case)
@@ -215,8 +213,6 @@ class TrialRunner:
         for check in checks:
             for cid in check.cases:
                 for side in SIDES:
-                    if not isinstance(self.plan.arm(side), CudaArm):
-                        continue  # reported as "not run" for library arms
                     self._case, self._side = cid, side
                     result = self.options.sanitize(check.tool, cid, side, check.timeout_seconds)
                     self.sanitizer.append(result)

@@ -29,8 +29,10 @@ class CaseOutcome:
     message: str = ""
 
 
-def worker_command(plan: Path, side: str, cases: list[str], ordinal: int) -> list[str]:
+def worker_command(plan: Path, side: str, cases: list[str], ordinal: int, library: Path | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "qualify.run.worker", str(plan), "--side", side, "--device", str(ordinal)]
+    if library is not None:
+        cmd += ["--library", str(library)]
     for c in cases:
         cmd += ["--case", c]
     return cmd
@@ -82,13 +84,14 @@ def _run_worker(cmd: list[str], startup_timeout: float, case_timeout: float) -> 
 
 
 def preflight(plan: Path, side: str, cases: list[str], ordinal: int = 0,
-              case_timeout: float = CASE_TIMEOUT_S, run_worker=_run_worker) -> list[CaseOutcome]:
+              case_timeout: float = CASE_TIMEOUT_S, run_worker=_run_worker,
+              library: Path | None = None) -> list[CaseOutcome]:
     """Run `cases` of one arm in workers; one outcome per case, in order."""
     outcomes: list[CaseOutcome] = []
     pending = list(cases)
     while pending:
         started = time.monotonic()
-        events, killed, stderr = run_worker(worker_command(plan, side, pending, ordinal),
+        events, killed, stderr = run_worker(worker_command(plan, side, pending, ordinal, library),
                                             STARTUP_TIMEOUT_S, case_timeout)  # fmt: skip
         done = [e["case"] for e in events if e["event"] == "done"]
         outcomes += [CaseOutcome(c, side, "ok") for c in done]

@@ -39,13 +39,15 @@ def find_sanitizer() -> str:
                     "install the CUDA toolkit or remove acceptance.sanitizer from the plan")  # fmt: skip
 
 
-def command(tool: str, plan: Path, case: str, side: str, ordinal: int, sanitizer: str) -> list[str]:
+def command(tool: str, plan: Path, case: str, side: str, ordinal: int, sanitizer: str,
+            library: Path | None = None) -> list[str]:
     cmd = [sanitizer, "--tool", tool, "--error-exitcode", str(FINDINGS_EXIT), "--print-limit", "20",
            "--ignore-getprocaddress-notfound"]  # fmt: skip
     if tool == "memcheck":
         cmd += ["--leak-check", "full"]
-    return cmd + [sys.executable, "-m", "qualify.run.worker", str(plan), "--case", case, "--side", side,
-                  "--device", str(ordinal)]  # fmt: skip
+    cmd += [sys.executable, "-m", "qualify.run.worker", str(plan), "--case", case, "--side", side,
+            "--device", str(ordinal)]  # fmt: skip
+    return cmd + (["--library", str(library)] if library is not None else [])
 
 
 def parse(tool: str, case: str, side: str, returncode: int | None, output: str, seconds: float) -> SanitizerResult:
@@ -80,8 +82,9 @@ def parse(tool: str, case: str, side: str, returncode: int | None, output: str, 
                            summary=summary, excerpt=excerpt[:24], seconds=round(seconds, 3))  # fmt: skip
 
 
-def run_check(tool: str, plan: Path, case: str, side: str, timeout: float, ordinal: int = 0) -> SanitizerResult:
-    cmd = command(tool, plan, case, side, ordinal, find_sanitizer())
+def run_check(tool: str, plan: Path, case: str, side: str, timeout: float, ordinal: int = 0,
+              library: Path | None = None) -> SanitizerResult:
+    cmd = command(tool, plan, case, side, ordinal, find_sanitizer(), library)
     start = time.monotonic()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:

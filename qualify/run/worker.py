@@ -9,7 +9,7 @@ builds it (and compute-sanitizer runs it here too). One JSON line per event on s
     {"event": "fault", "case": "T=640", "code": 700, "message": "..."}   (then the process exits)
     {"event": "error", "case": ..., "message": ...}
 
-    python -m qualify.run.worker PLAN --side candidate --case T=640 [--case ...]
+    python -m qualify.run.worker PLAN --side candidate --case T=640 [--case ...] [--library X.so]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from qualify.build.arms import kernel_spec
 from qualify.build.nvrtc import compile_kernel
@@ -24,14 +25,29 @@ from qualify.errors import QualifyError
 from qualify.plan.load import load_plan
 from qualify.run import inputs as input_gen
 from qualify.run.arms import ArmExec
+from qualify.plan.model import LibraryArm
 from qualify.run.device import CudaDevice, KernelFault
+from qualify.run.library import EntryPointFailed, load_library
 
 
 def emit(**event) -> None:
     print(json.dumps(event), flush=True)
 
 
-def run_cases(plan_path: str, case_ids: list[str], side: str, ordinal: int = 0) -> int:
+def _load_arm(loaded, side: str, dev, case_ids, by_id, library: str | None):
+    """The arm's kernel (compiled for this device) or its library entry point."""
+    arm = loaded.plan.arm(side)
+    if isinstance(arm, LibraryArm):
+        path = library or (str(loaded.path.parent / arm.library) if arm.library else None)
+        if path is None:
+            raise QualifyError(f"the {side} arm names no library: pass --library")
+        return load_library(side, Path(path), arm, f"arms.{side}.library")
+    compiled = compile_kernel(kernel_spec(loaded, side, dev.info.arch))
+    smem = max(by_id[c].arms[side].launch.shared_bytes for c in case_ids)
+    return dev.load_kernel(side, compiled, smem)
+
+
+def run_cases(plan_path: str, case_ids: list[str], side: str, ordinal: int = 0, library: str | None = None) -> int:
     loaded = load_plan(plan_path)
     by_id = {c.id: c for c in loaded.cases}
     unknown = [c for c in case_ids if c not in by_id]
@@ -40,9 +56,7 @@ def run_cases(plan_path: str, case_ids: list[str], side: str, ordinal: int = 0) 
     current = None
     try:
         with CudaDevice(ordinal) as dev:
-            compiled = compile_kernel(kernel_spec(loaded, side, dev.info.arch))
-            smem = max(by_id[c].arms[side].launch.shared_bytes for c in case_ids)
-            kernel = dev.load_kernel(side, compiled, smem)
+            kernel = _load_arm(loaded, side, dev, case_ids, by_id, library)
             for cid in case_ids:
                 current = cid
                 emit(event="start", case=cid)
@@ -64,6 +78,9 @@ def run_cases(plan_path: str, case_ids: list[str], side: str, ordinal: int = 0) 
     except KernelFault as exc:
         emit(event="fault", case=current, code=exc.code, message=exc.message)
         return 3
+    except EntryPointFailed as exc:
+        emit(event="fault", case=current, code=exc.status, message=exc.message)
+        return 3
     except QualifyError as exc:
         emit(event="error", case=current, message=exc.one_line())
         return 2
@@ -76,9 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", dest="cases", action="append", required=True)
     parser.add_argument("--side", choices=("base", "candidate"), required=True)
     parser.add_argument("--device", type=int, default=0)
+    parser.add_argument("--library", help="shared-library arms: the build to load (qualify compare's argument)")
     args = parser.parse_args(argv)
     try:
-        return run_cases(args.plan, args.cases, args.side, args.device)
+        return run_cases(args.plan, args.cases, args.side, args.device, args.library)
     except QualifyError as exc:
         emit(event="error", case=None, message=exc.one_line())
         return 2

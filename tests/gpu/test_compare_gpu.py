@@ -83,3 +83,26 @@ def test_work_on_another_stream_is_flagged(tmp_path):
     # without the check the escaping build would look much faster: its events see no work
     assert case.timing["candidate"].median_ns < 0.5 * case.timing["base"].median_ns
     assert outcome.results.verdict.status == "not_qualified"
+
+
+def test_library_arms_run_isolated_and_under_the_sanitizer(tmp_path):
+    """The compare path's worker: an honest build passes preflight and memcheck; the escaping
+    build's launch fault-free too (escape is a timing problem, found by the engine's check)."""
+    from qualify.plan.digest import freeze
+    from qualify.plan.load import load_plan
+    from qualify.run.isolation import preflight
+    from qualify.run.sanitizer import run_check
+
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    path = repo / "protocols" / "escape" / "plan.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(copy.deepcopy(PLAN)))
+    loaded = load_plan(path)
+    freeze(loaded.path, loaded.freeze)
+    honest = build(tmp_path, 0)
+    out = preflight(path, "base", ["N=65536"], case_timeout=30, library=honest)
+    assert [o.status for o in out] == ["ok"], out
+    result = run_check("memcheck", path, "N=65536", "base", timeout=120, library=honest)
+    print(result)
+    assert result.status == "clean", result
