@@ -76,8 +76,8 @@ def run_plan(
             done.append(trial)
             if trial.status == "interrupted":
                 break
-            if trial.status == "failed" and any(f.kind == "fault" for f in trial.failures):
-                break  # the CUDA context is lost: a fresh process must continue
+            if trial.status == "failed" and any(f.kind in ("fault", "timeout") for f in trial.failures):
+                break  # the CUDA context is lost (or a kernel still runs): a fresh process must continue
     finally:
         device.close()
     results = write_record(record, loaded.plan, loaded.lock)

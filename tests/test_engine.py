@@ -218,3 +218,23 @@ def test_buffers_are_freed(tmp_path):
     device = fake()
     run_trial(loaded, device, tmp_path)
     assert device.live_buffers == 0
+
+
+def test_a_sample_that_hangs_in_the_timing_process_is_a_timeout(tmp_path):
+    from qualify.run.device import LaunchHang
+
+    class Hangs(FakeDevice):
+        def time_sample(self, enqueue, cold, block_stream=True, timeout_s=60.0):
+            ns = super().time_sample(enqueue, cold, block_stream, timeout_s)
+            if self.calls[-1][1] == ("candidate",) and block_stream:
+                raise LaunchHang("a sample did not finish within 60 s: the launch hangs")
+            return ns
+
+    loaded = frozen(tmp_path)
+    device = Hangs({"axpy": fakes.axpy}, durations={"base": 10_000.0, "candidate": 8_000.0})
+    trial = run_trial(loaded, device, tmp_path)
+    assert trial.status == "failed"
+    assert (trial.failures[-1].kind, trial.failures[-1].side) == ("timeout", "candidate")
+    from qualify.evaluate.verdict import verdict
+
+    assert verdict(loaded.plan, [trial]).status == "not_qualified"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import fnmatch
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -24,6 +25,7 @@ from qualify.run.cabi import C_TYPES
 
 HELPERS = Path(__file__).with_name("helpers.cu")
 BLOCK_TIMEOUT_NS = 10_000_000_000  # a sample's launches must be queued within 10 s
+SAMPLE_TIMEOUT_S = 60.0  # no sample of a real plan takes a minute; a hung launch does
 
 # Errors after which the context is unusable: only a new process recovers.
 STICKY = {700: "illegal address", 702: "launch timeout", 710: "device-side assert",
@@ -38,6 +40,14 @@ class KernelFault(DeviceError):
     def __init__(self, message: str, code: int):
         super().__init__(message)
         self.code = code
+
+
+class LaunchHang(KernelFault):
+    """A sample did not finish within its deadline; the kernel cannot be cancelled, only the
+    process's exit frees the GPU."""
+
+    def __init__(self, message: str):
+        super().__init__(message, 702)
 
 
 @dataclass
@@ -125,6 +135,7 @@ class CudaDevice:
         self._host_flag = None
         self._helpers_ready = False
         self._graphs: list[tuple] = []
+        self._lost = False
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -284,7 +295,28 @@ class CudaDevice:
                     [("ptr", self._flush_buf.ptr), ("u64", n), ("ptr", self._sink.ptr)])  # fmt: skip
         _check(self._driver.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
 
-    def time_sample(self, enqueue: Callable[[], None], cold: bool, block_stream: bool = True) -> float:
+    def _wait(self, event, timeout_s: float) -> None:
+        """cuEventSynchronize with a deadline: the watchdog against a launch that never ends.
+
+        Spins briefly (most samples end within milliseconds), then polls every millisecond.
+        """
+        d = self._driver
+        start = time.monotonic()
+        while True:
+            (err,) = d.cuEventQuery(event)
+            if err == d.CUresult.CUDA_SUCCESS:
+                return
+            if err != d.CUresult.CUDA_ERROR_NOT_READY:
+                _check((err,), "cuEventQuery")
+            waited = time.monotonic() - start
+            if waited > timeout_s:
+                self._lost = True
+                raise LaunchHang(f"a sample did not finish within {timeout_s:g} s: the launch hangs")
+            if waited > 0.01:
+                time.sleep(0.001)
+
+    def time_sample(self, enqueue: Callable[[], None], cold: bool, block_stream: bool = True,
+                    timeout_s: float = SAMPLE_TIMEOUT_S) -> float:
         """Nanoseconds between two events around enqueue()'s launches.
 
         Order: [flush L2] → blocking kernel → start event → launches → stop event → release. The flush
@@ -308,7 +340,7 @@ class CudaDevice:
             _check(d.cuEventRecord(self._stop, self.stream), "cuEventRecord")
             if block_stream:
                 self._flag().value = 1
-        _check(d.cuEventSynchronize(self._stop), "cuEventSynchronize")
+        self._wait(self._stop, timeout_s)
         ms = float(_check(d.cuEventElapsedTime(self._start, self._stop), "cuEventElapsedTime"))
         if block_stream and self.download(self._timed_out).view(np.int32)[0]:
             raise DeviceError("the blocking kernel timed out before the sample was queued")
@@ -333,6 +365,8 @@ class CudaDevice:
 
     def close(self) -> None:
         d = self._driver
+        if self._lost:
+            return  # a hung kernel never lets a synchronisation return; the process exit frees it
         try:
             self.synchronize()
         except DeviceError:

@@ -33,7 +33,7 @@ from qualify.run import inputs as input_gen
 from qualify.run import provenance
 from qualify.run.arms import ArmExec
 from qualify.run.controls import mutate
-from qualify.run.device import KernelFault, device_matches
+from qualify.run.device import KernelFault, LaunchHang, device_matches
 from qualify.run.fidelity import compare
 from qualify.run.library import EntryPointFailed, LibraryEntry, load_library
 from qualify.run.schedule import AA, MAIN, block_halves
@@ -161,7 +161,8 @@ class TrialRunner:
             self.failures.append(Failure(kind="fault", case=self._case, side=self._side, message=exc.message))
         except KernelFault as exc:
             status = "failed"
-            self.failures.append(Failure(kind="fault", case=self._case, side=self._side, message=exc.message))
+            kind = "timeout" if isinstance(exc, LaunchHang) else "fault"
+            self.failures.append(Failure(kind=kind, case=self._case, side=self._side, message=exc.message))
         except DeviceError as exc:
             status = "failed"
             self.failures.append(Failure(kind="error", case=self._case, side=self._side, message=exc.message))

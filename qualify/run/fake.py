@@ -127,7 +127,7 @@ class FakeDevice:
 
             time.sleep(self.busy_after_ns / 1e9)
 
-    def time_sample(self, enqueue, cold: bool, block_stream: bool = True) -> float:
+    def time_sample(self, enqueue, cold: bool, block_stream: bool = True, timeout_s: float = 60.0) -> float:
         self._in_sample = []
         try:
             enqueue()

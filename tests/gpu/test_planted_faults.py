@@ -133,3 +133,37 @@ def test_parity_catches(tmp_path, kernel, first):
     assert trial.failures and trial.failures[0].kind == "fidelity", trial.failures
     assert f"1 of {N} elements differ from base, first at index {first}" in trial.failures[0].message
     assert outcome.results.verdict.status == "not_qualified"
+
+
+HANG_SCRIPT = """
+import sys, time
+from pathlib import Path
+from qualify.build.nvrtc import KernelSpec, compile_kernel
+from qualify.run.device import CudaDevice, LaunchHang
+dev = CudaDevice(0)
+kernel = dev.load_kernel("endless", compile_kernel(KernelSpec(Path(sys.argv[1]), "endless", dev.info.arch)), 0)
+x, y = dev.alloc(4096 * 4), dev.alloc(4096 * 4)
+args = [("ptr", x.ptr), ("ptr", y.ptr), ("i32", 4096)]
+start = time.monotonic()
+try:
+    dev.time_sample(lambda: dev.launch(kernel, (16, 1, 1), (256, 1, 1), 0, args), cold=True, timeout_s=3)
+except LaunchHang as exc:
+    print("HANG after", round(time.monotonic() - start, 1), "s:", exc.message, flush=True)
+dev.close()  # must return at once: a hung kernel never lets a synchronisation finish
+print("CLOSED", flush=True)
+"""
+
+
+def test_watchdog_in_the_timing_process(tmp_path):
+    """A launch that hangs inside the timing process itself: the sample's deadline fires, close()
+    does not block, and the process exits (the driver frees the GPU)."""
+    import subprocess
+    import sys
+    import time
+
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", HANG_SCRIPT, str(HERE / "planted" / "faults.cu")],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    print(done.stdout, done.stderr[-500:], f"total {time.monotonic() - start:.1f} s")
+    assert "HANG after" in done.stdout and "the launch hangs" in done.stdout
+    assert "CLOSED" in done.stdout
