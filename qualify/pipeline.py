@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from qualify.errors import ExitCode, FrozenInputChanged
+from qualify.errors import ExitCode, FrozenInputChanged, QualifyError
 from qualify.plan.digest import verify_frozen
 from qualify.plan.load import LoadedPlan, load_plan
 from qualify.results.model import Results, Trial
@@ -58,6 +58,7 @@ def run_plan(
     record = Record(record_dir)
     done: list[Trial] = []
     skipped = None
+    failure: QualifyError | None = None
     device = open_device()
     try:
         telemetry = open_telemetry(device.info.uuid)
@@ -78,9 +79,16 @@ def run_plan(
                 break
             if trial.status == "failed" and any(f.kind in ("fault", "timeout") for f in trial.failures):
                 break  # the CUDA context is lost (or a kernel still runs): a fresh process must continue
+    except QualifyError as exc:
+        failure = exc  # a trial already kept itself; the record is brought up to date first
     finally:
         device.close()
-    results = write_record(record, loaded.plan, loaded.lock)
+    if record.trials():
+        results = write_record(record, loaded.plan, loaded.lock)
+    else:
+        results = None
+    if failure is not None:
+        raise failure
     return RunOutcome(done, results, skipped)
 
 

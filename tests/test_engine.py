@@ -238,3 +238,22 @@ def test_a_sample_that_hangs_in_the_timing_process_is_a_timeout(tmp_path):
     from qualify.evaluate.verdict import verdict
 
     assert verdict(loaded.plan, [trial]).status == "not_qualified"
+
+
+def test_a_build_failure_mid_trial_keeps_the_trial_and_closes_the_ledger(tmp_path):
+    from qualify.errors import BuildError
+
+    class BuildFails(FakeDevice):
+        def load_kernel(self, label, compiled, dynamic_shared_bytes):
+            if label == "candidate":
+                raise BuildError("module rejected by the driver")
+            return super().load_kernel(label, compiled, dynamic_shared_bytes)
+
+    loaded = frozen(tmp_path)
+    with pytest.raises(BuildError):
+        run_trial(loaded, BuildFails({"axpy": fakes.axpy}), tmp_path)
+    record = Record(tmp_path / "record")
+    (trial,) = record.trials()
+    assert trial.status == "failed" and "module rejected" in trial.failures[0].message
+    assert trial.failures[0].side == "candidate"
+    assert [t.status for t in record.trials_in_ledger()] == ["failed"]

@@ -102,3 +102,37 @@ def test_run_without_a_gpu_exits_5(tmp_path, capsys):
     assert exc.value.code == 5, err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "r" / "ledger.jsonl").exists()  # nothing half-written
+
+
+def test_a_build_error_mid_run_still_updates_the_record_then_is_reported(tmp_path):
+    from qualify.errors import BuildError
+    from qualify.run.fake import FakeDevice, FakeTelemetry
+
+    class BuildFails(FakeDevice):
+        def load_kernel(self, label, compiled, dynamic_shared_bytes):
+            raise BuildError("module rejected by the driver")
+
+    path = make_repo(tmp_path, small_plan())
+    with pytest.raises(SystemExit):
+        main(["plan", "freeze", str(path)])
+    record = tmp_path / "records" / "tiny"
+    with pytest.raises(BuildError):
+        run_plan(load_frozen(path), record, lambda: BuildFails({"axpy": fakes.axpy}), lambda u: FakeTelemetry())
+    results = json.loads((record / "results.json").read_text())
+    assert [t["status"] for t in results["trials"]] == ["failed"]
+    assert results["verdict"]["status"] == "incomplete"
+    assert (record / "README.md").exists()
+
+
+def test_a_refused_device_leaves_no_record(tmp_path):
+    from qualify.errors import DeviceError
+    from qualify.run.fake import FakeDevice, FakeTelemetry
+
+    path = make_repo(tmp_path, small_plan())
+    with pytest.raises(SystemExit):
+        main(["plan", "freeze", str(path)])
+    l40 = FakeDevice({"axpy": fakes.axpy})
+    l40.info = l40.info.model_copy(update={"name": "NVIDIA L40S", "compute_capability": "8.9", "arch": "sm_89"})
+    with pytest.raises(DeviceError):
+        run_plan(load_frozen(path), tmp_path / "records" / "tiny", lambda: l40, lambda u: FakeTelemetry())
+    assert not (tmp_path / "records" / "tiny").exists()

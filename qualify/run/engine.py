@@ -17,7 +17,7 @@ import numpy as np
 
 from qualify.build.arms import kernel_spec
 from qualify.build.nvrtc import compile_kernel, nvrtc_version
-from qualify.errors import DeviceError, FrozenInputChanged, ToolError, UsageError
+from qualify.errors import DeviceError, FrozenInputChanged, QualifyError, ToolError, UsageError
 from qualify.evaluate import samples as samples_io
 from qualify.evaluate.samples import TrialSamples
 from qualify.evaluate.stats import ci_half_width_pct
@@ -166,6 +166,11 @@ class TrialRunner:
         except DeviceError as exc:
             status = "failed"
             self.failures.append(Failure(kind="error", case=self._case, side=self._side, message=exc.message))
+        except Exception as exc:  # noqa: BLE001 - a build or plan problem, or a bug: keep the trial
+            status = "failed"
+            message = exc.one_line() if isinstance(exc, QualifyError) else f"internal error: {exc!r}"
+            self.failures.append(Failure(kind="error", case=self._case, side=self._side, message=message))
+            pending = exc  # then report it with its own exit code
         trial = self._finish(index, planned, started_at, status)
         if pending is not None:
             raise pending
