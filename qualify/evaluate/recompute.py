@@ -13,15 +13,19 @@ from qualify.evaluate.summarize import floor_ns, has_series, pair_stats, timing_
 from qualify.results.model import CaseTrial, Trial
 
 
-def recompute_case(case: CaseTrial, arrays: dict[str, np.ndarray], iterations: int) -> CaseTrial:
+def derived_fields(arrays: dict[str, np.ndarray], cid: str, iterations: int) -> dict:
+    """A case's timing summaries, paired statistics and A/A control, from the raw samples alone."""
     floor = floor_ns(arrays)
-    cid = case.case
     timing = {side: timing_summary(arrays, cid, side, floor, iterations) for side in ("base", "candidate")}
     stats = pair_stats(arrays, cid, "base", "candidate", floor, iterations)
     aa = None
     if has_series(arrays, cid, "aa_a") and has_series(arrays, cid, "aa_b"):
         aa = pair_stats(arrays, cid, "aa_a", "aa_b", floor, iterations)
-    return case.model_copy(update={"timing": timing, "stats": stats, "aa": aa})
+    return {"timing": timing, "stats": stats, "aa": aa}
+
+
+def recompute_case(case: CaseTrial, arrays: dict[str, np.ndarray], iterations: int) -> CaseTrial:
+    return case.model_copy(update=derived_fields(arrays, case.case, iterations))
 
 
 def recompute_trial(trial: Trial, arrays: dict[str, np.ndarray], iterations: int) -> Trial:

@@ -21,7 +21,8 @@ from qualify.errors import DeviceError, FrozenInputChanged, QualifyError, ToolEr
 from qualify.evaluate import samples as samples_io
 from qualify.evaluate.samples import TrialSamples
 from qualify.evaluate.stats import ci_half_width_pct
-from qualify.evaluate.summarize import floor_ns, has_series, pair_stats, timing_summary
+from qualify.evaluate.recompute import derived_fields
+from qualify.evaluate.summarize import floor_ns, has_series, pair_stats
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.plan.digest import sha256_bytes, sha256_file
 from qualify.plan.load import LoadedPlan
@@ -442,15 +443,11 @@ class TrialRunner:
         for f in self.facts:
             if not all(has_series(arrays, f.case, s) for s in SIDES):
                 continue  # stopped before timing; its samples (if any) stay in the npz
-            aa = None
-            if has_series(arrays, f.case, "aa_a") and has_series(arrays, f.case, "aa_b"):
-                aa = pair_stats(arrays, f.case, "aa_a", "aa_b", floor, iterations)
             cases.append(CaseTrial(
                 case=f.case, input_sha256=f.input_sha256, resources=f.resources,
-                timing={s: timing_summary(arrays, f.case, s, floor, iterations) for s in SIDES},
-                stats=pair_stats(arrays, f.case, "base", "candidate", floor, iterations),
-                aa=aa, parity=f.parity, deterministic=f.deterministic,
+                parity=f.parity, deterministic=f.deterministic,
                 timed_outputs_match=f.timed_outputs_match, stream_escape_ns=f.stream_escape_ns,
+                **derived_fields(arrays, f.case, iterations),  # what `report --check` recomputes
             ))  # fmt: skip
         trial = Trial(
             index=index,
