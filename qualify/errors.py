@@ -74,7 +74,3 @@ class ToolError(QualifyError):
     """An external tool (compute-sanitizer, nvcc, ncu) is missing or failed to run."""
 
     exit_code = ExitCode.TOOL
-
-
-class Interrupted(QualifyError):
-    exit_code = ExitCode.INTERRUPTED

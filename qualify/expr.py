@@ -121,13 +121,6 @@ def _vet(node: ast.AST) -> None:
             raise ExprError("keyword arguments are not allowed")
 
 
-def names(source: str) -> set[str]:
-    """Parameter names an expression refers to (function names excluded)."""
-    tree = parse(source)
-    funcs = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in funcs}
-
-
 def evaluate(source: str | Number, params: Mapping[str, Number]) -> Number:
     """Evaluate an expression (or pass a literal number through) with the given parameters."""
     if isinstance(source, bool):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from pathlib import Path
 
 KERNEL = """\
@@ -63,16 +64,30 @@ PLAN = {
 }
 
 
-def make_repo(root: Path, plan: dict | None = None) -> Path:
-    """A repository holding kernels/k.cu (+ its header) and protocols/tiny/plan.json."""
+def make_repo(root: Path, plan: dict | None = None, files: dict[str, str | Path] | None = None,
+              freeze: bool = False) -> Path:
+    """A repository at `root` holding `files` (repository path → text, or a file to copy; by
+    default kernels/k.cu and its header) and protocols/tiny/plan.json, frozen if asked."""
     (root / ".git").mkdir(parents=True, exist_ok=True)
-    (root / "kernels").mkdir(exist_ok=True)
-    (root / "kernels" / "k.cu").write_text(KERNEL)
-    (root / "kernels" / "common.cuh").write_text(HEADER)
+    if files is None:
+        files = {"kernels/k.cu": KERNEL, "kernels/common.cuh": HEADER}
+    for rel, content in files.items():
+        dest = root / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, Path):
+            shutil.copyfile(content, dest)
+        else:
+            dest.write_text(content)
     plan_dir = root / "protocols" / "tiny"
     plan_dir.mkdir(parents=True, exist_ok=True)
     path = plan_dir / "plan.json"
     path.write_text(json.dumps(plan if plan is not None else PLAN, indent=2))
+    if freeze:
+        from qualify.plan.digest import freeze as write_lock
+        from qualify.plan.load import load_plan
+
+        loaded = load_plan(path)
+        write_lock(loaded.path, loaded.freeze)
     return path
 
 

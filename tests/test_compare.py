@@ -4,7 +4,6 @@ CPU-only libraries built here (the fake device hands them host memory at real ad
 from __future__ import annotations
 
 import copy
-import json
 import shutil
 import subprocess
 from pathlib import Path

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 import fakes
 from plans import make_repo, plan_copy
 from qualify.errors import FrozenInputChanged
-from qualify.plan.digest import freeze
 from qualify.plan.load import load_plan
 from qualify.results.store import Record
 from qualify.run.engine import BudgetExhausted, RunOptions, TrialRunner
@@ -28,10 +26,7 @@ def small_plan(**changes) -> dict:
 
 
 def frozen(tmp_path, plan=None):
-    path = make_repo(tmp_path, plan or small_plan())
-    loaded = load_plan(path)
-    freeze(loaded.path, loaded.freeze)
-    return load_plan(path)
+    return load_plan(make_repo(tmp_path, plan or small_plan(), freeze=True))
 
 
 def run_trial(loaded, device, tmp_path, **kw):

@@ -81,7 +81,3 @@ def test_evaluate_int_refuses_fractions():
     assert expr.evaluate_int("T / 2", {"T": 8}) == 4
     with pytest.raises(expr.ExprError, match="not an integer"):
         expr.evaluate_int("T / 3", {"T": 8})
-
-
-def test_names_excludes_functions():
-    assert expr.names("cdiv(T, BM) + max(H, 1)") == {"T", "BM", "H"}

@@ -8,7 +8,6 @@ base arm on both sides.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
 
 ABBA = ("A", "B", "B", "A")
 
@@ -29,8 +28,3 @@ def block_halves(block: int, pair: tuple[tuple[str, str], tuple[str, str]]) -> l
 
 MAIN = (("base", "base"), ("candidate", "candidate"))
 AA = (("aa_a", "base"), ("aa_b", "base"))
-
-
-def halves(blocks: int, pair=MAIN) -> Iterator[Half]:
-    for b in range(blocks):
-        yield from block_halves(b, pair)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import copy
-import json
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from plans import make_repo
 
 pytestmark = pytest.mark.gpu
 HERE = Path(__file__).resolve().parent
@@ -58,18 +59,10 @@ PLAN = {
 
 def test_work_on_another_stream_is_flagged(tmp_path):
     from qualify.pipeline import load_frozen, run_plan
-    from qualify.plan.digest import freeze
-    from qualify.plan.load import load_plan
     from qualify.run.device import CudaDevice
     from qualify.run.telemetry import Telemetry
 
-    repo = tmp_path / "repo"
-    (repo / ".git").mkdir(parents=True)
-    path = repo / "protocols" / "escape" / "plan.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(copy.deepcopy(PLAN)))
-    loaded = load_plan(path)
-    freeze(loaded.path, loaded.freeze)
+    path = make_repo(tmp_path / "repo", copy.deepcopy(PLAN), files={}, freeze=True)
     honest, escaping = build(tmp_path, 0), build(tmp_path, 1)
     outcome = run_plan(load_frozen(path), tmp_path / "record", lambda: CudaDevice(0), Telemetry,
                        libraries={"base": honest, "candidate": escaping})  # fmt: skip
@@ -88,18 +81,10 @@ def test_work_on_another_stream_is_flagged(tmp_path):
 def test_library_arms_run_isolated_and_under_the_sanitizer(tmp_path):
     """The compare path's worker: an honest build passes preflight and memcheck; the escaping
     build's launch fault-free too (escape is a timing problem, found by the engine's check)."""
-    from qualify.plan.digest import freeze
-    from qualify.plan.load import load_plan
     from qualify.run.isolation import preflight
     from qualify.run.sanitizer import run_check
 
-    repo = tmp_path / "repo"
-    (repo / ".git").mkdir(parents=True)
-    path = repo / "protocols" / "escape" / "plan.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(copy.deepcopy(PLAN)))
-    loaded = load_plan(path)
-    freeze(loaded.path, loaded.freeze)
+    path = make_repo(tmp_path / "repo", copy.deepcopy(PLAN), files={}, freeze=True)
     honest = build(tmp_path, 0)
     out = preflight(path, "base", ["N=65536"], case_timeout=30, library=honest)
     assert [o.status for o in out] == ["ok"], out

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from plans import make_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.gpu
@@ -51,14 +52,10 @@ def test_vecload_trial_on_the_gpu(tmp_path):
     import json
 
     from qualify.pipeline import run_plan
-    from qualify.plan.digest import freeze
     from qualify.plan.load import load_plan
     from qualify.run.device import CudaDevice
     from qualify.run.telemetry import Telemetry
 
-    repo = tmp_path / "repo"
-    (repo / ".git").mkdir(parents=True)
-    shutil.copytree(ROOT / "kernels" / "vecload", repo / "kernels" / "vecload")
     plan = json.loads((ROOT / "protocols" / "vecload" / "plan.json").read_text())
     plan["workload"]["cases"] = [{"N": 16777216}, {"N": 16777219}]
     plan["schedule"].update(samples_per_block=5, blocks=4, trials=1)
@@ -67,12 +64,9 @@ def test_vecload_trial_on_the_gpu(tmp_path):
                           "fidelity": {"mode": "bytes", "against": "base"}}
     plan["controls"]["negative"][1]["cases"] = ["N=16777219"]
     plan["hardware"]["devices"] = [{"compute_capability": "9.0"}, {"name": "*"}]
-    path = repo / "protocols" / "vecload" / "plan.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(plan))
-    loaded = load_plan(path)
-    freeze(loaded.path, loaded.freeze)
-    loaded = load_plan(path)
+    repo = tmp_path / "repo"
+    source = ROOT / "kernels" / "vecload" / "vecload.cu"
+    loaded = load_plan(make_repo(repo, plan, files={"kernels/vecload/vecload.cu": source}, freeze=True))
     outcome = run_plan(loaded, repo / "records" / "vecload", lambda: CudaDevice(0), Telemetry)
     (trial,) = outcome.trials
     assert trial.status == "complete", trial.failures

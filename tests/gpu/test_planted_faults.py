@@ -16,11 +16,11 @@ when no GPU is present).
 from __future__ import annotations
 
 import copy
-import json
-import shutil
 from pathlib import Path
 
 import pytest
+
+from plans import make_repo
 
 pytestmark = pytest.mark.gpu
 HERE = Path(__file__).resolve().parent
@@ -57,21 +57,10 @@ PLAN = {
 
 
 def planted_plan(tmp_path: Path, kernel: str) -> Path:
-    repo = tmp_path / "repo"
-    (repo / ".git").mkdir(parents=True, exist_ok=True)
-    (repo / "kernels").mkdir(exist_ok=True)
-    shutil.copy(HERE / "planted" / "faults.cu", repo / "kernels" / "faults.cu")
     plan = copy.deepcopy(PLAN)
     plan["arms"]["candidate"]["kernel"] = kernel
-    path = repo / "protocols" / "planted" / "plan.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(plan))
-    from qualify.plan.digest import freeze
-    from qualify.plan.load import load_plan
-
-    loaded = load_plan(path)
-    freeze(loaded.path, loaded.freeze)
-    return path
+    return make_repo(tmp_path / "repo", plan, files={"kernels/faults.cu": HERE / "planted" / "faults.cu"},
+                     freeze=True)  # fmt: skip
 
 
 @pytest.mark.parametrize(
