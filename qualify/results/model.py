@@ -152,6 +152,14 @@ class Failure(Model):
     message: str
 
 
+class TrialCost(Model):
+    wall_s: float = Field(description="the trial's wall time, admission to trial file")
+    gpu_busy_s: float = Field(description="sum of every timed window in the samples file")
+    busy_fraction: float = Field(description="gpu_busy_s / wall_s")
+    stages_s: dict[str, float] = Field(description="wall time per engine stage (build, preflight, inputs, "
+                                       "fidelity, controls, timing, sanitizer)")
+
+
 class Trial(Model):
     index: int
     status: Status
@@ -171,6 +179,8 @@ class Trial(Model):
     )
     samples_file: str = Field(description="raw samples (.npz), relative to the record folder")
     samples_sha256: str
+    cost: TrialCost | None = Field(default=None, description="wall time, GPU-busy time and stage times "
+                                   "(absent in trials made before they were recorded)")
 
 
 class GateResult(Model):

@@ -24,8 +24,16 @@ from qualify.results.model import ArmResources, DeviceInfo
 from qualify.run.cabi import C_TYPES
 
 HELPERS = Path(__file__).with_name("helpers.cu")
-BLOCK_TIMEOUT_NS = 10_000_000_000  # a sample's launches must be queued within 10 s
+BLOCK_TIMEOUT_NS = 10_000_000_000  # a batch's launches must be queued within 10 s
 SAMPLE_TIMEOUT_S = 60.0  # no sample of a real plan takes a minute; a hung launch does
+# Samples queued behind one blocking kernel. Each sample is about six stream entries (poison, flush,
+# two events, the launch); a blocked stream accepts on the order of a thousand before the host's
+# next launch call itself blocks, which would deadlock behind the blocking kernel.
+MAX_BATCH = 32
+# One byte read per 64 KiB of each buffer after a cold flush: the flush evicts the buffers'
+# translations along with their lines; this brings the translations back while leaving L2
+# practically empty of the buffers (under 0.1 % of their lines).
+TOUCH_STRIDE = 64 * 1024
 
 # Errors after which the context is unusable: only a new process recovers.
 STICKY = {700: "illegal address", 702: "launch timeout", 710: "device-side assert",
@@ -130,6 +138,7 @@ class CudaDevice:
         self.stream_handle = int(self.stream)
         self._start = _check(driver.cuEventCreate(0), "cuEventCreate")
         self._stop = _check(driver.cuEventCreate(0), "cuEventCreate")
+        self._pairs: list[tuple[object, object]] = []  # event pairs of a batch, created on first use
         self._buffers: list[DeviceBuffer] = []
         self._kernels: list[Kernel] = []
         self._host_flag = None
@@ -271,14 +280,16 @@ class CudaDevice:
         d = self._driver
         compiled = {
             name: compile_kernel(KernelSpec(source=HELPERS, kernel=name, arch=self.info.arch))
-            for name in ("qualify_block_stream", "qualify_flush_l2")
+            for name in ("qualify_block_stream", "qualify_flush_l2", "qualify_touch_pages")
         }
         self._blocker = self.load_kernel("qualify_block_stream", compiled["qualify_block_stream"], 0)
         self._flusher = self.load_kernel("qualify_flush_l2", compiled["qualify_flush_l2"], 0)
+        self._toucher = self.load_kernel("qualify_touch_pages", compiled["qualify_touch_pages"], 0)
+        # Two host-mapped words: [0] the release flag the host sets, [1] the blocking kernel's
+        # "timed out" mark. Mapped, so reading the mark costs no device-to-host copy.
         flags = d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE
         self._host_flag = int(_check(d.cuMemHostAlloc(8, flags), "cuMemHostAlloc"))
         self._flag_dev = int(_check(d.cuMemHostGetDevicePointer(self._host_flag, 0), "cuMemHostGetDevicePointer"))
-        self._timed_out = self.alloc(4)
         # at least 2 x L2, in 16-byte elements
         self._flush_buf = self.alloc(2 * self.info.l2_bytes + (1 << 20))
         _check(d.cuMemsetD8(self._flush_buf.ptr, 0x5A, self._flush_buf.nbytes), "cuMemsetD8")
@@ -288,12 +299,34 @@ class CudaDevice:
     def _flag(self) -> ctypes.c_int32:
         return ctypes.c_int32.from_address(self._host_flag)
 
+    def _timed_out_mark(self) -> ctypes.c_int32:
+        return ctypes.c_int32.from_address(self._host_flag + 4)
+
+    def _hold_stream(self) -> None:
+        """Queue the blocking kernel: the stream waits until _release_stream()."""
+        self._flag().value = 0
+        self._timed_out_mark().value = 0
+        self.launch(self._blocker, (1, 1, 1), (1, 1, 1), 0,
+                    [("ptr", self._flag_dev), ("u64", BLOCK_TIMEOUT_NS), ("ptr", self._flag_dev + 4)])  # fmt: skip
+
+    def _release_stream(self) -> None:
+        self._flag().value = 1
+
     def flush_l2(self) -> None:
         """Leave L2 holding clean, unrelated lines; reset persisting lines too."""
+        self._launch_flush()
+        _check(self._driver.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
+
+    def _launch_flush(self) -> None:
         n = self._flush_buf.nbytes // 16
         self.launch(self._flusher, (self.info.sm_count * 8, 1, 1), (512, 1, 1), 0,
                     [("ptr", self._flush_buf.ptr), ("u64", n), ("ptr", self._sink.ptr)])  # fmt: skip
-        _check(self._driver.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
+
+    def _touch(self, buffers) -> None:
+        for buf in buffers:
+            pages = -(-buf.nbytes // TOUCH_STRIDE)
+            self.launch(self._toucher, (-(-pages // 256), 1, 1), (256, 1, 1), 0,
+                        [("ptr", buf.ptr), ("u64", buf.nbytes), ("u64", TOUCH_STRIDE), ("ptr", self._sink.ptr)])  # fmt: skip
 
     def _wait(self, event, timeout_s: float) -> None:
         """cuEventSynchronize with a deadline: the watchdog against a launch that never ends.
@@ -312,8 +345,8 @@ class CudaDevice:
             if waited > timeout_s:
                 self._lost = True
                 raise LaunchHang(f"a sample did not finish within {timeout_s:g} s: the launch hangs")
-            if waited > 0.01:
-                time.sleep(0.001)
+            if waited > 0.002:
+                time.sleep(0.0002)
 
     def time_sample(self, enqueue: Callable[[], None], cold: bool, block_stream: bool = True,
                     timeout_s: float = SAMPLE_TIMEOUT_S) -> float:
@@ -329,22 +362,65 @@ class CudaDevice:
         if cold:
             self.flush_l2()
         if block_stream:
-            self._flag().value = 0
-            _check(d.cuMemsetD32Async(self._timed_out.ptr, 0, 1, self.stream), "cuMemsetD32Async")
-            self.launch(self._blocker, (1, 1, 1), (1, 1, 1), 0,
-                        [("ptr", self._flag_dev), ("u64", BLOCK_TIMEOUT_NS), ("ptr", self._timed_out.ptr)])  # fmt: skip
+            self._hold_stream()
         _check(d.cuEventRecord(self._start, self.stream), "cuEventRecord")
         try:
             enqueue()
         finally:
             _check(d.cuEventRecord(self._stop, self.stream), "cuEventRecord")
             if block_stream:
-                self._flag().value = 1
+                self._release_stream()
         self._wait(self._stop, timeout_s)
         ms = float(_check(d.cuEventElapsedTime(self._start, self._stop), "cuEventElapsedTime"))
-        if block_stream and self.download(self._timed_out).view(np.int32)[0]:
+        if block_stream and self._timed_out_mark().value:
             raise DeviceError("the blocking kernel timed out before the sample was queued")
         return ms * 1e6
+
+    def _event_pairs(self, count: int) -> list[tuple[object, object]]:
+        d = self._driver
+        while len(self._pairs) < count:
+            self._pairs.append((_check(d.cuEventCreate(0), "cuEventCreate"), _check(d.cuEventCreate(0), "cuEventCreate")))
+        return self._pairs[:count]
+
+    def time_samples(self, enqueue: Callable[[], None], count: int, cold: bool,
+                     before_each: Callable[[], None] | None = None, touch=(),
+                     timeout_s: float = SAMPLE_TIMEOUT_S) -> list[float]:
+        """`count` samples, queued in batches behind one blocking kernel each and read once per batch.
+
+        Per batch: [reset persisting L2] → blocking kernel → per sample: before_each() →
+        [L2 flush → touch] → start event → enqueue() → stop event; then release, one wait, and the
+        event pairs read back. Everything but enqueue() sits outside its sample's window; each
+        sample's launches are queued before the GPU reaches them, so host launch latency never
+        enters a window, and the GPU runs the batch back to back instead of waiting on the host
+        after every sample.
+        """
+        self._prepare_helpers()
+        d = self._driver
+        out: list[float] = []
+        while len(out) < count:
+            n = min(MAX_BATCH, count - len(out))
+            pairs = self._event_pairs(n)
+            if cold:
+                _check(d.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
+            self._hold_stream()
+            try:
+                for start, stop in pairs:
+                    if before_each is not None:
+                        before_each()
+                    if cold:
+                        self._launch_flush()
+                        self._touch(touch)
+                    _check(d.cuEventRecord(start, self.stream), "cuEventRecord")
+                    enqueue()
+                    _check(d.cuEventRecord(stop, self.stream), "cuEventRecord")
+            finally:
+                self._release_stream()
+            self._wait(pairs[-1][1], timeout_s * n)
+            if self._timed_out_mark().value:
+                raise DeviceError("the blocking kernel timed out before the batch was queued")
+            for start, stop in pairs:
+                out.append(float(_check(d.cuEventElapsedTime(start, stop), "cuEventElapsedTime")) * 1e6)
+        return out
 
     def capture(self, enqueue: Callable[[], None]) -> Callable[[], None]:
         """Capture enqueue()'s launches into a CUDA graph; returns a function that replays it.
@@ -382,6 +458,9 @@ class CudaDevice:
             d.cuMemFreeHost(self._host_flag)
         d.cuEventDestroy(self._start)
         d.cuEventDestroy(self._stop)
+        for start, stop in self._pairs:
+            d.cuEventDestroy(start)
+            d.cuEventDestroy(stop)
         d.cuStreamDestroy(self.stream)
         d.cuDevicePrimaryCtxRelease(self.device)
 

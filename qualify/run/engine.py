@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -28,18 +30,23 @@ from qualify.plan.digest import sha256_bytes, sha256_file
 from qualify.plan.load import LoadedPlan
 from qualify.plan.model import LibraryArm
 from qualify.plan.resolve import ResolvedCase
-from qualify.results.model import CaseTrial, ControlResult, Failure, LibraryInfo, Trial
+from qualify.results.model import CaseTrial, ControlResult, Failure, LibraryInfo, Trial, TrialCost
 from qualify.results.store import Record, now_iso
 from qualify.run import inputs as input_gen
 from qualify.run import provenance
 from qualify.run.arms import ArmExec
 from qualify.run.controls import mutate
-from qualify.run.device import KernelFault, LaunchHang, device_matches
+from qualify.run.device import MAX_BATCH, KernelFault, LaunchHang, device_matches
 from qualify.run.fidelity import compare
 from qualify.run.library import EntryPointFailed, LibraryEntry, load_library
 from qualify.run.schedule import AA, MAIN, block_halves
 
 FLOOR_SAMPLES = 100
+# Cold samples re-warm the arm's address translations after the flush (device.TOUCH_STRIDE); the
+# record's timer says so. Decided by benchmarks/timer (see its README).
+WARM_TRANSLATIONS = True
+SANITIZER_WORKERS = 4
+STAGES = ("build", "preflight", "inputs", "fidelity", "controls", "timing", "sanitizer")
 # A device-wide sync right after the stream's stop event returns in microseconds; a wait beyond
 # this means work was still running elsewhere on the device.
 ESCAPE_MIN_NS = 50_000.0
@@ -100,6 +107,16 @@ class TrialRunner:
         self.kernels: dict[str, object] = {}
         self.control_kernels: dict[str, object] = {}
         self.started = time.monotonic()
+        self.stages: dict[str, float] = dict.fromkeys(STAGES, 0.0)
+
+    @contextmanager
+    def _stage(self, name: str):
+        """Adds the wall time spent inside to the stage's total (kept in the trial file)."""
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.stages[name] += time.monotonic() - start
 
     # -- admission --------------------------------------------------------------------------
 
@@ -136,13 +153,16 @@ class TrialRunner:
         status = "complete"
         pending: Exception | None = None
         try:
-            bad = self._preflight()
+            with self._stage("preflight"):
+                bad = self._preflight()
             if bad:
                 status = "failed"  # the verdict cannot be "qualified"; the other cases still run
-            self._load_kernels()
+            with self._stage("build"):
+                self._load_kernels()
             cold = self.plan.schedule.cache == "cold"
-            for _ in range(FLOOR_SAMPLES):  # the empty window, measured the way samples are
-                self.samples.add_floor(self.device.time_sample(lambda: None, cold=cold))
+            with self._stage("timing"):  # the empty window, measured the way samples are
+                for ns in self.device.time_samples(lambda: None, FLOOR_SAMPLES, cold=cold):
+                    self.samples.add_floor(ns)
             for case in self.loaded.cases:
                 if case.id in bad:
                     continue
@@ -151,7 +171,8 @@ class TrialRunner:
                     break
             self._case = self._side = None
             if status == "complete":
-                self._sanitize()
+                with self._stage("sanitizer"):
+                    self._sanitize()
         except ToolError as exc:  # keep the trial, then report the missing tool (exit 6)
             pending = exc
         except KeyboardInterrupt:
@@ -194,13 +215,19 @@ class TrialRunner:
         self._side = None
 
     def _preflight(self) -> set[str]:
-        """Cases whose kernels fault or hang in a child worker; recorded, then left out here."""
+        """Cases whose kernels fault or hang in a child worker; recorded, then left out here.
+
+        The two arms' workers run at the same time: nothing is timed while they run.
+        """
         if self.options.preflight is None:
             return set()
         bad: set[str] = set()
         kinds = {"fault": "fault", "timeout": "timeout", "error": "error"}
-        for side in SIDES:
-            for outcome in self.options.preflight(side, [c.id for c in self.loaded.cases]):
+        ids = [c.id for c in self.loaded.cases]
+        with ThreadPoolExecutor(max_workers=len(SIDES)) as pool:
+            outcomes = list(pool.map(lambda side: self.options.preflight(side, ids), SIDES))
+        for side, results in zip(SIDES, outcomes):
+            for outcome in results:
                 if outcome.status != "ok":
                     bad.add(outcome.case)
                     self.failures.append(Failure(kind=kinds[outcome.status], case=outcome.case, side=side,
@@ -209,7 +236,12 @@ class TrialRunner:
         return bad
 
     def _sanitize(self) -> None:
-        """The plan's compute-sanitizer checks, once per device (the first trial that gets there)."""
+        """The plan's compute-sanitizer checks, once per device (the first trial that gets there).
+
+        The checks run SANITIZER_WORKERS at a time, after all timing: each is a process of its own
+        and none is timed. Results are kept in the plan's order; with fail-fast on "sanitizer",
+        checks not yet started when one finds something are not started.
+        """
         checks = self.plan.acceptance.sanitizer
         if not checks or self.options.sanitize is None:
             return
@@ -217,15 +249,25 @@ class TrialRunner:
         if any(t.sanitizer for t in self.record.trials() if t.provenance.device.uuid == uuid):
             return
         fail_fast = "sanitizer" in self.plan.stop.fail_fast
-        for check in checks:
-            for cid in check.cases:
-                for side in SIDES:
-                    self._case, self._side = cid, side
-                    result = self.options.sanitize(check.tool, cid, side, check.timeout_seconds)
-                    self.sanitizer.append(result)
-                    self.options.progress(0, f"{check.tool} {cid} {side}: {result.status}")
-                    if result.status != "clean" and fail_fast:
-                        return
+        jobs = [(check.tool, cid, side, check.timeout_seconds) for check in checks for cid in check.cases for side in SIDES]
+        stop = False
+
+        def one(job):
+            if stop:
+                return None
+            return self.options.sanitize(*job)
+
+        with ThreadPoolExecutor(max_workers=SANITIZER_WORKERS) as pool:
+            futures = [pool.submit(one, job) for job in jobs]
+            for job, future in zip(jobs, futures):
+                self._case, self._side = job[1], job[2]
+                result = future.result()
+                if result is None:
+                    continue
+                self.sanitizer.append(result)
+                self.options.progress(0, f"{job[0]} {job[1]} {job[2]}: {result.status}")
+                if result.status != "clean" and fail_fast:
+                    stop = True
         self._case = self._side = None
 
     def _load_library(self, side: str, arm: LibraryArm) -> LibraryEntry:
@@ -271,33 +313,62 @@ class TrialRunner:
     def _run_case(self, case: ResolvedCase) -> bool:
         """Run one case; False stops the trial (fail-fast or budget)."""
         self._case = case.id
-        dev = self.device
         execs: dict[str, ArmExec] = {}
-        hashes: dict[str, str] = {}
-        host_inputs: dict[str, dict[str, np.ndarray]] = {}
         try:
-            for side in SIDES:
-                arm = case.arms[side]
-                buffers = {b.name: dev.alloc(b.nbytes) for b in arm.buffers}
-                host_inputs[side] = {}
-                for spec in self.plan.workload.buffers:
-                    if spec.role != "input":
-                        continue
-                    data = input_gen.generate(self.plan.seeds, case.id, spec, arm.buffer(spec.name))
-                    dev.upload(buffers[spec.name], data)
-                    host_inputs[side][spec.name] = data
-                    hashes.setdefault(spec.name, hashlib.sha256(data.tobytes()).hexdigest())
-                outputs = [b.name for b in arm.buffers if b.role == "output"]
-                execs[side] = ArmExec(side, self.kernels[side], arm, buffers, outputs)
-                execs[side].bind_args()
+            with self._stage("inputs"):
+                hashes, host_inputs = self._prepare_case(case, execs)
             return self._measure_case(case, execs, hashes, host_inputs)
         finally:
             for ex in execs.values():
                 for buf in ex.buffers.values():
-                    dev.free(buf)
+                    self.device.free(buf)
+
+    def _prepare_case(self, case: ResolvedCase, execs: dict[str, ArmExec]):
+        """Allocate each arm's buffers into `execs` (freed by the caller however this ends) and
+        upload the seeded inputs; returns the inputs' hashes and host copies."""
+        dev = self.device
+        hashes: dict[str, str] = {}
+        host_inputs: dict[str, dict[str, np.ndarray]] = {}
+        for side in SIDES:
+            arm = case.arms[side]
+            buffers: dict[str, object] = {}
+            outputs = [b.name for b in arm.buffers if b.role == "output"]
+            execs[side] = ArmExec(side, self.kernels[side], arm, buffers, outputs)
+            for b in arm.buffers:
+                buffers[b.name] = dev.alloc(b.nbytes)
+            host_inputs[side] = {}
+            for spec in self.plan.workload.buffers:
+                if spec.role != "input":
+                    continue
+                data = input_gen.generate(self.plan.seeds, case.id, spec, arm.buffer(spec.name))
+                dev.upload(buffers[spec.name], data)
+                host_inputs[side][spec.name] = data
+                hashes.setdefault(spec.name, hashlib.sha256(data.tobytes()).hexdigest())
+            execs[side].bind_args()
+        return hashes, host_inputs
 
     def _measure_case(self, case, execs, hashes, host_inputs) -> bool:
         dev, plan = self.device, self.plan
+        with self._stage("fidelity"):
+            facts, reference, dtypes = self._fidelity(case, execs, hashes)
+        with self._stage("controls"):
+            self._run_controls(case, execs, host_inputs, reference["base"], dtypes)
+        fail_fast = set(plan.stop.fail_fast)
+        if not fidelity_passes(facts.parity, plan.acceptance.fidelity) or not all(facts.deterministic.values()):
+            self.failures.append(Failure(kind="fidelity", case=case.id,
+                                         message=_fidelity_message(facts.parity, facts.deterministic)))  # fmt: skip
+            if "fidelity" in fail_fast:
+                return False
+        with self._stage("timing"):
+            self._warmup(case, execs)
+            ok = self._abba(case, execs, reference, facts, MAIN)
+            if ok and plan.controls.aa:
+                ok = self._abba(case, {"base": execs["base"]}, reference, facts, AA)
+        return ok
+
+    def _fidelity(self, case, execs, hashes):
+        """Resources, reference outputs, determinism, parity and the stream-escape check of a case."""
+        dev = self.device
         resources = {
             side: dev.resources(ex.kernel, ex.resolved.launch.threads_per_block, ex.resolved.launch.shared_bytes)
             for side, ex in execs.items()
@@ -320,17 +391,7 @@ class TrialRunner:
                     f"work escaped qualify's stream: the device stayed busy {waited / 1e3:.1f} µs after "
                     "the stream finished (an entry point launching on a stream of its own?)")))  # fmt: skip
         self.facts.append(facts)
-        self._run_controls(case, execs, host_inputs, reference["base"], dtypes)
-        fail_fast = set(plan.stop.fail_fast)
-        if not fidelity_passes(parity, plan.acceptance.fidelity) or not all(deterministic.values()):
-            self.failures.append(Failure(kind="fidelity", case=case.id, message=_fidelity_message(parity, deterministic)))
-            if "fidelity" in fail_fast:
-                return False
-        self._warmup(case, execs)
-        ok = self._abba(case, execs, reference, facts, MAIN)
-        if ok and plan.controls.aa:
-            ok = self._abba(case, {"base": execs["base"]}, reference, facts, AA)
-        return ok
+        return facts, reference, dtypes
 
     def _escape_wait(self, ex: ArmExec) -> float:
         """Nanoseconds the device stays busy after qualify's stream has finished one call.
@@ -384,6 +445,7 @@ class TrialRunner:
 
     def _warmup(self, case, execs) -> None:
         # Without the blocking kernel: a first launch may load lazily, which deadlocks behind it.
+        # A few host round trips per arm and case; not worth batching.
         for side, ex in execs.items():
             self._side = side
             for _ in range(self.plan.schedule.warmup):
@@ -392,6 +454,11 @@ class TrialRunner:
         self._side = None
 
     def _abba(self, case, execs, reference, facts, pair) -> bool:
+        """The ABBA blocks of one pair: each half's samples queued behind one blocking kernel.
+
+        Per half: one batch on the device (device.time_samples), one telemetry reading shared by
+        the half's samples, and one read-back of the outputs, compared with the reference.
+        """
         sched, dev = self.plan.schedule, self.device
         cold = sched.cache == "cold"
         iterations = sched.iterations_per_sample
@@ -400,13 +467,17 @@ class TrialRunner:
             for half in block_halves(block, pair):
                 ex = execs[half.side]
                 self._side = half.side
-                if not cold:
+                enqueue = lambda ex=ex: ex.enqueue(dev, iterations)  # noqa: E731
+                if cold:  # poisoned before each sample, outside its window
+                    poison = lambda ex=ex: ex.poison_outputs(dev)  # noqa: E731
+                    touch = list(ex.buffers.values()) if WARM_TRANSLATIONS else []
+                    times = dev.time_samples(enqueue, sched.samples_per_block, cold=True,
+                                             before_each=poison, touch=touch)  # fmt: skip
+                else:
                     ex.poison_outputs(dev)
-                for _ in range(sched.samples_per_block):
-                    if cold:
-                        ex.poison_outputs(dev)
-                    ns = dev.time_sample(lambda ex=ex: ex.enqueue(dev, iterations), cold=cold)
-                    r = self.telemetry.read()
+                    times = dev.time_samples(enqueue, sched.samples_per_block, cold=False)
+                r = self.telemetry.read()
+                for ns in times:
                     self.samples.add(case.id, half.series, ns=ns, block=block,
                                      sm_mhz=r.sm_mhz, throttle=r.throttle, temp_c=r.temp_c)  # fmt: skip
                 self.options.progress(sched.samples_per_block, f"{case.id} {half.series}")
@@ -463,6 +534,9 @@ class TrialRunner:
                 "floor_ns": floor,
                 "floor_samples": int(arrays.get("floor_ns", np.empty(0)).size),
                 "iterations_per_sample": iterations,
+                # each ABBA half queued behind one blocking kernel, read back once
+                "samples_per_batch": min(self.plan.schedule.samples_per_block, MAX_BATCH),
+                "translations": "warm" if WARM_TRANSLATIONS and self.plan.schedule.cache == "cold" else "as left",
                 "telemetry": "nvml" if getattr(self.telemetry, "available", False) else "none",
             },
             cases=cases,
@@ -472,10 +546,24 @@ class TrialRunner:
             failures=self.failures,
             samples_file=self.record.samples_path(index).relative_to(self.record.folder).as_posix(),
             samples_sha256=sha256_bytes(data),
+            cost=trial_cost(arrays, time.monotonic() - self.started, self.stages),
         )
         self.record.write_trial(trial)
         self.record.append({"event": "trial_ended", "trial": index, "status": status})
         return trial
+
+
+def trial_cost(arrays: dict[str, np.ndarray], wall_s: float, stages: dict[str, float]) -> TrialCost:
+    """What a trial cost: its wall time against the time the GPU spent inside timed windows.
+
+    GPU-busy is the sum of every timed window in the samples file (floor, warm-ups, ABBA and A/A
+    samples); everything else — builds, workers, inputs, flushes, host work — is overhead.
+    """
+    busy_ns = sum(float(np.sum(a)) for k, a in arrays.items() if k == "floor_ns" or k.endswith(("/ns", "/warmup_ns")))
+    busy_s = busy_ns / 1e9
+    return TrialCost(wall_s=round(wall_s, 3), gpu_busy_s=round(busy_s, 6),
+                     busy_fraction=round(busy_s / wall_s, 4) if wall_s > 0 else 0.0,
+                     stages_s={k: round(v, 3) for k, v in stages.items()})  # fmt: skip
 
 
 def _fidelity_message(parity, deterministic) -> str:

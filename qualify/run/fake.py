@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from qualify.results.model import ArmResources, DeviceInfo
-from qualify.run.device import DeviceBuffer, KernelFault
+from qualify.run.device import MAX_BATCH, DeviceBuffer, KernelFault
 from qualify.run.telemetry import Reading
 
 FAKE_INFO = DeviceInfo(
@@ -116,6 +116,7 @@ class FakeDevice:
         return self.memory.view(buf.ptr, buf.nbytes).copy()
 
     def poison(self, buf: DeviceBuffer) -> None:
+        self.calls.append(("poison", buf.ptr))
         self.memory.view(buf.ptr, buf.nbytes)[:] = 0xFF
 
     def synchronize(self) -> None:
@@ -136,6 +137,24 @@ class FakeDevice:
         self.calls.append(("sample", tuple(launched), cold, block_stream))
         ns = self.floor + sum(self.durations.get(label, 1000.0) for label in launched)
         return float(ns * (1.0 + self.noise * self.rng.standard_normal()))
+
+    def time_samples(self, enqueue, count: int, cold: bool, before_each=None, touch=(), timeout_s: float = 60.0) -> list[float]:
+        """CudaDevice.time_samples's order of operations, as calls: hold → per sample [poison…]
+        [flush, touch] sample → release, in batches of at most MAX_BATCH."""
+        out: list[float] = []
+        while len(out) < count:
+            n = min(MAX_BATCH, count - len(out))
+            self.calls.append(("hold", n))
+            for _ in range(n):
+                if before_each is not None:
+                    before_each()
+                if cold:
+                    self.calls.append(("flush",))
+                    if touch:
+                        self.calls.append(("touch", len(touch)))
+                out.append(self.time_sample(enqueue, cold, True, timeout_s))
+            self.calls.append(("release",))
+        return out
 
     def close(self) -> None:
         self.calls.append(("close",))

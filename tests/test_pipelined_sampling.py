@@ -1,0 +1,95 @@
+"""Pipelined sampling on the fake device: the exact order of operations inside a batch, the batch
+limit, and what a trial records about its cost."""
+
+from __future__ import annotations
+
+import fakes
+from plans import make_repo, plan_copy
+from qualify.plan.load import load_plan
+from qualify.run.device import MAX_BATCH
+from qualify.run.engine import STAGES, RunOptions, TrialRunner
+from qualify.run.fake import FakeDevice, FakeTelemetry
+
+
+def plan(spb=3, blocks=2, cache="cold"):
+    p = plan_copy()
+    p["schedule"] = {"warmup": 1, "samples_per_block": spb, "blocks": blocks, "trials": 1, "cache": cache}
+    p["budget"] = {"max_trials": 2, "max_samples": 4 * spb * blocks, "max_wall_seconds": 60}
+    p["acceptance"]["sanitizer"] = []
+    p["controls"]["negative"] = []
+    return p
+
+
+def run(tmp_path, p):
+    loaded = load_plan(make_repo(tmp_path, p, freeze=True))
+    device = FakeDevice({"axpy": fakes.axpy}, durations={"base": 10_000.0, "candidate": 9_000.0})
+    trial = TrialRunner(loaded, device, FakeTelemetry(), RunOptions(record_dir=tmp_path / "rec")).run()
+    return trial, device
+
+
+def batches(calls):
+    """The calls between each hold and its release, as lists of call kinds."""
+    out, current = [], None
+    for c in calls:
+        if c[0] == "hold":
+            current = [c]
+        elif c[0] == "release":
+            out.append(current + [c])
+            current = None
+        elif current is not None:
+            current.append(c)
+    return out
+
+
+def test_each_half_is_one_batch_poisoned_flushed_and_touched_before_every_window(tmp_path):
+    trial, device = run(tmp_path, plan(spb=3))
+    timed = [b for b in batches(device.calls) if any(c[0] == "sample" and c[1] for c in b)]
+    # 2 cases x (2 blocks x 4 halves of the main pair + the same for the A/A pair)
+    assert len(timed) == 2 * 2 * 2 * 4
+    for batch in timed:
+        assert batch[0] == ("hold", 3)
+        kinds = [c[0] for c in batch[1:-1]]
+        # one output buffer: poison, flush, touch of every buffer of the arm, then the window
+        assert kinds == ["poison", "flush", "touch", "sample"] * 3
+        touches = [c for c in batch if c[0] == "touch"]
+        assert all(t[1] == 3 for t in touches)  # x, y, out
+        assert all(c[2] is True and c[3] is True for c in batch if c[0] == "sample")
+    assert trial.timer["samples_per_batch"] == 3 and trial.timer["translations"] == "warm"
+
+
+def test_a_half_longer_than_the_batch_limit_is_split(tmp_path):
+    spb = MAX_BATCH + 5
+    trial, device = run(tmp_path, plan(spb=spb, blocks=2))
+    sizes = [b[0][1] for b in batches(device.calls) if any(c[0] == "sample" and c[1] for c in b)]
+    assert sizes[:2] == [MAX_BATCH, 5]
+    assert trial.timer["samples_per_batch"] == MAX_BATCH
+
+
+def test_hot_cache_samples_are_poisoned_once_per_half_and_never_flushed(tmp_path):
+    trial, device = run(tmp_path, plan(spb=4, cache="hot"))
+    timed = [b for b in batches(device.calls) if any(c[0] == "sample" and c[1] for c in b)]
+    for batch in timed:
+        assert [c[0] for c in batch[1:-1]] == ["sample"] * 4
+    # the poison of a hot half comes right before its hold
+    holds = [i for i, c in enumerate(device.calls) if c[0] == "hold" and device.calls[i + 1][0] == "sample"
+             and device.calls[i + 1][1]]
+    assert all(device.calls[i - 1][0] == "poison" for i in holds)
+    assert trial.timer["translations"] == "as left"
+
+
+def test_floor_samples_are_batched_empty_windows(tmp_path):
+    _, device = run(tmp_path, plan())
+    first = batches(device.calls)[0]
+    windows = [c for c in first if c[0] == "sample"]
+    assert first[0] == ("hold", MAX_BATCH) and all(c[1] == () for c in windows)
+    assert "touch" not in [c[0] for c in first]  # no buffer is touched for an empty window
+
+
+def test_the_trial_records_its_cost(tmp_path):
+    trial, _ = run(tmp_path, plan())
+    cost = trial.cost
+    assert cost is not None and set(cost.stages_s) == set(STAGES)
+    # fake windows: floor 1.3 µs + 9-10 µs per launch; 2 cases x 2 pairs x 24 samples + floors + warm-ups
+    assert 0.0005 < cost.gpu_busy_s < 0.01
+    assert cost.wall_s > 0 and abs(cost.busy_fraction - cost.gpu_busy_s / cost.wall_s) < 1e-3
+    assert sum(cost.stages_s.values()) <= cost.wall_s + 1e-3
