@@ -93,3 +93,34 @@ def test_the_trial_records_its_cost(tmp_path):
     assert 0.0005 < cost.gpu_busy_s < 0.01
     assert cost.wall_s > 0 and abs(cost.busy_fraction - cost.gpu_busy_s / cost.wall_s) < 1e-3
     assert sum(cost.stages_s.values()) <= cost.wall_s + 1e-3
+
+
+class DriftsWhenTimed:
+    """Right for the reference, determinism, escape-check and warm-up launches (6 per case), wrong
+    from the first timed launch of the candidate on: only the timed launches' check can see it."""
+
+    def __init__(self):
+        self.launches = 0
+
+    def __call__(self, memory, args, kernel):
+        fakes.axpy(memory, args, kernel)
+        if kernel.label == "candidate":
+            self.launches += 1
+            if self.launches > 6:
+                _, _, out, _, _ = fakes._arrays(memory, args)
+                out[0] += 1.0
+
+
+def test_outputs_of_timed_launches_are_checked_on_the_device_after_every_half(tmp_path):
+    loaded = load_plan(make_repo(tmp_path, plan(spb=3), freeze=True))
+    device = FakeDevice({"axpy": DriftsWhenTimed()}, durations={"base": 10_000.0, "candidate": 9_000.0})
+    trial = TrialRunner(loaded, device, FakeTelemetry(), RunOptions(record_dir=tmp_path / "rec")).run()
+    # the second case's candidate is wrong from its first launch: parity stops the trial there
+    assert [c.timed_outputs_match for c in trial.cases] == [False]
+    # each half ends with one on-device comparison per output (2 pairs x 2 blocks x 4 halves)
+    assert sum(1 for c in device.calls if c[0] == "differs") == 2 * 2 * 4
+
+
+def test_an_honest_candidate_matches_after_every_half(tmp_path):
+    trial, _ = run(tmp_path, plan(spb=3))
+    assert all(c.timed_outputs_match for c in trial.cases)

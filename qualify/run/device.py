@@ -34,6 +34,8 @@ MAX_BATCH = 32
 # translations along with their lines; this brings the translations back while leaving L2
 # practically empty of the buffers (under 0.1 % of their lines).
 TOUCH_STRIDE = 64 * 1024
+# A one-thread pause between a cold flush and the start event (benchmarks/timer decides it).
+SETTLE_NS = 0
 
 # Errors after which the context is unusable: only a new process recovers.
 STICKY = {700: "illegal address", 702: "launch timeout", 710: "device-side assert",
@@ -280,15 +282,18 @@ class CudaDevice:
         d = self._driver
         compiled = {
             name: compile_kernel(KernelSpec(source=HELPERS, kernel=name, arch=self.info.arch))
-            for name in ("qualify_block_stream", "qualify_flush_l2", "qualify_touch_pages")
+            for name in ("qualify_block_stream", "qualify_flush_l2", "qualify_touch_pages", "qualify_settle",
+                         "qualify_bytes_differ")
         }
         self._blocker = self.load_kernel("qualify_block_stream", compiled["qualify_block_stream"], 0)
         self._flusher = self.load_kernel("qualify_flush_l2", compiled["qualify_flush_l2"], 0)
         self._toucher = self.load_kernel("qualify_touch_pages", compiled["qualify_touch_pages"], 0)
-        # Two host-mapped words: [0] the release flag the host sets, [1] the blocking kernel's
-        # "timed out" mark. Mapped, so reading the mark costs no device-to-host copy.
+        self._settler = self.load_kernel("qualify_settle", compiled["qualify_settle"], 0)
+        self._differ = self.load_kernel("qualify_bytes_differ", compiled["qualify_bytes_differ"], 0)
+        # Host-mapped words: [0] the release flag the host sets, [1] the blocking kernel's "timed
+        # out" mark, [2] the "bytes differ" mark. Mapped, so reading a mark costs no copy.
         flags = d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE
-        self._host_flag = int(_check(d.cuMemHostAlloc(8, flags), "cuMemHostAlloc"))
+        self._host_flag = int(_check(d.cuMemHostAlloc(16, flags), "cuMemHostAlloc"))
         self._flag_dev = int(_check(d.cuMemHostGetDevicePointer(self._host_flag, 0), "cuMemHostGetDevicePointer"))
         # at least 2 x L2, in 16-byte elements
         self._flush_buf = self.alloc(2 * self.info.l2_bytes + (1 << 20))
@@ -312,12 +317,23 @@ class CudaDevice:
     def _release_stream(self) -> None:
         self._flag().value = 1
 
-    def flush_l2(self) -> None:
-        """Leave L2 holding clean, unrelated lines; reset persisting lines too."""
-        self._launch_flush()
-        _check(self._driver.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
+    def copy(self, dst: DeviceBuffer, src: DeviceBuffer) -> None:
+        """Device-to-device copy on qualify's stream."""
+        assert dst.nbytes == src.nbytes, (dst.nbytes, src.nbytes)
+        _check(self._driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, src.nbytes, self.stream), "cuMemcpyDtoDAsync")
+
+    def differs(self, a: DeviceBuffer, b: DeviceBuffer) -> bool:
+        """Whether two device buffers hold different bytes, compared on the device."""
+        self._prepare_helpers()
+        mark = ctypes.c_int32.from_address(self._host_flag + 8)
+        mark.value = 0
+        self.launch(self._differ, (self.info.sm_count * 4, 1, 1), (256, 1, 1), 0,
+                    [("ptr", a.ptr), ("ptr", b.ptr), ("u64", a.nbytes), ("ptr", self._flag_dev + 8)])  # fmt: skip
+        self.synchronize()
+        return bool(mark.value)
 
     def _launch_flush(self) -> None:
+        """Leave L2 holding clean, unrelated lines (the persisting lines are reset by the caller)."""
         n = self._flush_buf.nbytes // 16
         self.launch(self._flusher, (self.info.sm_count * 8, 1, 1), (512, 1, 1), 0,
                     [("ptr", self._flush_buf.ptr), ("u64", n), ("ptr", self._sink.ptr)])  # fmt: skip
@@ -349,7 +365,7 @@ class CudaDevice:
                 time.sleep(0.0002)
 
     def time_sample(self, enqueue: Callable[[], None], cold: bool, block_stream: bool = True,
-                    timeout_s: float = SAMPLE_TIMEOUT_S) -> float:
+                    timeout_s: float = SAMPLE_TIMEOUT_S, reset: bool = True) -> float:
         """Nanoseconds between two events around enqueue()'s launches.
 
         Order: [flush L2] → blocking kernel → start event → launches → stop event → release. The flush
@@ -360,7 +376,9 @@ class CudaDevice:
         self._prepare_helpers()
         d = self._driver
         if cold:
-            self.flush_l2()
+            self._launch_flush()
+            if reset:
+                _check(d.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
         if block_stream:
             self._hold_stream()
         _check(d.cuEventRecord(self._start, self.stream), "cuEventRecord")
@@ -384,6 +402,7 @@ class CudaDevice:
 
     def time_samples(self, enqueue: Callable[[], None], count: int, cold: bool,
                      before_each: Callable[[], None] | None = None, touch=(),
+                     settle_ns: int = SETTLE_NS, reset_each: bool = False,
                      timeout_s: float = SAMPLE_TIMEOUT_S) -> list[float]:
         """`count` samples, queued in batches behind one blocking kernel each and read once per batch.
 
@@ -409,7 +428,11 @@ class CudaDevice:
                         before_each()
                     if cold:
                         self._launch_flush()
+                        if reset_each:
+                            _check(d.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
                         self._touch(touch)
+                        if settle_ns:
+                            self.launch(self._settler, (1, 1, 1), (1, 1, 1), 0, [("u64", settle_ns)])
                     _check(d.cuEventRecord(start, self.stream), "cuEventRecord")
                     enqueue()
                     _check(d.cuEventRecord(stop, self.stream), "cuEventRecord")

@@ -46,7 +46,9 @@ FLOOR_SAMPLES = 100
 # record's timer says so. Decided by benchmarks/timer (see its README).
 WARM_TRANSLATIONS = True
 SANITIZER_WORKERS = 4
-STAGES = ("build", "preflight", "inputs", "fidelity", "controls", "timing", "sanitizer")
+# "timing" is the time spent queueing and waiting for samples; "readback" (checking the timed
+# launches' outputs) and "telemetry" (NVML) are counted apart from it.
+STAGES = ("build", "preflight", "inputs", "fidelity", "controls", "timing", "readback", "telemetry", "sanitizer")
 # A device-wide sync right after the stream's stop event returns in microseconds; a wait beyond
 # this means work was still running elsewhere on the device.
 ESCAPE_MIN_NS = 50_000.0
@@ -108,15 +110,22 @@ class TrialRunner:
         self.control_kernels: dict[str, object] = {}
         self.started = time.monotonic()
         self.stages: dict[str, float] = dict.fromkeys(STAGES, 0.0)
+        self._stage_stack: list[str] = []
 
     @contextmanager
     def _stage(self, name: str):
-        """Adds the wall time spent inside to the stage's total (kept in the trial file)."""
+        """Adds the wall time spent inside to the stage's total (kept in the trial file); time in a
+        nested stage counts for the nested one only."""
         start = time.monotonic()
+        self._stage_stack.append(name)
         try:
             yield
         finally:
-            self.stages[name] += time.monotonic() - start
+            self._stage_stack.pop()
+            spent = time.monotonic() - start
+            self.stages[name] += spent
+            if self._stage_stack:
+                self.stages[self._stage_stack[-1]] -= spent
 
     # -- admission --------------------------------------------------------------------------
 
@@ -314,6 +323,7 @@ class TrialRunner:
         """Run one case; False stops the trial (fail-fast or budget)."""
         self._case = case.id
         execs: dict[str, ArmExec] = {}
+        self._refs: dict[str, dict[str, object]] = {}
         try:
             with self._stage("inputs"):
                 hashes, host_inputs = self._prepare_case(case, execs)
@@ -322,6 +332,9 @@ class TrialRunner:
             for ex in execs.values():
                 for buf in ex.buffers.values():
                     self.device.free(buf)
+            for refs in self._refs.values():
+                for buf in refs.values():
+                    self.device.free(buf)
 
     def _prepare_case(self, case: ResolvedCase, execs: dict[str, ArmExec]):
         """Allocate each arm's buffers into `execs` (freed by the caller however this ends) and
@@ -329,6 +342,7 @@ class TrialRunner:
         dev = self.device
         hashes: dict[str, str] = {}
         host_inputs: dict[str, dict[str, np.ndarray]] = {}
+        generated: dict[tuple, np.ndarray] = {}  # both arms usually share an input: generate it once
         for side in SIDES:
             arm = case.arms[side]
             buffers: dict[str, object] = {}
@@ -340,7 +354,11 @@ class TrialRunner:
             for spec in self.plan.workload.buffers:
                 if spec.role != "input":
                     continue
-                data = input_gen.generate(self.plan.seeds, case.id, spec, arm.buffer(spec.name))
+                resolved = arm.buffer(spec.name)
+                key = (spec.name, repr(resolved))
+                if key not in generated:
+                    generated[key] = input_gen.generate(self.plan.seeds, case.id, spec, resolved)
+                data = generated[key]
                 dev.upload(buffers[spec.name], data)
                 host_inputs[side][spec.name] = data
                 hashes.setdefault(spec.name, hashlib.sha256(data.tobytes()).hexdigest())
@@ -351,6 +369,11 @@ class TrialRunner:
         dev, plan = self.device, self.plan
         with self._stage("fidelity"):
             facts, reference, dtypes = self._fidelity(case, execs, hashes)
+            for side, ex in execs.items():  # the reference bytes on the device, for the timed launches' check
+                self._refs[side] = {}
+                for n in ex.outputs:
+                    self._refs[side][n] = dev.alloc(reference[side][n].nbytes)
+                    dev.upload(self._refs[side][n], reference[side][n])
         with self._stage("controls"):
             self._run_controls(case, execs, host_inputs, reference["base"], dtypes)
         fail_fast = set(plan.stop.fail_fast)
@@ -476,14 +499,16 @@ class TrialRunner:
                 else:
                     ex.poison_outputs(dev)
                     times = dev.time_samples(enqueue, sched.samples_per_block, cold=False)
-                r = self.telemetry.read()
+                with self._stage("telemetry"):
+                    r = self.telemetry.read()
                 for ns in times:
                     self.samples.add(case.id, half.series, ns=ns, block=block,
                                      sm_mhz=r.sm_mhz, throttle=r.throttle, temp_c=r.temp_c)  # fmt: skip
                 self.options.progress(sched.samples_per_block, f"{case.id} {half.series}")
-                outputs = {n: dev.download(ex.buffers[n]) for n in ex.outputs}
-                if any(not np.array_equal(outputs[n], reference[half.side][n]) for n in ex.outputs):
-                    facts.timed_outputs_match = False
+                with self._stage("readback"):
+                    refs = self._refs[half.side]
+                    if any(dev.differs(ex.buffers[n], refs[n]) for n in ex.outputs):
+                        facts.timed_outputs_match = False
             self._side = None
             per_arm += 2 * sched.samples_per_block
             if self._over_time():

@@ -122,6 +122,10 @@ class FakeDevice:
     def synchronize(self) -> None:
         pass
 
+    def differs(self, a: DeviceBuffer, b: DeviceBuffer) -> bool:
+        self.calls.append(("differs", a.ptr, b.ptr))
+        return not np.array_equal(self.memory.view(a.ptr, a.nbytes), self.memory.view(b.ptr, b.nbytes))
+
     def check_idle(self) -> None:
         if self.busy_after_ns:
             import time

@@ -40,3 +40,27 @@ extern "C" __global__ void qualify_touch_pages(const unsigned char* __restrict__
     const unsigned long long i = (blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x) * stride;
     if (i < nbytes && __ldcg(data + i) == 0x5e && threadIdx.x == 1023) *sink = 1;
 }
+
+// Idles one thread for `ns` of %globaltimer: queued between a cold flush and a sample's start
+// event, it gives the memory system the pause it has when a sample starts on its own.
+extern "C" __global__ void qualify_settle(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        __nanosleep(500);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+
+// Sets *differ when two buffers of n bytes differ: the timed launches' outputs are checked against
+// the reference on the device, so a half costs no device-to-host copy of its outputs.
+extern "C" __global__ void qualify_bytes_differ(const unsigned char* __restrict__ a, const unsigned char* __restrict__ b,
+                                                unsigned long long n, int* differ) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        if (a[i] != b[i]) {
+            *differ = 1;
+            return;
+        }
+    }
+}
