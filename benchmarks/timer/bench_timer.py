@@ -8,10 +8,11 @@ Run on the GPU machine (ncu on PATH; torch + triton for do_bench; the `cuda-benc
 
 Per kernel (a launch with nothing to do, then about 5 µs to 5 ms, one of them a grid with a
 partial last wave): ncu's gpu__time_duration.sum (--clock-control none, caches flushed) as the
-reference; qualify's cold samples three ways — `per-sample` (the engine before pipelining: one
-blocking kernel, one synchronisation and one read-back per sample), `pipelined` (the engine now:
-a batch of samples queued behind one blocking kernel, read once) and `pipelined+touch` (the same,
-with the arm's address translations re-warmed after the flush) —; NVBench's cold measurement
+reference; qualify's cold samples three ways — `per-sample` (one blocking kernel, one
+synchronisation and one read-back per sample, as the engine did before pipelining), `batched`
+(every half of 10 samples queued behind one blocking kernel, read once) and `engine` (what `qualify
+run` does now: batched when the kernel's warm-ups take at least `engine.BATCH_MIN_NS`, one sample
+per blocking kernel below; see boundary.py for why) —; NVBench's cold measurement
 (cuda-bench, its defaults); do_bench (median mode). Each is reported with its error against ncu,
 its A/A spread over repeated runs, and the wall time it took per result. A last section times a
 verdict: a base/candidate pair (scalar against float4 axpy) through qualify's ABBA schedule with
@@ -49,7 +50,7 @@ CASES = [
     ("fma chain 930k iterations", "bench_fma_chain", 930_000),
 ]
 PAIR = ("axpy_scalar 16M floats", "bench_axpy_scalar", 16 << 20), ("axpy 16M floats", "bench_axpy", 16 << 20)
-QUALIFY_MODES = ("per-sample", "pipelined", "pipelined+touch")
+QUALIFY_MODES = ("per-sample", "batched", "engine")
 SAMPLES = 200
 AA_RUNS = 5
 NCU_LAUNCHES = 30
@@ -107,16 +108,17 @@ def qualify_floor(bench: Bench, mode: str) -> float:
 
 def qualify_samples(bench: Bench, mode: str, kernel: str, size: int, floor: float, n: int = SAMPLES) -> list[float]:
     """n floor-corrected cold samples in µs, timed the given way."""
+    from qualify.run.engine import BATCH_MIN_NS
+
     fn = bench.enqueue(kernel, size)
-    for _ in range(5):
-        bench.dev.time_sample(fn, cold=False, block_stream=False)  # warm-up
+    warm = [bench.dev.time_sample(fn, cold=False, block_stream=False) for _ in range(5)]
     if mode == "per-sample":
         raw = [bench.dev.time_sample(fn, cold=True) for _ in range(n)]
     else:
-        touch = bench.buffers(kernel, size) if mode == "pipelined+touch" else ()
+        batch = 10 if mode == "batched" or statistics.median(warm) >= BATCH_MIN_NS else 1
         raw = []
         while len(raw) < n:  # halves of 10 samples, as the protocols' ABBA halves
-            raw += bench.dev.time_samples(fn, min(10, n - len(raw)), cold=True, touch=touch)
+            raw += bench.dev.time_samples(fn, min(10, n - len(raw)), cold=True, max_batch=batch)
     return [(ns - floor) / 1e3 for ns in raw]
 
 
@@ -270,8 +272,8 @@ def nvbench_results(labels: list[str]) -> dict[str, dict]:
 
 
 def qualify_pair(bench: Bench) -> dict:
-    """The engine's ABBA schedule on a kernel pair: 10 blocks x 4 halves x 10 pipelined cold
-    samples for the pair and again for the A/A control, then the paired statistics."""
+    """The engine's ABBA schedule on a kernel pair: 10 blocks x 4 halves x 10 cold samples (batched
+    as the engine would) for the pair and again for the A/A control, then the paired statistics."""
     import numpy as np
 
     from qualify.evaluate.stats import case_stats
@@ -280,15 +282,15 @@ def qualify_pair(bench: Bench) -> dict:
     start = time.perf_counter()
     floor = statistics.median(bench.dev.time_samples(lambda: None, 100, cold=True))
     fns = {"base": bench.enqueue(*PAIR[0][1:]), "candidate": bench.enqueue(*PAIR[1][1:])}
-    touch = {"base": bench.buffers(*PAIR[0][1:]), "candidate": bench.buffers(*PAIR[1][1:])}
-    for side in fns:
-        for _ in range(10):
-            bench.dev.time_sample(fns[side], cold=False, block_stream=False)
+    from qualify.run.engine import BATCH_MIN_NS
+
+    warm = [bench.dev.time_sample(fns[side], cold=False, block_stream=False) for side in fns for _ in range(10)]
+    batch = 10 if statistics.median(warm) >= BATCH_MIN_NS else 1
     series: dict[str, tuple[list, list]] = {}
     for pair in (MAIN, AA):
         for block in range(10):
             for half in block_halves(block, pair):
-                ns = bench.dev.time_samples(fns[half.side], 10, cold=True, touch=touch[half.side])
+                ns = bench.dev.time_samples(fns[half.side], 10, cold=True, max_batch=batch)
                 values, blocks = series.setdefault(half.series, ([], []))
                 values += [v - floor for v in ns]
                 blocks += [block] * len(ns)
@@ -321,7 +323,7 @@ def measure(out_path: Path, quick: bool) -> dict:
             result["nvbench_error"] = f"{exc.__class__.__name__}: {exc}"[-1500:]
     bench = Bench()
     result["device"] = bench.dev.info.model_dump()
-    modes = ("pipelined+touch",) if quick else QUALIFY_MODES
+    modes = ("engine",) if quick else QUALIFY_MODES
     q = {mode: qualify_medians(bench, AA_RUNS, mode) for mode in modes}
     db = None
     if not quick:
@@ -386,7 +388,7 @@ def render(results: list[dict]) -> str:
                      "".join(f" | {p}" for p in peers) + " | within 1 % / A/A ≤ 0.5 % |")  # fmt: skip
         lines.append("|---|---:|" + "---:|" * (len(modes) + len(peers)) + "---|")
         for r in result["rows"]:
-            best = r.get("pipelined+touch") or r[modes[-1]]
+            best = r["engine"]
             goal = "n/a (below 5 µs)" if r["ncu_us"] < 5 else (
                 ("yes" if abs(best["error_pct"]) <= 1 else "**no**") + " / " +
                 ("yes" if best["aa_spread_pct"] <= 0.5 else "**no**"))  # fmt: skip
@@ -417,7 +419,7 @@ if __name__ == "__main__":
         pass
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--quick", action="store_true", help="qualify (pipelined+touch) and ncu only")
+    parser.add_argument("--quick", action="store_true", help="qualify (engine) and ncu only")
     parser.add_argument("--render", type=Path, nargs="+")
     parser.add_argument("--ncu-target")
     parser.add_argument("--nvbench-target", nargs=2)

@@ -9,8 +9,9 @@ same way and subtracted, 3 runs), against ncu in the same run:
 - per-sample: one blocking kernel, flush, persisting-L2 reset, one event pair and one
   synchronisation per sample (the engine before pipelining); "no reset" drops the reset;
 - batch: samples queued behind one blocking kernel in halves of 10, read once (the pipelined
-  engine), with these changes between the flush and the start event: a persisting-L2 reset per
-  sample ("reset"), a one-thread pause of N µs ("settle N").
+  engine), with these changes: a persisting-L2 reset per sample ("reset"), a one-thread pause of
+  N µs between the flush and the start event ("settle N"), the same pause after the stop event
+  ("pause after stop N"), or one sample per blocking kernel ("batch of 1").
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ VARIANTS = {
     "per-sample, no reset": {"batch": False, "reset": False},
     "batch": {"batch": True},
     "batch, reset": {"batch": True, "reset_each": True},
-    "batch, settle 2 µs": {"batch": True, "settle_ns": 2_000},
+    "batch of 1": {"batch": True, "max_batch": 1},
+    "batch of 1, reset": {"batch": True, "max_batch": 1, "reset_each": True},
     "batch, settle 10 µs": {"batch": True, "settle_ns": 10_000},
-    "batch, settle 40 µs": {"batch": True, "settle_ns": 40_000},
-    "batch, reset, settle 10 µs": {"batch": True, "reset_each": True, "settle_ns": 10_000},
+    "batch, pause after stop 2 µs": {"batch": True, "settle_after_ns": 2_000},
+    "batch, pause after stop 20 µs": {"batch": True, "settle_after_ns": 20_000},
+    "batch, pause after stop 100 µs": {"batch": True, "settle_after_ns": 100_000},
 }
 RUNS = 3
 

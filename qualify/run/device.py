@@ -402,8 +402,8 @@ class CudaDevice:
 
     def time_samples(self, enqueue: Callable[[], None], count: int, cold: bool,
                      before_each: Callable[[], None] | None = None, touch=(),
-                     settle_ns: int = SETTLE_NS, reset_each: bool = False,
-                     timeout_s: float = SAMPLE_TIMEOUT_S) -> list[float]:
+                     settle_ns: int = SETTLE_NS, reset_each: bool = False, settle_after_ns: int = 0,
+                     max_batch: int = MAX_BATCH, timeout_s: float = SAMPLE_TIMEOUT_S) -> list[float]:
         """`count` samples, queued in batches behind one blocking kernel each and read once per batch.
 
         Per batch: [reset persisting L2] → blocking kernel → per sample: before_each() →
@@ -417,7 +417,7 @@ class CudaDevice:
         d = self._driver
         out: list[float] = []
         while len(out) < count:
-            n = min(MAX_BATCH, count - len(out))
+            n = min(max_batch, count - len(out))
             pairs = self._event_pairs(n)
             if cold:
                 _check(d.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
@@ -436,6 +436,8 @@ class CudaDevice:
                     _check(d.cuEventRecord(start, self.stream), "cuEventRecord")
                     enqueue()
                     _check(d.cuEventRecord(stop, self.stream), "cuEventRecord")
+                    if settle_after_ns:
+                        self.launch(self._settler, (1, 1, 1), (1, 1, 1), 0, [("u64", settle_after_ns)])
             finally:
                 self._release_stream()
             self._wait(pairs[-1][1], timeout_s * n)

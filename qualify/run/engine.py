@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +21,7 @@ from qualify.build.arms import kernel_spec
 from qualify.build.nvrtc import compile_kernel, nvrtc_version
 from qualify.errors import DeviceError, FrozenInputChanged, QualifyError, ToolError, UsageError
 from qualify.evaluate import samples as samples_io
-from qualify.evaluate.samples import TrialSamples
+from qualify.evaluate.samples import TrialSamples, key
 from qualify.evaluate.stats import ci_half_width_pct
 from qualify.evaluate.recompute import derived_fields
 from qualify.evaluate.summarize import floor_ns, has_series, pair_stats
@@ -42,9 +42,11 @@ from qualify.run.library import EntryPointFailed, LibraryEntry, load_library
 from qualify.run.schedule import AA, MAIN, block_halves
 
 FLOOR_SAMPLES = 100
-# Cold samples re-warm the arm's address translations after the flush (device.TOUCH_STRIDE); the
-# record's timer says so. Decided by benchmarks/timer (see its README).
-WARM_TRANSLATIONS = True
+# Samples of kernels at least this long are queued a whole ABBA half behind one blocking kernel;
+# shorter ones one sample per blocking kernel. Measured on the H200 (benchmarks/timer/boundary.py):
+# a launch queued behind other samples reads 0.2-0.5 µs longer than one queued alone, whatever
+# pause separates them - 5-10 % of a 5 µs kernel, under 0.2 % from here up.
+BATCH_MIN_NS = 250_000.0
 SANITIZER_WORKERS = 4
 # "timing" is the time spent queueing and waiting for samples; "readback" (checking the timed
 # launches' outputs) and "telemetry" (NVML) are counted apart from it.
@@ -111,6 +113,8 @@ class TrialRunner:
         self.started = time.monotonic()
         self.stages: dict[str, float] = dict.fromkeys(STAGES, 0.0)
         self._stage_stack: list[str] = []
+        self._input_pool = ThreadPoolExecutor(max_workers=1)  # one case ahead, at most
+        self._input_futures: dict[str, Future] = {}
 
     @contextmanager
     def _stage(self, name: str):
@@ -162,12 +166,18 @@ class TrialRunner:
         status = "complete"
         pending: Exception | None = None
         try:
-            with self._stage("preflight"):
-                bad = self._preflight()
+            # The isolated workers run while this process builds and generates the first inputs;
+            # nothing is timed before they are done.
+            if self.loaded.cases:
+                self._prefetch(self.loaded.cases[0])
+            with ThreadPoolExecutor(max_workers=1) as side_pool:
+                preflight = side_pool.submit(self._preflight)
+                with self._stage("build"):
+                    self._load_kernels()
+                with self._stage("preflight"):
+                    bad = preflight.result()
             if bad:
                 status = "failed"  # the verdict cannot be "qualified"; the other cases still run
-            with self._stage("build"):
-                self._load_kernels()
             cold = self.plan.schedule.cache == "cold"
             with self._stage("timing"):  # the empty window, measured the way samples are
                 for ns in self.device.time_samples(lambda: None, FLOOR_SAMPLES, cold=cold):
@@ -340,9 +350,9 @@ class TrialRunner:
         """Allocate each arm's buffers into `execs` (freed by the caller however this ends) and
         upload the seeded inputs; returns the inputs' hashes and host copies."""
         dev = self.device
+        inputs = self._inputs(case).result()
         hashes: dict[str, str] = {}
         host_inputs: dict[str, dict[str, np.ndarray]] = {}
-        generated: dict[tuple, np.ndarray] = {}  # both arms usually share an input: generate it once
         for side in SIDES:
             arm = case.arms[side]
             buffers: dict[str, object] = {}
@@ -351,19 +361,34 @@ class TrialRunner:
             for b in arm.buffers:
                 buffers[b.name] = dev.alloc(b.nbytes)
             host_inputs[side] = {}
-            for spec in self.plan.workload.buffers:
-                if spec.role != "input":
-                    continue
-                resolved = arm.buffer(spec.name)
-                key = (spec.name, repr(resolved))
-                if key not in generated:
-                    generated[key] = input_gen.generate(self.plan.seeds, case.id, spec, resolved)
-                data = generated[key]
-                dev.upload(buffers[spec.name], data)
-                host_inputs[side][spec.name] = data
-                hashes.setdefault(spec.name, hashlib.sha256(data.tobytes()).hexdigest())
+            for name, data in inputs[side].items():
+                dev.upload(buffers[name], data)
+                host_inputs[side][name] = data
+                hashes.setdefault(name, hashlib.sha256(data).hexdigest())
             execs[side].bind_args()
         return hashes, host_inputs
+
+    def _inputs(self, case: ResolvedCase) -> Future:
+        """The case's inputs per arm, generated on the host in the background: the next case's
+        while this one is timed (the host only waits on the GPU then)."""
+        self._prefetch(case)
+        following = self.loaded.cases.index(case) + 1
+        if following < len(self.loaded.cases):
+            self._prefetch(self.loaded.cases[following])
+        return self._input_futures.pop(case.id)
+
+    def _prefetch(self, case: ResolvedCase) -> None:
+        if case.id not in self._input_futures:
+            self._input_futures[case.id] = self._input_pool.submit(self._generate_inputs, case)
+
+    def _generate_inputs(self, case: ResolvedCase) -> dict[str, dict[str, np.ndarray]]:
+        specs = [s for s in self.plan.workload.buffers if s.role == "input"]
+        out = {}
+        for side in SIDES:
+            arm = case.arms[side]
+            arrays = input_gen.generate_case(self.plan.seeds, case.id, [(s, arm.buffer(s.name)) for s in specs])
+            out[side] = {s.name: a for s, a in zip(specs, arrays)}
+        return out
 
     def _measure_case(self, case, execs, hashes, host_inputs) -> bool:
         dev, plan = self.device, self.plan
@@ -485,6 +510,7 @@ class TrialRunner:
         sched, dev = self.plan.schedule, self.device
         cold = sched.cache == "cold"
         iterations = sched.iterations_per_sample
+        batch = batch_size(self.samples.arrays(), case.id, sched.samples_per_block, iterations)
         per_arm = 0
         for block in range(sched.blocks):
             for half in block_halves(block, pair):
@@ -493,12 +519,11 @@ class TrialRunner:
                 enqueue = lambda ex=ex: ex.enqueue(dev, iterations)  # noqa: E731
                 if cold:  # poisoned before each sample, outside its window
                     poison = lambda ex=ex: ex.poison_outputs(dev)  # noqa: E731
-                    touch = list(ex.buffers.values()) if WARM_TRANSLATIONS else []
                     times = dev.time_samples(enqueue, sched.samples_per_block, cold=True,
-                                             before_each=poison, touch=touch)  # fmt: skip
+                                             before_each=poison, max_batch=batch)  # fmt: skip
                 else:
                     ex.poison_outputs(dev)
-                    times = dev.time_samples(enqueue, sched.samples_per_block, cold=False)
+                    times = dev.time_samples(enqueue, sched.samples_per_block, cold=False, max_batch=batch)
                 with self._stage("telemetry"):
                     r = self.telemetry.read()
                 for ns in times:
@@ -531,6 +556,7 @@ class TrialRunner:
     # -- the end ----------------------------------------------------------------------------
 
     def _finish(self, index: int, planned: bool, started_at: str, status: str) -> Trial:
+        self._input_pool.shutdown(wait=False, cancel_futures=True)
         arrays = self.samples.arrays()
         data = samples_io.save(self.record.samples_path(index), arrays)
         iterations = self.plan.schedule.iterations_per_sample
@@ -559,9 +585,10 @@ class TrialRunner:
                 "floor_ns": floor,
                 "floor_samples": int(arrays.get("floor_ns", np.empty(0)).size),
                 "iterations_per_sample": iterations,
-                # each ABBA half queued behind one blocking kernel, read back once
-                "samples_per_batch": min(self.plan.schedule.samples_per_block, MAX_BATCH),
-                "translations": "warm" if WARM_TRANSLATIONS and self.plan.schedule.cache == "cold" else "as left",
+                # a case's halves are queued behind one blocking kernel each when its warm-ups
+                # are at least this long, else one sample per blocking kernel (batch_size)
+                "batch_min_ns": BATCH_MIN_NS,
+                "max_batch": MAX_BATCH,
                 "telemetry": "nvml" if getattr(self.telemetry, "available", False) else "none",
             },
             cases=cases,
@@ -576,6 +603,19 @@ class TrialRunner:
         self.record.write_trial(trial)
         self.record.append({"event": "trial_ended", "trial": index, "status": status})
         return trial
+
+
+def batch_size(arrays: dict[str, np.ndarray], case_id: str, samples_per_block: int, iterations: int) -> int:
+    """Samples per blocking kernel for a case: a whole half when both arms' warm-up medians reach
+    BATCH_MIN_NS per launch, else 1. Both arms get the same size, so whatever offset batching adds
+    is the same on both sides. Derived from the warm-ups kept in the samples file."""
+    medians = []
+    for side in SIDES:
+        warm = arrays.get(key(case_id, side, "warmup_ns"))
+        if warm is None or warm.size == 0:
+            return 1
+        medians.append(float(np.median(warm)))
+    return min(samples_per_block, MAX_BATCH) if min(medians) >= BATCH_MIN_NS else 1
 
 
 def trial_cost(arrays: dict[str, np.ndarray], wall_s: float, stages: dict[str, float]) -> TrialCost:

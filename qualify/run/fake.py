@@ -142,12 +142,13 @@ class FakeDevice:
         ns = self.floor + sum(self.durations.get(label, 1000.0) for label in launched)
         return float(ns * (1.0 + self.noise * self.rng.standard_normal()))
 
-    def time_samples(self, enqueue, count: int, cold: bool, before_each=None, touch=(), timeout_s: float = 60.0) -> list[float]:
+    def time_samples(self, enqueue, count: int, cold: bool, before_each=None, touch=(), max_batch: int = MAX_BATCH,
+                     timeout_s: float = 60.0) -> list[float]:
         """CudaDevice.time_samples's order of operations, as calls: hold → per sample [poison…]
-        [flush, touch] sample → release, in batches of at most MAX_BATCH."""
+        [flush, touch] sample → release, in batches of at most max_batch."""
         out: list[float] = []
         while len(out) < count:
-            n = min(MAX_BATCH, count - len(out))
+            n = min(max_batch, count - len(out))
             self.calls.append(("hold", n))
             for _ in range(n):
                 if before_each is not None:

@@ -62,11 +62,12 @@ def run_cases(plan_path: str, case_ids: list[str], side: str, ordinal: int = 0, 
                 emit(event="start", case=cid)
                 arm = by_id[cid].arms[side]
                 buffers = {b.name: dev.alloc(b.nbytes) for b in arm.buffers}
+                specs = [s for s in loaded.plan.workload.buffers if s.role == "input"]
+                arrays = input_gen.generate_case(loaded.plan.seeds, cid, [(s, arm.buffer(s.name)) for s in specs])
+                for spec, data in zip(specs, arrays):
+                    dev.upload(buffers[spec.name], data)
                 for spec in loaded.plan.workload.buffers:
-                    if spec.role == "input":
-                        data = input_gen.generate(loaded.plan.seeds, cid, spec, arm.buffer(spec.name))
-                        dev.upload(buffers[spec.name], data)
-                    else:
+                    if spec.role != "input":
                         dev.poison(buffers[spec.name])
                 ex = ArmExec(side, kernel, arm, buffers, [b.name for b in arm.buffers if b.role == "output"])
                 ex.bind_args()
