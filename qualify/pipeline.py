@@ -71,7 +71,8 @@ def run_plan(
             skipped = f"the {loaded.plan.schedule.trials} planned trials on this device are complete"
         options = RunOptions(record_dir=record_dir, exploratory=exploratory, argv=argv or [],
                              progress=progress or (lambda n, what: None), sanitize=sanitize,
-                             preflight=preflight, libraries=libraries or {})  # fmt: skip
+                             preflight=PreflightOnce(preflight) if preflight else None,
+                             libraries=libraries or {})  # fmt: skip
         for _ in range(max(wanted, 0)):
             trial = TrialRunner(loaded, device, telemetry, options).run()
             done.append(trial)
@@ -90,6 +91,23 @@ def run_plan(
     if failure is not None:
         raise failure
     return RunOutcome(done, results, skipped)
+
+
+class PreflightOnce:
+    """The isolated preflight of each arm, once per invocation: later trials of the same run use
+    the same build, inputs and device, so they reuse the first trial's outcomes (and say so)."""
+
+    def __init__(self, preflight: Callable):
+        self._preflight = preflight
+        self._outcomes: dict[tuple, list] = {}
+        self.reused = False
+
+    def __call__(self, side: str, cases: list[str]):
+        key = (side, tuple(cases))
+        self.reused = key in self._outcomes
+        if not self.reused:
+            self._outcomes[key] = self._preflight(side, cases)
+        return self._outcomes[key]
 
 
 def exit_code(results: Results, interrupted: bool = False) -> ExitCode:

@@ -136,3 +136,22 @@ def test_outputs_of_timed_launches_are_checked_on_the_device_after_every_half(tm
 def test_an_honest_candidate_matches_after_every_half(tmp_path):
     trial, _ = run(tmp_path, plan(spb=3))
     assert all(c.timed_outputs_match for c in trial.cases)
+
+
+def test_preflight_runs_once_per_invocation_and_later_trials_say_they_reused_it(tmp_path):
+    from qualify.pipeline import run_plan
+    from qualify.run.isolation import CaseOutcome
+
+    calls = []
+
+    def preflight(side, cases):
+        calls.append(side)
+        return [CaseOutcome(c, side, "ok") for c in cases]
+
+    p = plan()
+    p["schedule"]["trials"] = 2
+    loaded = load_plan(make_repo(tmp_path, p, freeze=True))
+    device = FakeDevice({"axpy": fakes.axpy}, durations=LONG)
+    outcome = run_plan(loaded, tmp_path / "rec", lambda: device, lambda uuid: FakeTelemetry(), preflight=preflight)
+    assert sorted(calls) == ["base", "candidate"]  # not four
+    assert [t.timer["preflight"] for t in outcome.trials] == ["isolated workers", "reused from this run's first trial"]

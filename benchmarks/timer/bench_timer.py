@@ -72,14 +72,6 @@ class Bench:
         self.x, self.y, self.out = (self.dev.alloc(4 * biggest) for _ in range(3))
         self.dev.synchronize()
 
-    def buffers(self, kernel: str, size: int):
-        """The buffers one launch reads and writes (for the translation touch)."""
-        from qualify.run.device import DeviceBuffer
-
-        if kernel in ("bench_axpy", "bench_axpy_scalar"):
-            return [DeviceBuffer(b.ptr, 4 * size) for b in (self.x, self.y, self.out)]
-        return [DeviceBuffer(self.out.ptr, 4 * self.dev.info.sm_count * 2048)]
-
     def enqueue(self, kernel: str, size: int, stream: int | None = None):
         sms = self.dev.info.sm_count
         if kernel == "bench_axpy":

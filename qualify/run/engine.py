@@ -588,6 +588,9 @@ class TrialRunner:
                 # a case's halves are queued behind one blocking kernel each when its warm-ups
                 # are at least this long, else one sample per blocking kernel (batch_size)
                 "batch_min_ns": BATCH_MIN_NS,
+                "preflight": "none" if self.options.preflight is None else (
+                    "reused from this run's first trial" if getattr(self.options.preflight, "reused", False)
+                    else "isolated workers"),
                 "max_batch": MAX_BATCH,
                 "telemetry": "nvml" if getattr(self.telemetry, "available", False) else "none",
             },
