@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from qualify import expr
 
@@ -337,6 +337,15 @@ class Stop(Strict):
         if self.rule == "precision" and self.min_blocks < 3:
             raise ValueError("rule 'precision' needs min_blocks >= 3")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_cap(self, handler):
+        # The digest hashes the plan with its defaults; an absent wall cap is no cap, so plans
+        # frozen before the field existed keep their digest.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("max_case_seconds") is None:
+            data.pop("max_case_seconds", None)
+        return data
 
 
 # ---------------------------------------------------------------------------------------------
