@@ -141,3 +141,12 @@ def test_render_from_json(tmp_path):
     path.write_text(json.dumps(bad))
     with pytest.raises(ValueError, match="version 2"):
         calib.load_result(path)
+
+
+def test_ncu_launches_are_split_by_case_variant_and_round():
+    values = [float(v) for v in range(2 * 3 * 4)]  # 2 cases, 3 rounds of 4 variants, launch order
+    split = calib.split_ncu(values, cases=2, rounds=3, width=4)
+    assert split[0][0] == [0.0, 4.0, 8.0] and split[0][3] == [3.0, 7.0, 11.0]
+    assert split[1][1] == [13.0, 17.0, 21.0]
+    with pytest.raises(ValueError, match="expected 24"):
+        calib.split_ncu(values[:-1], cases=2, rounds=3, width=4)

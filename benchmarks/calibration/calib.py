@@ -188,6 +188,21 @@ def paired_change(base: list[float], variant: list[float], confidence: float = 0
     return math.expm1(mean) * 100, math.expm1(half) * 100
 
 
+def split_ncu(values: list[float], cases: int, rounds: int, width: int) -> list[list[list[float]]]:
+    """ncu's durations, in launch order, as [case][variant][round].
+
+    The child launches case by case, and within a case `rounds` rounds of the `width` variants in
+    a fixed order; ncu lists the launches in the order they ran.
+    """
+    if len(values) != cases * rounds * width:
+        raise ValueError(f"ncu reported {len(values)} launches, expected {cases * rounds * width}")
+    out = []
+    for c in range(cases):
+        block = values[c * rounds * width : (c + 1) * rounds * width]
+        out.append([block[j::width] for j in range(width)])
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # rates and tables
 

@@ -26,6 +26,7 @@ import json
 import os
 import pickle
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -293,17 +294,17 @@ def main(args) -> int:
             (work / "ncu.json").write_text(json.dumps(spec))
             try:
                 values = ncu_measure(work / "ncu.json", expected, timeout=max(60.0, min(240.0, deadline - time.monotonic() - 120)))
-                i = 0
+                start = 0
                 for family, fam in zip(families, spec["families"]):
-                    width = len(fam["spins"])
-                    for case in plans[(family, 0.0)].cases:
-                        block = values[i : i + rounds * width]
-                        i += rounds * width
-                        per = [block[j::width] for j in range(width)]  # launches per variant, in round order
+                    cases = plans[(family, 0.0)].cases
+                    size = len(cases) * rounds * len(fam["spins"])
+                    per_case = calib.split_ncu(values[start : start + size], len(cases), rounds, len(fam["spins"]))
+                    start += size
+                    for case, per in zip(cases, per_case):
                         entry = cases_by_key[(family, case.id)]
-                        for point, variant in zip(entry["points"], per[1:]):
+                        for point, variant in zip(entry["points"], per[1:]):  # per[0]: the base
                             delta, spread = calib.paired_change(per[0], variant)
-                            point["ncu"] = {"base_us": sorted(per[0])[len(per[0]) // 2], "variant_us": sorted(variant)[len(variant) // 2],
+                            point["ncu"] = {"base_us": statistics.median(per[0]), "variant_us": statistics.median(variant),
                                             "delta_pct": delta, "spread_pct": spread, "launches": rounds}  # fmt: skip
                 log("ncu: " + "; ".join(f"{c['label']}: " + ", ".join(f"{p['ncu']['delta_pct']:+.2f}" for p in c["points"]) for c in result["cases"]))
             except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:

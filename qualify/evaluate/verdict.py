@@ -2,8 +2,8 @@
 
 A verdict is data. "not_qualified" means the candidate failed a pre-registered criterion;
 "incomplete" means the evidence is insufficient to decide (missing trials, a failed A/A control,
-sanitizer checks not run, an unplanned device, a gate finer than the case could resolve); "qualified" needs every criterion met on every
-device. The CLI derives the exit code from it last.
+sanitizer checks not run, an unplanned device, a gate finer than the case could resolve);
+"qualified" needs every criterion met on every device. The CLI derives the exit code from it last.
 """
 
 from __future__ import annotations
