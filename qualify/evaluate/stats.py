@@ -90,7 +90,13 @@ def _incomplete_beta(a: float, b: float, x: float) -> float:
 
 def t_cdf(t: float, df: int) -> float:
     """P(T <= t) for Student's t with df degrees of freedom."""
-    tail = 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+    t2 = t * t
+    # P(|T| > |t|) = I_{df/(df+t²)}(df/2, 1/2) = 1 - I_{t²/(df+t²)}(1/2, df/2); take the form whose
+    # argument is small, so that 1 - x is never formed from an x that rounds to 1
+    if t2 < df:
+        tail = 0.5 * (1.0 - _incomplete_beta(0.5, df / 2.0, t2 / (df + t2)))
+    else:
+        tail = 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + t2))
     return 1.0 - tail if t > 0 else tail
 
 
