@@ -282,6 +282,7 @@ def main(args) -> int:
 
         # 2. ncu: the base twice (its own A/A) and each planted variant, alternating rounds
         rounds = 5 if args.quick else 15
+        result["meta"]["ncu_rounds"] = rounds
         if shutil.which("ncu") or Path("/usr/local/cuda/bin/ncu").exists():
             spec = {"rounds": rounds, "families": []}
             expected = 0
