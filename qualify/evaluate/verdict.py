@@ -2,8 +2,8 @@
 
 A verdict is data. "not_qualified" means the candidate failed a pre-registered criterion;
 "incomplete" means the evidence is insufficient to decide (missing trials, a failed A/A control,
-sanitizer checks not run, an unplanned device); "qualified" needs every criterion met on every
-device. The CLI derives the exit code from it last.
+sanitizer checks not run, an unplanned device, a gate finer than the case could resolve);
+"qualified" needs every criterion met on every device. The CLI derives the exit code from it last.
 """
 
 from __future__ import annotations
@@ -35,43 +35,98 @@ def fidelity_passes(parity: list[BufferParity], fidelity: Fidelity) -> bool:
     return True
 
 
-def _judge(gate: SpeedGate, ratio: float, case_class: str | None) -> tuple[bool, float, str]:
-    """(passed, value, bound) for one gate on one ratio; value is the speed-up in %."""
-    speedup = (1.0 - ratio) * 100.0
-    checks, bounds = [], []
+def gate_limit(gate: SpeedGate) -> float:
+    """The largest candidate/base ratio the gate accepts (both bounds, when both are given)."""
+    limits = []
     if gate.min_speedup_pct is not None:
-        # a speed-up must also be resolved by the interval, not only by the point estimate
-        checks.append(speedup >= gate.min_speedup_pct and case_class in ("faster", None))
+        limits.append(1.0 - gate.min_speedup_pct / 100.0)
+    if gate.max_regression_pct is not None:
+        limits.append(1.0 + gate.max_regression_pct / 100.0)
+    return min(limits)
+
+
+def gate_bound_text(gate: SpeedGate) -> str:
+    bounds = []
+    if gate.min_speedup_pct is not None:
         bounds.append(f"speed-up >= {gate.min_speedup_pct:g}%")
     if gate.max_regression_pct is not None:
-        checks.append(-speedup <= gate.max_regression_pct)
         bounds.append(f"regression <= {gate.max_regression_pct:g}%")
-    return all(checks), speedup, " and ".join(bounds)
+    return " and ".join(bounds)
+
+
+def judge_gate(gate: SpeedGate, ratio: float, lo: float | None, hi: float | None,
+               mde_pct: float | None) -> tuple[str, float, str]:
+    """(outcome, speed-up in %, bound) of one gate on one case: outcome is pass, miss or cant_tell.
+
+    A gate is a bound L on the ratio. The interval decides first: wholly at or below L passes,
+    wholly above misses — whatever the case's noise, the data then support the answer. When the
+    interval straddles L, the case's minimum detectable effect says whether the case could have
+    resolved a change the size of the gate's margin |L - 1|: if not, the answer is "can't tell"
+    (never a miss or a pass the data cannot support); if it could, the candidate had its chance
+    and the gate is missed. On the median of trials there is no interval: the point estimate
+    decides, once the (median) MDE shows the margin is resolvable.
+    """
+    limit = gate_limit(gate)
+    speedup = (1.0 - ratio) * 100.0
+    bound = gate_bound_text(gate)
+    if lo is not None and hi is not None:
+        if hi <= limit:
+            return "pass", speedup, bound
+        if lo > limit:
+            return "miss", speedup, bound
+    margin = abs(limit - 1.0) * 100.0
+    if mde_pct is None or mde_pct > margin:
+        return "cant_tell", speedup, bound
+    if lo is None or hi is None:
+        return ("pass" if ratio <= limit else "miss"), speedup, bound
+    return "miss", speedup, bound
+
+
+def _undecided(gate: SpeedGate, cid: str, device: str, trial: int | None, speedup: float,
+               mde_pct: float | None, lo: float | None, hi: float | None) -> str:
+    where = f"trial {trial}" if trial is not None else "median of trials"
+    margin = abs(gate_limit(gate) - 1.0) * 100.0
+    if mde_pct is None:
+        why = "the case has no interval (fewer than two blocks)"
+    else:
+        why = f"the smallest change this case resolves is {mde_pct:.2f}%, above the gate's {margin:g}%"
+    interval = "" if lo is None or hi is None else f", 95% CI [{lo:.4f}, {hi:.4f}]"
+    return (f"gate {gate.name} can't tell at {cid} on {device} ({where}): needs {gate_bound_text(gate)}, "
+            f"measured speed-up {speedup:+.2f}%{interval}; {why}")
 
 
 def gate_results(plan: Plan, trials: list[Trial]) -> list[GateResult]:
+    """The gates the data decided (pass or miss), per case, device and trial."""
+    return judge_gates(plan, trials)[0]
+
+
+def judge_gates(plan: Plan, trials: list[Trial]) -> tuple[list[GateResult], list[str]]:
+    """Judged gates, and the reasons of gates the data could not decide (no GateResult for them)."""
     complete = [t for t in trials if t.status == "complete"]
     by_device: dict[str, list[Trial]] = defaultdict(list)
     for t in complete:
         by_device[device_label(t)].append(t)
-    out = []
+    out, undecided = [], []
     for gate in plan.acceptance.gates:
         for cid in selected_cases(gate, plan):
             for device, dtrials in by_device.items():
-                rows = [(t.index, c) for t in dtrials for c in t.cases if c.case == cid]
+                rows = [(t.index, c.stats) for t in dtrials for c in t.cases if c.case == cid]
                 if not rows:
                     continue
                 if gate.every_trial:
-                    for index, c in rows:
-                        passed, value, bound = _judge(gate, c.stats.ratio, c.stats.case_class)
-                        out.append(GateResult(gate=gate.name, case=cid, trial=index, device=device,
-                                              passed=passed, value_pct=value, bound=bound))  # fmt: skip
+                    judged = [(index, s.ratio, s.ci_low, s.ci_high, s.mde_pct) for index, s in rows]
                 else:
-                    ratio = statistics.median(c.stats.ratio for _, c in rows)
-                    passed, value, bound = _judge(gate, ratio, None)
-                    out.append(GateResult(gate=gate.name, case=cid, trial=None, device=device,
-                                          passed=passed, value_pct=value, bound=bound))  # fmt: skip
-    return out
+                    mdes = [s.mde_pct for _, s in rows]
+                    mde = None if None in mdes else statistics.median(mdes)
+                    judged = [(None, statistics.median(s.ratio for _, s in rows), None, None, mde)]
+                for index, ratio, lo, hi, mde in judged:
+                    outcome, value, bound = judge_gate(gate, ratio, lo, hi, mde)
+                    if outcome == "cant_tell":
+                        undecided.append(_undecided(gate, cid, device, index, value, mde, lo, hi))
+                        continue
+                    out.append(GateResult(gate=gate.name, case=cid, trial=index, device=device,
+                                          passed=outcome == "pass", value_pct=value, bound=bound))  # fmt: skip
+    return out, undecided
 
 
 def _case_problems(plan: Plan, trial: Trial, case: CaseTrial) -> list[str]:
@@ -92,7 +147,7 @@ def _case_problems(plan: Plan, trial: Trial, case: CaseTrial) -> list[str]:
 def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
     failed: list[str] = []  # the candidate failed a criterion
     unsure: list[str] = []  # the evidence cannot decide
-    gates = gate_results(plan, trials)
+    gates, undecided = judge_gates(plan, trials)
     for g in gates:
         if not g.passed:
             trial = f"trial {g.trial}" if g.trial is not None else "median of trials"
@@ -128,6 +183,7 @@ def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
     for device, count in devices.items():
         if count < plan.schedule.trials:
             unsure.append(f"{device}: {count} of {plan.schedule.trials} planned trials complete")
+    unsure.extend(undecided)
     _sanitizer(plan, trials, failed, unsure)
     if failed:
         status = "not_qualified"

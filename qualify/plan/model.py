@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from qualify import expr
 
@@ -306,25 +306,46 @@ class Budget(Strict):
 
 
 class Stop(Strict):
-    rule: Literal["fixed", "noise"] = Field(
+    rule: Literal["fixed", "precision", "noise"] = Field(
         default="fixed",
-        description="fixed: run every block; noise: stop once the ratio's CI is narrow enough.",
+        description="fixed: run schedule.blocks blocks; precision: add blocks until the ratio's "
+        "interval half-width is at most target_ci_pct, or a cap stops it (schedule.blocks, "
+        "budget.max_samples, max_case_seconds); noise: the earlier name of precision.",
     )
     target_ci_pct: float | None = Field(
-        default=None, gt=0, description="noise: half-width of the 95 % CI of the ratio, in %."
+        default=None, gt=0, description="precision: half-width of the 95 % CI of the ratio, in %."
     )
-    min_blocks: int = Field(default=2, ge=1)
+    min_blocks: int = Field(default=2, ge=1, description="precision: blocks before the target may stop a case.")
+    max_case_seconds: float | None = Field(
+        default=None, gt=0,
+        description="precision: wall seconds one case's timing (the comparison, or the A/A) may "
+        "take; reaching it stops that case with 'wall cap' (not a failure).",
+    )
     fail_fast: list[Literal["fidelity", "sanitizer", "fault", "throttle"]] = Field(
         default_factory=lambda: ["fidelity", "fault"]
     )
 
     @model_validator(mode="after")
-    def _noise_target(self) -> Stop:
-        if self.rule == "noise" and self.target_ci_pct is None:
-            raise ValueError("rule 'noise' needs target_ci_pct")
-        if self.rule == "fixed" and self.target_ci_pct is not None:
-            raise ValueError("target_ci_pct only applies to rule 'noise'")
+    def _precision_fields(self) -> Stop:
+        adaptive = self.rule in ("precision", "noise")
+        if adaptive and self.target_ci_pct is None:
+            raise ValueError(f"rule '{self.rule}' needs target_ci_pct")
+        if not adaptive and (self.target_ci_pct is not None or self.max_case_seconds is not None):
+            raise ValueError("target_ci_pct and max_case_seconds only apply to rule 'precision'")
+        # one degree of freedom makes the first block-to-block spread a coin toss: a stop on it
+        # would be optional stopping at its worst
+        if self.rule == "precision" and self.min_blocks < 3:
+            raise ValueError("rule 'precision' needs min_blocks >= 3")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_cap(self, handler):
+        # The digest hashes the plan with its defaults; an absent wall cap is no cap, so plans
+        # frozen before the field existed keep their digest.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("max_case_seconds") is None:
+            data.pop("max_case_seconds", None)
+        return data
 
 
 # ---------------------------------------------------------------------------------------------

@@ -82,12 +82,17 @@ class TimingSummary(Model):
 
 
 class CaseStats(Model):
-    ratio: float = Field(description="candidate / base, pooled medians")
-    ci_low: float | None = Field(description="95 % block-bootstrap interval; None below 2 blocks")
+    ratio: float = Field(description="candidate / base: exp of the mean per-block log-ratio of medians")
+    ci_low: float | None = Field(description="95 % t-interval over blocks; None below 2 blocks")
     ci_high: float | None
     delta_pct: float = Field(description="(ratio - 1) * 100: negative is faster")
     case_class: CaseClass
     reason: str
+    blocks: int | None = Field(default=None, description="blocks with a ratio on both arms")
+    mde_pct: float | None = Field(
+        default=None, description="minimum detectable change in % (95 % confidence, 80 % power); "
+        "None below 2 blocks",
+    )
 
 
 class BufferParity(Model):
