@@ -121,6 +121,11 @@ class CaseTrial(Model):
         description="host wait for device idle after qualify's stream finished one call; large "
         "values mean work escaped the stream (an entry point launching on a stream of its own)",
     )
+    stopped: dict[Literal["comparison", "aa"], str] = Field(
+        default_factory=dict,
+        description="why each pair's timing stopped (qualify.evaluate.stopping): target met, blocks "
+        "done, block cap, sample cap or wall cap",
+    )
 
 
 class LibraryInfo(Model):

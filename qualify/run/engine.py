@@ -22,7 +22,7 @@ from qualify.build.nvrtc import compile_kernel, nvrtc_version
 from qualify.errors import DeviceError, FrozenInputChanged, QualifyError, ToolError, UsageError
 from qualify.evaluate import samples as samples_io
 from qualify.evaluate.samples import TrialSamples, key
-from qualify.evaluate.stats import ci_half_width_pct
+from qualify.evaluate.stopping import stop_reason
 from qualify.evaluate.recompute import derived_fields
 from qualify.evaluate.summarize import floor_ns, has_series, pair_stats
 from qualify.evaluate.verdict import fidelity_passes
@@ -86,6 +86,7 @@ class _CaseFacts:
     deterministic: dict
     timed_outputs_match: bool = True
     stream_escape_ns: dict = field(default_factory=dict)
+    stopped: dict = field(default_factory=dict)  # pair -> the stop rule's reason
 
 
 def samples_per_trial(loaded: LoadedPlan) -> int:
@@ -511,7 +512,7 @@ class TrialRunner:
         cold = sched.cache == "cold"
         iterations = sched.iterations_per_sample
         batch = batch_size(self.samples.arrays(), case.id, sched.samples_per_block, iterations)
-        per_arm = 0
+        started = time.monotonic()
         for block in range(sched.blocks):
             for half in block_halves(block, pair):
                 ex = execs[half.side]
@@ -535,23 +536,16 @@ class TrialRunner:
                     if any(dev.differs(ex.buffers[n], refs[n]) for n in ex.outputs):
                         facts.timed_outputs_match = False
             self._side = None
-            per_arm += 2 * sched.samples_per_block
             if self._over_time():
                 self.failures.append(Failure(kind="budget", case=case.id,
                                              message=f"wall-time budget of {self.plan.budget.max_wall_seconds:g} s spent"))  # fmt: skip
                 return False
-            if self._noise_target_met(case.id, pair, block + 1) or per_arm + 2 * sched.samples_per_block > self.plan.budget.max_samples:
+            reason = stop_reason(self.samples.arrays(), case.id, pair, block + 1, self.plan,
+                                 elapsed_s=time.monotonic() - started)  # fmt: skip
+            if reason is not None:
+                facts.stopped["aa" if pair == AA else "comparison"] = reason
                 break
         return True
-
-    def _noise_target_met(self, case_id: str, pair, blocks_done: int) -> bool:
-        stop = self.plan.stop
-        if stop.rule != "noise" or blocks_done < stop.min_blocks:
-            return False
-        arrays = self.samples.arrays()
-        (a, _), (b, _) = pair
-        stats = pair_stats(arrays, case_id, a, b, floor_ns(arrays), self.plan.schedule.iterations_per_sample)
-        return ci_half_width_pct(stats) <= stop.target_ci_pct
 
     # -- the end ----------------------------------------------------------------------------
 
@@ -569,6 +563,7 @@ class TrialRunner:
                 case=f.case, input_sha256=f.input_sha256, resources=f.resources,
                 parity=f.parity, deterministic=f.deterministic,
                 timed_outputs_match=f.timed_outputs_match, stream_escape_ns=f.stream_escape_ns,
+                stopped=f.stopped,
                 **derived_fields(arrays, f.case, iterations),  # what `report --check` recomputes
             ))  # fmt: skip
         trial = Trial(
