@@ -132,8 +132,7 @@ def compare_cmd(base_lib: Path, cand_lib: Path, plan_path: Path | None, record_d
 
 def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> None:
     """`run` and `compare`: one code path from the frozen plan to the record and the exit code."""
-    from qualify.pipeline import default_record_dir, exit_code, load_frozen, run_plan
-    from qualify.plan.model import LibraryArm
+    from qualify.pipeline import bind_libraries, default_record_dir, exit_code, load_frozen, run_plan
     from qualify.render.terminal import run_summary
     from qualify.run.device import CudaDevice
     from qualify.run.engine import samples_per_trial
@@ -144,11 +143,7 @@ def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> 
     terminate_as_interrupt()
     loaded = load_frozen(plan_path)
     if libraries is not None:
-        for side, path in libraries.items():
-            if not isinstance(loaded.plan.arm(side), LibraryArm):
-                raise UsageError("compare needs shared-library arms", file=loaded.path, field=f"arms.{side}.kind")
-            if not Path(path).is_file():
-                raise UsageError("no such library", file=path)
+        libraries = bind_libraries(loaded, libraries)  # a frozen build cannot be swapped (exit 3)
     folder = record_dir or default_record_dir(loaded)
     device = CudaDevice(ordinal)  # before any output: no GPU is a one-line error, exit 5
     with _progress(samples_per_trial(loaded) * (trials or loaded.plan.schedule.trials)) as advance:

@@ -185,3 +185,20 @@ def _check_budget(plan: Plan, fail) -> None:
         raise fail("schedule.trials", f"{sched.trials} trials exceed budget.max_trials")
     if plan.stop.min_blocks > sched.blocks:
         raise fail("stop.min_blocks", f"{plan.stop.min_blocks} exceeds schedule.blocks")
+
+
+def warmup_launches(planned: int, elapsed_s: float, per_launch_s: float, max_wall_s: float) -> int:
+    """How many of a case's `planned` warm-up launches (per arm) fit in what is left of the trial's
+    wall budget, `elapsed_s` into it, at `per_launch_s` each (the first warm-up's time).
+
+    Warm-up counts against budget.max_wall_seconds like everything else in a trial: the engine
+    times one warm-up launch, asks this for the rest and stops the trial over budget when none fits.
+    """
+    if planned <= 0:
+        return 0
+    left = max_wall_s - elapsed_s
+    if left <= 0:
+        return 0
+    if per_launch_s <= 0:
+        return planned
+    return min(planned, int(left // per_launch_s))
