@@ -741,3 +741,26 @@ def test_plan_error_from_an_unreadable_source_names_the_file(tmp_path):
     spec = KernelSpec(source=tmp_path / "missing.cu", kernel="k", arch="sm_90")
     with pytest.raises(PlanError, match="no such file"):
         compile_kernel(spec)
+
+
+@pytest.fixture
+def checked_record(tmp_path):
+    from qualify.record.assemble import write_record
+    from test_record import h200_trials, new_record
+
+    record, plan, lock = new_record(tmp_path / "rec")
+    h200_trials(record, lock)
+    write_record(record, plan, lock)
+    return tmp_path / "rec"
+
+
+def test_a_readme_that_is_a_folder(checked_record, capsys):
+    readme = checked_record / "README.md"
+    readme.unlink()
+    readme.mkdir()
+    refused(capsys, ["report", "--check", checked_record], 2, "README.md")
+
+
+def test_a_readme_that_is_not_utf8(checked_record, capsys):
+    (checked_record / "README.md").write_bytes(b"\xff\xfe not text\n")
+    refused(capsys, ["report", "--check", checked_record], 2, "not UTF-8")
