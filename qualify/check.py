@@ -67,7 +67,8 @@ def freeze_plan(path: str | Path) -> tuple[LoadedPlan, Path, bool, str]:
     if loaded.lock is not None:
         lock_file, written = freeze(loaded.path, loaded.freeze)
         return loaded, lock_file, written, loaded.digest
-    files = PlanFiles(root=loaded.files.root, files=dict(sorted({**loaded.files.files, **headers_read(loaded)}.items())))
+    every = {**loaded.files.files, **headers_read(loaded)}
+    files = PlanFiles(root=loaded.files.root, files=dict(sorted(every.items())))
     current = compute_freeze(loaded.plan, files)
     lock_file, written = freeze(loaded.path, current)
     return loaded, lock_file, written, current.digest

@@ -482,12 +482,13 @@ def test_case_ids_and_digest_do_not_depend_on_key_order(tmp_path):
     ids, digests = [], []
     for i, order in enumerate((("B", "N"), ("N", "B"))):
         plan = plan_copy()
-        plan["workload"]["cases"] = [{k: {"B": 2, "N": 1024}[k] for k in order}, {k: {"B": 3, "N": 4096}[k] for k in order}]
+        cases = ({"B": 2, "N": 1024}, {"B": 3, "N": 4096})
+        plan["workload"]["cases"] = [{k: case[k] for k in order} for case in cases]
         plan["acceptance"] = {"gates": [], "sanitizer": [{"tool": "memcheck", "cases": ["B=2,N=1024"]}]}
         loaded = load_plan(make_repo(tmp_path / str(i), plan))
         ids.append([c.id for c in loaded.cases])
         digests.append(loaded.digest)
-    assert ids[0] == ids[1] == [["B=2,N=1024", "B=3,N=4096"]][0]
+    assert ids[0] == ids[1] == ["B=2,N=1024", "B=3,N=4096"]
     assert digests[0] == digests[1]
 
 

@@ -94,7 +94,8 @@ def read_lock(plan_path: Path) -> dict | None:
         # a lock names files by repository path; anything else (absolute, '..', a hash that is
         # no sha256) was not written by qualify
         if rel.startswith("/") or ".." in Path(rel).parts or not rel.isprintable() or not _SHA256.match(str(digest)):
-            raise PlanError("not a repository path with its sha256", file=path, field=strict_json.join_field("files", rel))
+            raise PlanError("not a repository path with its sha256", file=path,
+                            field=strict_json.join_field("files", rel))  # fmt: skip
     return data
 
 

@@ -209,7 +209,8 @@ def local_includes(source: Path, include_dirs, root: Path, plan_path: Path, fiel
                     continue
                 if exists and not candidate.is_file() and not candidate.is_dir():
                     raise PlanError(f"{path.name} may include {name!r}, which is not a regular file "
-                                    "(a FIFO or device would hang the compiler)", file=plan_path, field=field)  # fmt: skip
+                                    "(a FIFO or device would hang the compiler)",
+                                    file=plan_path, field=field)  # fmt: skip
                 if candidate.is_file():
                     if not inside(root, candidate):
                         raise PlanError(
