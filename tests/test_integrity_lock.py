@@ -121,6 +121,22 @@ def test_a_define_in_the_plan_that_names_the_header_is_frozen(tmp_path, capsys):
     assert "kernels/tune.h" in lock_files(path)
 
 
+@pytest.mark.parametrize("guard, extra_plan", [
+    ("#ifdef MUTANT", {"kind": "build", "name": "mutant", "defines": {"MUTANT": 1}}),  # a build control's header
+    ("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 890", None),  # a header only one architecture reads
+])  # fmt: skip
+def test_freeze_binds_headers_of_every_variant_it_compiles(tmp_path, capsys, guard, extra_plan):
+    plan = plan_copy()
+    plan["hardware"]["architectures"] = ["sm_89", "sm_90"]
+    if extra_plan is not None:
+        plan["controls"]["negative"].append(extra_plan)
+    include = f"#include \"tune.h\"\n#define STR(x) #x\n{guard}\n#include STR(variant.h)\n#endif"
+    path = tuned_repo(tmp_path, include, plan)
+    (tmp_path / "kernels" / "variant.h").write_text("// read by one variant only\n")
+    assert run_cli(["plan", "freeze", path], capsys)[0] == 0
+    assert "kernels/variant.h" in lock_files(path)
+
+
 def test_a_lock_that_misses_a_header_nvrtc_reads_is_refused_at_compile_time(tmp_path, capsys):
     """A lock written by the scanner alone (as before this fix) cannot see a stringized include;
     the compile-time check finds it from NVRTC's own list."""
