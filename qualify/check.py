@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from qualify.build.arms import FitRow, compile_arms, shared_memory_fit
+from qualify.build.arms import FitRow, compile_arms, headers_read, shared_memory_fit
 from qualify.build.nvrtc import CompiledKernel, nvrtc_version
 from qualify.errors import PlanError
-from qualify.plan.digest import verify_frozen
+from qualify.plan.digest import compute_freeze, freeze, verify_frozen
+from qualify.plan.files import PlanFiles
 from qualify.plan.load import LoadedPlan, load_plan
 
 
@@ -52,3 +53,22 @@ def check_plan(path: str | Path, archs: list[str] | None = None, compile: bool =
         compiled=compiled,
         fits=shared_memory_fit(loaded, compiled),
     )
+
+
+def freeze_plan(path: str | Path) -> tuple[LoadedPlan, Path, bool, str]:
+    """`qualify plan freeze`: write the lock; returns (loaded, lock path, written, digest).
+
+    The lock binds what NVRTC reads, not what a scan of the sources guesses: every CUDA arm is
+    compiled for every declared architecture (and the candidate under each build control) and
+    each header NVRTC reports inside the repository joins the plan's files. An existing lock is
+    verified, never overwritten.
+    """
+    loaded = load_plan(path)
+    if loaded.lock is not None:
+        lock_file, written = freeze(loaded.path, loaded.freeze)
+        return loaded, lock_file, written, loaded.digest
+    every = {**loaded.files.files, **headers_read(loaded)}
+    files = PlanFiles(root=loaded.files.root, files=dict(sorted(every.items())))
+    current = compute_freeze(loaded.plan, files)
+    lock_file, written = freeze(loaded.path, current)
+    return loaded, lock_file, written, current.digest

@@ -26,6 +26,15 @@ def _fail_line(text: str) -> None:
     click.echo(text, err=True)
 
 
+def _shown(path) -> str:
+    """A path for a rich line: control characters made visible, [brackets] not read as markup."""
+    from rich.markup import escape
+
+    from qualify.errors import printable
+
+    return escape(printable(str(path)))
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="qualify")
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks of internal errors.")
@@ -59,13 +68,11 @@ def plan_check(plan_path: Path, archs: tuple[str, ...], no_compile: bool) -> Non
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
 def plan_freeze(plan_path: Path) -> None:
     """Write PLAN's lock (plan.lock.json): its digest and the sha256 of every file it uses."""
-    from qualify.plan.digest import freeze
-    from qualify.plan.load import load_plan
+    from qualify.check import freeze_plan
 
-    loaded = load_plan(plan_path)
-    path, written = freeze(loaded.path, loaded.freeze)
+    _, path, written, digest = freeze_plan(plan_path)
     state = "frozen" if written else "already frozen, unchanged"
-    out.print(f"{state}: {path}\ndigest {loaded.digest}")
+    out.print(f"{state}: {_shown(path)}\ndigest {digest}")
 
 
 @plan.command("schema")
@@ -79,8 +86,8 @@ def plan_schema(output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
     else:
-        atomic_write_text(output, text)
-        out.print(f"wrote {output}")
+        atomic_write_text(output, text)  # a folder or an unwritable place is a one-line error
+        out.print(f"wrote {_shown(output)}")
 
 
 _RUN_OPTIONS = [
@@ -125,8 +132,7 @@ def compare_cmd(base_lib: Path, cand_lib: Path, plan_path: Path | None, record_d
 
 def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> None:
     """`run` and `compare`: one code path from the frozen plan to the record and the exit code."""
-    from qualify.pipeline import default_record_dir, exit_code, load_frozen, run_plan
-    from qualify.plan.model import LibraryArm
+    from qualify.pipeline import bind_libraries, default_record_dir, exit_code, load_frozen, run_plan
     from qualify.render.terminal import run_summary
     from qualify.run.device import CudaDevice
     from qualify.run.engine import samples_per_trial
@@ -137,11 +143,7 @@ def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> 
     terminate_as_interrupt()
     loaded = load_frozen(plan_path)
     if libraries is not None:
-        for side, path in libraries.items():
-            if not isinstance(loaded.plan.arm(side), LibraryArm):
-                raise UsageError("compare needs shared-library arms", file=loaded.path, field=f"arms.{side}.kind")
-            if not Path(path).is_file():
-                raise UsageError("no such library", file=path)
+        libraries = bind_libraries(loaded, libraries)  # a frozen build cannot be swapped (exit 3)
     folder = record_dir or default_record_dir(loaded)
     device = CudaDevice(ordinal)  # before any output: no GPU is a one-line error, exit 5
     with _progress(samples_per_trial(loaded) * (trials or loaded.plan.schedule.trials)) as advance:
@@ -219,6 +221,21 @@ def _progress(total: int):
     return bar()
 
 
+def _os_problem(exc: OSError) -> QualifyError:
+    import errno
+
+    from qualify.errors import EnvironmentProblem
+    from qualify.io import UnreadableFile, write_problem
+
+    where = exc.filename if exc.filename is not None else "(unnamed file)"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+        return write_problem(Path(where), exc) if exc.errno != errno.EACCES else \
+            EnvironmentProblem(f"permission denied: {exc.strerror}", file=where)  # fmt: skip
+    if exc.errno in (errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG):
+        return UnreadableFile(exc.strerror or str(exc), file=where)
+    return EnvironmentProblem(exc.strerror or str(exc), file=where)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and turn every outcome into a documented exit code."""
     verbose = "-v" in (argv or sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:])
@@ -242,6 +259,19 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(ExitCode.INTERRUPTED)
     except SystemExit:
         raise
+    except OSError as exc:
+        # The host, not qualify: a read-only folder, a full disk, a missing permission met where no
+        # module turned it into its own error. Named by file, with the documented exit code.
+        problem = _os_problem(exc)
+        if verbose:
+            raise
+        _fail_line(f"qualify: error: {problem.one_line()}")
+        sys.exit(problem.exit_code)
+    except UnicodeDecodeError as exc:
+        if verbose:
+            raise
+        _fail_line(f"qualify: error: a file is not UTF-8 text (byte {exc.start}: {exc.reason})")
+        sys.exit(ExitCode.BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
         if verbose:
             raise

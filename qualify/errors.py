@@ -35,8 +35,8 @@ class QualifyError(Exception):
         self.field = field
 
     def one_line(self) -> str:
-        parts = [p for p in (self.file, self.field) if p]
-        parts.append(" ".join(self.message.split()))
+        parts = [printable(p) for p in (self.file, self.field) if p]
+        parts.append(printable(" ".join(self.message.split())))
         return ": ".join(parts)
 
 
@@ -74,3 +74,19 @@ class ToolError(QualifyError):
     """An external tool (compute-sanitizer, nvcc, ncu) is missing or failed to run."""
 
     exit_code = ExitCode.TOOL
+
+
+class EnvironmentProblem(QualifyError):
+    """The host refused an operation on a file: a read-only folder, a full disk, no permission.
+
+    Not a bad plan and not a bug: the message names the file and what the system said."""
+
+    exit_code = ExitCode.DEVICE
+
+
+def printable(text: str) -> str:
+    """`text` with every control character (a newline, an escape sequence's ESC) written as a
+    visible escape, so a hostile file name or label cannot split or restyle a one-line message."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)

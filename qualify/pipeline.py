@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from qualify.errors import ExitCode, FrozenInputChanged, QualifyError
-from qualify.plan.digest import verify_frozen
+from qualify.errors import ExitCode, FrozenInputChanged, QualifyError, UsageError
+from qualify.plan.digest import sha256_file, verify_frozen
 from qualify.plan.load import LoadedPlan, load_plan
+from qualify.plan.model import ARM_SIDES, LibraryArm
 from qualify.results.model import Results, Trial
 from qualify.results.store import Record
 
@@ -24,6 +25,40 @@ def load_frozen(plan_path: Path) -> LoadedPlan:
                                  file=loaded.path)  # fmt: skip
     verify_frozen(loaded.path, loaded.freeze, loaded.lock)
     return loaded
+
+
+def bind_libraries(loaded: LoadedPlan, libraries: dict[str, Path] | None) -> dict[str, Path]:
+    """The libraries `qualify compare` names, refused unless the plan allows them.
+
+    Every side must be a shared-library arm and every file a regular file. Where the plan froze a
+    `library`, the one on the command line must be that build, byte for byte (its sha256 in the
+    lock): otherwise a frozen build would be silently replaced by whatever the command names.
+    """
+    if not libraries:
+        return {}
+    lock_files = (loaded.lock or {}).get("files", {})
+    for side in ARM_SIDES:
+        arm = loaded.plan.arm(side)
+        field = f"arms.{side}.library"
+        if side not in libraries:
+            continue
+        if not isinstance(arm, LibraryArm):
+            raise UsageError("compare needs shared-library arms", file=loaded.path, field=f"arms.{side}.kind")
+        given = Path(libraries[side])
+        if not given.is_file():
+            raise UsageError("no such library (or not a regular file)", file=given)
+        if arm.library is None:
+            continue  # the plan leaves this build to the command line; the record keeps its sha256
+        frozen_path = (loaded.path.parent / arm.library).resolve()
+        rel = frozen_path.relative_to(loaded.files.root).as_posix()
+        frozen = lock_files.get(rel)
+        if frozen is None or sha256_file(given) != frozen:
+            raise FrozenInputChanged(
+                f"the plan froze {arm.library!r} for the {side} arm; this library is another build "
+                "(sha256 differs). Compare the frozen build, or freeze a plan that names this one",
+                file=given, field=field,
+            )  # fmt: skip
+    return {side: Path(path) for side, path in libraries.items()}
 
 
 def default_record_dir(loaded: LoadedPlan) -> Path:
@@ -55,6 +90,7 @@ def run_plan(
     from qualify.record.assemble import write_record
     from qualify.run.engine import RunOptions, TrialRunner
 
+    libraries = bind_libraries(loaded, libraries)  # before the device opens or the record moves
     record = Record(record_dir)
     done: list[Trial] = []
     skipped = None

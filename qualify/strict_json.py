@@ -7,7 +7,9 @@ JSONDecodeError on hostile input:
   every comparison, and the digest's canonical JSON cannot even encode it);
 - a key given twice in one object, where the last silently wins, so the file says two things;
 - nesting deeper than the interpreter's recursion limit (RecursionError) and integers longer
-  than its digit limit (a bare ValueError).
+  than its digit limit (a bare ValueError);
+- integers far beyond any count, size or seed a file of qualify's holds: a 4,000-digit integer
+  parses, then fails wherever it is printed, multiplied or converted to a float.
 
 `parse` turns each of these into one JSONProblem with the field path where there is one;
 callers add the file (and, for the ledger, the line).
@@ -17,6 +19,11 @@ from __future__ import annotations
 
 import json
 import math
+
+# No field of a plan, lock or record needs an integer beyond 64 bits (u64 arguments are the
+# widest); over 21 digits are refused while parsing, the exact bound afterwards with the field.
+MAX_INT = 2**64
+_MAX_INT_DIGITS = 21
 
 
 class JSONProblem(ValueError):
@@ -51,9 +58,16 @@ def join_field(path: str, key: object) -> str:
     return f"{path}[{json.dumps(key)}]"
 
 
+def _int(digits: str) -> int:
+    if len(digits.lstrip("-")) > _MAX_INT_DIGITS:
+        # refused before int() turns thousands of digits into a number that breaks later
+        raise ValueError(f"an integer of {len(digits)} digits (at most 64 bits)")
+    return int(digits)
+
+
 def parse(text: str) -> object:
     try:
-        data = json.loads(text, object_pairs_hook=_object)
+        data = json.loads(text, object_pairs_hook=_object, parse_int=_int)
     except json.JSONDecodeError as exc:
         raise JSONProblem(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:
@@ -77,6 +91,8 @@ def _refuse_ambiguous(data: object) -> None:
             raise JSONProblem("key given twice in one object (JSON would keep only the last)", where)
         if isinstance(node, float) and not math.isfinite(node):
             raise JSONProblem(f"{node!r} is not a finite number", path or "(top level)")
+        if isinstance(node, int) and not isinstance(node, bool) and not -MAX_INT < node < MAX_INT:
+            raise JSONProblem("integer out of range (at most 64 bits)", path or "(top level)")
         if isinstance(node, dict):
             stack.extend((join_field(path, k), v) for k, v in reversed(node.items()))
         elif isinstance(node, list):

@@ -7,11 +7,12 @@ device's own architecture only), so what is checked is what is timed.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
-from qualify.build.nvrtc import CompiledKernel, KernelSpec, compile_kernel
+from qualify.build.nvrtc import BUILTIN, CompiledKernel, KernelSpec, compile_kernel, toolkit_include_dir
 from qualify.plan.load import LoadedPlan
-from qualify.plan.model import ARM_SIDES, MAX_SHARED_PER_BLOCK, CudaArm
+from qualify.plan.model import ARM_SIDES, MAX_SHARED_PER_BLOCK, BuildControl, CudaArm, normalize_option
 
 
 def kernel_spec(loaded: LoadedPlan, side: str, arch: str, extra_defines: dict | None = None) -> KernelSpec:
@@ -19,13 +20,19 @@ def kernel_spec(loaded: LoadedPlan, side: str, arch: str, extra_defines: dict | 
     assert isinstance(arm, CudaArm)
     base = loaded.path.parent
     defines = {**arm.defines, **(extra_defines or {})}
+    # A frozen plan compiles against its lock's hashes (what was pre-registered), an unfrozen one
+    # against the repository alone (`plan check` before `plan freeze`).
+    frozen = loaded.lock["files"] if loaded.lock is not None else {}
     return KernelSpec(
         source=(base / arm.source).resolve(),
         kernel=arm.kernel,
         arch=arch,
         defines=tuple((k, str(v)) for k, v in sorted(defines.items())),
-        options=tuple(arm.options),
+        options=tuple(normalize_option(o) for o in arm.options),
         include_dirs=tuple((base / d).resolve() for d in arm.include_dirs),
+        root=loaded.files.root,
+        frozen=tuple(sorted(frozen.items())),
+        locked=loaded.lock is not None,
     )
 
 
@@ -42,6 +49,33 @@ def compile_arms(loaded: LoadedPlan, archs: list[str], jobs: int = 2) -> dict[tu
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         compiled = dict(zip(specs, pool.map(compile_kernel, specs.values())))
     return compiled
+
+
+def headers_read(loaded: LoadedPlan, jobs: int = 2) -> dict[str, Path]:
+    """Every file inside the repository that NVRTC reads to build the plan's CUDA arms: for each
+    declared architecture, each arm, and the candidate under each build control's defines (a
+    define can select another header). Keys are repository paths, as in the lock."""
+    archs = loaded.plan.hardware.architectures
+    specs = [kernel_spec(loaded, side, arch) for side in ARM_SIDES
+             if isinstance(loaded.plan.arm(side), CudaArm) for arch in archs]  # fmt: skip
+    if isinstance(loaded.plan.arm("candidate"), CudaArm):
+        specs += [kernel_spec(loaded, "candidate", arch, extra_defines=c.defines)
+                  for c in loaded.plan.controls.negative if isinstance(c, BuildControl) for arch in archs]  # fmt: skip
+    # unlocked: the headers are being frozen now, so they are only required to be in the repository
+    specs = [replace(spec, frozen=(), locked=False) for spec in specs]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        compiled = list(pool.map(compile_kernel, specs))
+    root = loaded.files.root
+    toolkit = toolkit_include_dir().resolve()
+    found: dict[str, Path] = {}
+    for kernel in compiled:
+        for name, digest in kernel.headers:
+            if digest == BUILTIN:
+                continue
+            path = Path(name).resolve()
+            if not path.is_relative_to(toolkit) and path.is_relative_to(root):
+                found[path.relative_to(root).as_posix()] = path
+    return found
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from qualify.plan.model import (
     LibraryArm,
     Plan,
 )
-from qualify.plan.resolve import case_id
+from qualify.plan.resolve import case_id, case_key
 
 
 def cross_check(plan: Plan, file: str | None = None) -> None:
@@ -24,16 +24,18 @@ def cross_check(plan: Plan, file: str | None = None) -> None:
 
     wl = plan.workload
     _check_parameters(plan, fail)
-    ids = [case_id(c) for c in wl.cases]
-    for i, cid in enumerate(ids):
-        if ids.index(cid) != i:
-            raise fail(f"workload.cases[{i}]", f"case {cid} is declared twice")
-    known_cases = set(ids)
+    # Cases compare by value: S=1 and S=1.0 are one case whatever the JSON spelling or key order.
+    first = _first_repeat([case_key(c) for c in wl.cases])
+    if first is not None:
+        i, j = first
+        raise fail(f"workload.cases[{j}]", f"case {case_id(wl.cases[j])} is declared twice "
+                                           f"(as workload.cases[{i}] too)")  # fmt: skip
+    known_cases = {case_id(c) for c in wl.cases}
 
-    names = [b.name for b in wl.buffers]
-    for i, name in enumerate(names):
-        if names.index(name) != i:
-            raise fail(f"workload.buffers[{i}].name", f"buffer {name!r} is declared twice")
+    repeat = _first_repeat([b.name for b in wl.buffers])
+    if repeat is not None:
+        j = repeat[1]
+        raise fail(f"workload.buffers[{j}].name", f"buffer {wl.buffers[j].name!r} is declared twice")
     if not any(b.role == "output" for b in wl.buffers):
         raise fail("workload.buffers", "no buffer has role 'output': there is nothing to compare")
     roles = {b.name: b.role for b in wl.buffers}
@@ -53,20 +55,21 @@ def cross_check(plan: Plan, file: str | None = None) -> None:
         if isinstance(arm, LibraryArm):
             _check_signature(arm, wl.call or [], f"arms.{side}", fail)
 
-    gate_names = [g.name for g in plan.acceptance.gates]
+    repeat = _first_repeat([g.name for g in plan.acceptance.gates])
+    if repeat is not None:
+        j = repeat[1]
+        raise fail(f"acceptance.gates[{j}].name", f"gate {plan.acceptance.gates[j].name!r} is declared twice")
     for i, gate in enumerate(plan.acceptance.gates):
-        field = f"acceptance.gates[{i}]"
-        if gate_names.index(gate.name) != i:
-            raise fail(f"{field}.name", f"gate {gate.name!r} is declared twice")
-        _check_selector(gate, plan, known_cases, field, fail)
+        _check_selector(gate, plan, known_cases, f"acceptance.gates[{i}]", fail)
     for i, check in enumerate(plan.acceptance.sanitizer):
         _check_case_ids(check.cases, known_cases, f"acceptance.sanitizer[{i}].cases", fail)
 
-    control_names = [c.name for c in plan.controls.negative]
+    repeat = _first_repeat([c.name for c in plan.controls.negative])
+    if repeat is not None:
+        j = repeat[1]
+        raise fail(f"controls.negative[{j}].name", f"control {plan.controls.negative[j].name!r} is declared twice")
     for i, control in enumerate(plan.controls.negative):
         field = f"controls.negative[{i}]"
-        if control_names.index(control.name) != i:
-            raise fail(f"{field}.name", f"control {control.name!r} is declared twice")
         if control.cases is not None:
             _check_case_ids(control.cases, known_cases, f"{field}.cases", fail)
         if control.kind == "input":
@@ -80,14 +83,25 @@ def cross_check(plan: Plan, file: str | None = None) -> None:
     _check_budget(plan, fail)
 
 
+def _first_repeat(items: list) -> tuple[int, int] | None:
+    """(first index, repeating index) of the first item seen twice, in one pass: a plan with
+    tens of thousands of cases is checked in linear time."""
+    seen: dict = {}
+    for j, item in enumerate(items):
+        i = seen.setdefault(item, j)
+        if i != j:
+            return i, j
+    return None
+
+
 def _check_parameters(plan: Plan, fail) -> None:
     wl = plan.workload
-    keys = list(wl.cases[0])
+    keys = sorted(wl.cases[0])
     for i, case in enumerate(wl.cases):
-        if list(case) != keys:
-            raise fail(f"workload.cases[{i}]", f"sets {sorted(case)}; every case must set {keys}")
         if not case:
             raise fail(f"workload.cases[{i}]", "a case must set at least one parameter")
+        if sorted(case) != keys:
+            raise fail(f"workload.cases[{i}]", f"sets {sorted(case)}; every case must set {keys}")
     sources = {"workload.params": set(wl.params), "workload.cases": set(keys)}
     arm_params = [set(plan.arm(side).params) for side in ARM_SIDES]
     if arm_params[0] != arm_params[1]:
@@ -171,3 +185,20 @@ def _check_budget(plan: Plan, fail) -> None:
         raise fail("schedule.trials", f"{sched.trials} trials exceed budget.max_trials")
     if plan.stop.min_blocks > sched.blocks:
         raise fail("stop.min_blocks", f"{plan.stop.min_blocks} exceeds schedule.blocks")
+
+
+def warmup_launches(planned: int, elapsed_s: float, per_launch_s: float, max_wall_s: float) -> int:
+    """How many of a case's `planned` warm-up launches (per arm) fit in what is left of the trial's
+    wall budget, `elapsed_s` into it, at `per_launch_s` each (the first warm-up's time).
+
+    Warm-up counts against budget.max_wall_seconds like everything else in a trial: the engine
+    times one warm-up launch, asks this for the rest and stops the trial over budget when none fits.
+    """
+    if planned <= 0:
+        return 0
+    left = max_wall_s - elapsed_s
+    if left <= 0:
+        return 0
+    if per_launch_s <= 0:
+        return planned
+    return min(planned, int(left // per_launch_s))

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from qualify import strict_json
 from qualify.errors import FrozenInputChanged, PlanError
-from qualify.io import atomic_write_text
+from qualify.io import MAX_LOCK_BYTES, UnreadableFile, atomic_write_text, read_text_limited
 from qualify.plan.files import PlanFiles
 from qualify.plan.model import Plan
 
 LOCK_VERSION = 1
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def canonical_json(value: object) -> str:
@@ -74,19 +77,25 @@ def lock_path(plan_path: Path) -> Path:
 
 def read_lock(plan_path: Path) -> dict | None:
     path = lock_path(plan_path)
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     try:
-        data = strict_json.parse(path.read_text(encoding="utf-8"))
+        data = strict_json.parse(read_text_limited(path, MAX_LOCK_BYTES))
     except strict_json.JSONProblem as exc:
         raise PlanError(f"unreadable lock file: {exc.message}", file=path, field=exc.field) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlanError(f"unreadable lock file: {exc}", file=path) from None
+    except UnreadableFile as exc:
+        raise PlanError(f"unreadable lock file: {exc.message}", file=path) from None
     if not isinstance(data, dict) or data.get("lock_version") != LOCK_VERSION:
         raise PlanError(f"not a version-{LOCK_VERSION} lock file", file=path, field="lock_version")
     for key, kind in (("plan_sha256", str), ("files", dict), ("digest", str)):
         if not isinstance(data.get(key), kind):
             raise PlanError(f"missing or malformed {key}", file=path, field=key)
+    for rel, digest in data["files"].items():
+        # a lock names files by repository path; anything else (absolute, '..', a hash that is
+        # no sha256) was not written by qualify
+        if rel.startswith("/") or ".." in Path(rel).parts or not rel.isprintable() or not _SHA256.match(str(digest)):
+            raise PlanError("not a repository path with its sha256", file=path,
+                            field=strict_json.join_field("files", rel))  # fmt: skip
     return data
 
 

@@ -12,10 +12,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qualify.errors import PlanError
+from qualify.io import MAX_SOURCE_BYTES, UnreadableFile, read_limited
 from qualify.plan.model import CudaArm, LibraryArm, Plan
 
-_INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"\n]+)"|<([^>\n]+)>)', re.MULTILINE)
-_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+# The scanner proposes; NVRTC decides. It over-approximates what a source may include: every
+# string literal and <...> name on any preprocessor line (so `#define HDR "tune.h"` + `#include HDR`
+# is seen through the #define), after the line splicing and digraphs NVRTC's preprocessor applies.
+# Whatever it still misses is caught at compile time, where NVRTC reports the headers it opened
+# and a header outside the lock is refused (qualify.build.nvrtc).
+_TOKENS = re.compile(
+    r'"(?:\\.|[^"\\\n])*"'  # string literal (kept)
+    r"|'(?:\\.|[^'\\\n])*'"  # character literal (kept)
+    r"|//[^\n]*"  # line comment (dropped)
+    r"|/\*.*?(?:\*/|\Z)",  # block comment (dropped; an unterminated one runs to the end)
+    re.DOTALL,
+)
+_DIRECTIVE = re.compile(r"^[ \t]*(?:#|%:|\?\?=)(.*)$", re.MULTILINE)
+_NAMES = re.compile(r'"([^"\n]+)"|<([^<>\n]+)>')
 MAX_INCLUDE_DEPTH = 32
 
 
@@ -56,10 +69,29 @@ def _resolve(plan_path: Path, root: Path, relative: str, field: str) -> Path:
 
 
 def _read_text(path: Path, plan_path: Path, field: str) -> str:
+    # bounded and regular files only: a FIFO or /dev/zero named as a header must not hang or fill memory
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise PlanError(f"cannot read {path.name}: {exc.strerror}", file=plan_path, field=field) from None
+        data = read_limited(path, MAX_SOURCE_BYTES)
+    except UnreadableFile as exc:
+        raise PlanError(exc.message.replace("cannot read:", f"cannot read {path.name}:", 1),
+                        file=plan_path, field=field) from None  # fmt: skip
+    return data.decode("utf-8", errors="replace")
+
+
+def strip_comments(text: str) -> str:
+    """`text` with backslash-newlines spliced and comments replaced by a space, string and
+    character literals kept whole (a "/*" inside a string opens no comment)."""
+    text = text.replace("\\\r\n", "").replace("\\\n", "")
+    return _TOKENS.sub(lambda m: m.group(0) if m.group(0)[0] in "\"'" else " ", text)
+
+
+def include_candidates(text: str) -> list[tuple[str, bool]]:
+    """(name, quoted) for every file name a preprocessor line of `text` could include."""
+    out = []
+    for line in _DIRECTIVE.findall(strip_comments(text)):
+        for quoted, angled in _NAMES.findall(line):
+            out.append((quoted, True) if quoted else (angled.strip(), False))
+    return out
 
 
 ELF_MAGIC = b"\x7fELF"
@@ -87,8 +119,14 @@ def shared_object_problem(path: Path) -> str | None:
     return None
 
 
-def collect_files(plan: Plan, plan_path: Path) -> PlanFiles:
-    """Resolve and check every file the plan names, plus the local headers sources include."""
+def collect_files(plan: Plan, plan_path: Path, frozen: tuple[str, ...] = ()) -> PlanFiles:
+    """Resolve and check every file the plan names, plus the local headers sources include.
+
+    `frozen` lists the files of the plan's lock: the headers NVRTC reported when the plan was
+    frozen are part of the plan's files from then on, whether or not the scanner sees them. One
+    that is gone or no longer a regular file inside the repository is left out here, so the lock
+    check names it as missing.
+    """
     plan_path = plan_path.resolve()
     root = repository_root(plan_path).resolve()
     found: dict[str, Path] = {}
@@ -96,9 +134,16 @@ def collect_files(plan: Plan, plan_path: Path) -> PlanFiles:
     def add(path: Path) -> None:
         found[path.relative_to(root).as_posix()] = path
 
+    for rel in frozen:
+        path = (root / rel).resolve()
+        if inside(root, path) and path.is_file():
+            add(path)
+
     for side in ("base", "candidate"):
         arm = plan.arm(side)
         if isinstance(arm, CudaArm):
+            defined = [(name, quoted) for value in arm.defines.values() if isinstance(value, str)
+                       for name, quoted in include_candidates(f"#define X {value}")]  # fmt: skip
             source = _resolve(plan_path, root, arm.source, f"arms.{side}.source")
             include_dirs = []
             for j, d in enumerate(arm.include_dirs):
@@ -110,7 +155,7 @@ def collect_files(plan: Plan, plan_path: Path) -> PlanFiles:
                         field=f"arms.{side}.include_dirs[{j}]",
                     )
                 include_dirs.append(folder)
-            for path in local_includes(source, include_dirs, root, plan_path, f"arms.{side}.source"):
+            for path in local_includes(source, include_dirs, root, plan_path, f"arms.{side}.source", defined):
                 add(path)
             check_kernel_declared(source, arm.kernel, plan_path, f"arms.{side}.kernel", include_dirs)
         elif isinstance(arm, LibraryArm) and arm.library is not None:
@@ -128,14 +173,19 @@ def collect_files(plan: Plan, plan_path: Path) -> PlanFiles:
     return PlanFiles(root=root, files=dict(sorted(found.items())))
 
 
-def local_includes(source: Path, include_dirs, root: Path, plan_path: Path, field: str) -> list[Path]:
+def local_includes(source: Path, include_dirs, root: Path, plan_path: Path, field: str,
+                   extra: list[tuple[str, bool]] | None = None) -> list[Path]:
     """The source and, transitively, every header it includes that resolves inside the repository.
 
     The search follows NVRTC's, which qualify gives the source's folder and include_dirs as
     include paths: `#include "..."` looks next to the including file, then in those paths;
     `#include <...>` in those paths only. A header found there is frozen whichever brackets name
     it; one found nowhere is a toolkit header (its version is recorded as provenance instead).
-    Each file is read once, so include cycles end.
+    Each file is read once, so include cycles end. `extra` adds names from outside the files
+    (a define's value that names a header).
+
+    A name that resolves to something other than a regular file (a FIFO, a device) is refused:
+    NVRTC would block on it or read it without end.
     """
     search = (source.parent, *include_dirs)
     seen: list[Path] = []
@@ -147,10 +197,20 @@ def local_includes(source: Path, include_dirs, root: Path, plan_path: Path, fiel
         if depth > MAX_INCLUDE_DEPTH:
             raise PlanError(f"includes nest deeper than {MAX_INCLUDE_DEPTH}", file=plan_path, field=field)
         seen.append(path)
-        for quoted, angled in _INCLUDE.findall(_COMMENTS.sub("", _read_text(path, plan_path, field))):
-            name = quoted or angled
+        names = include_candidates(_read_text(path, plan_path, field))
+        if path == source and extra:
+            names += extra
+        for name, quoted in names:
             for folder in ((path.parent, *search) if quoted else search):
-                candidate = (folder / name).resolve()
+                try:
+                    candidate = (folder / name).resolve()
+                    exists = candidate.exists()
+                except (OSError, ValueError):  # a name no file system can hold (NUL, too long)
+                    continue
+                if exists and not candidate.is_file() and not candidate.is_dir():
+                    raise PlanError(f"{path.name} may include {name!r}, which is not a regular file "
+                                    "(a FIFO or device would hang the compiler)",
+                                    file=plan_path, field=field)  # fmt: skip
                 if candidate.is_file():
                     if not inside(root, candidate):
                         raise PlanError(
@@ -172,6 +232,6 @@ def check_kernel_declared(source: Path, kernel: str, plan_path: Path, field: str
     pattern = re.compile(r"__global__[^;{}]*?\b" + re.escape(base) + r"\s*\(")
     root = repository_root(plan_path.resolve())
     for path in local_includes(source, list(include_dirs), root, plan_path, field):
-        if pattern.search(_COMMENTS.sub("", _read_text(path, plan_path, field))):
+        if pattern.search(strip_comments(_read_text(path, plan_path, field))):
             return
     raise PlanError(f"no __global__ function {base!r} in {source.name}", file=plan_path, field=field)

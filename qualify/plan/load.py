@@ -14,13 +14,13 @@ from pydantic import ValidationError
 
 from qualify import strict_json
 from qualify.errors import PlanError
+from qualify.io import MAX_PLAN_BYTES, UnreadableFile, read_limited
 from qualify.plan.checks import cross_check
 from qualify.plan.digest import Freeze, compute_freeze, read_lock
 from qualify.plan.files import PlanFiles, collect_files
 from qualify.plan.model import Plan
 from qualify.plan.resolve import ResolvedCase, resolve_cases
 
-MAX_PLAN_BYTES = 4 * 2**20
 
 
 @dataclass(frozen=True)
@@ -39,13 +39,11 @@ class LoadedPlan:
 
 def read_plan_json(path: Path) -> dict:
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise PlanError("no such file", file=path) from None
-    except OSError as exc:
-        raise PlanError(f"cannot read: {exc.strerror}", file=path) from None
-    if len(raw) > MAX_PLAN_BYTES:
-        raise PlanError(f"larger than {MAX_PLAN_BYTES} bytes; not a plan", file=path)
+        raw = read_limited(path, MAX_PLAN_BYTES)
+    except UnreadableFile as exc:
+        if "more than the" in exc.message or "grew past" in exc.message:
+            raise PlanError(f"larger than {MAX_PLAN_BYTES} bytes; not a plan", file=path) from None
+        raise PlanError(exc.message, file=path) from None
     if not raw.strip():
         raise PlanError("empty file; expected a JSON plan", file=path)
     try:
@@ -73,16 +71,11 @@ def validate_plan(data: dict, path: Path) -> Plan:
 def load_plan(path: str | Path) -> LoadedPlan:
     path = Path(path)
     plan = validate_plan(read_plan_json(path), path)
-    files = collect_files(plan, path)
+    lock = read_lock(path.resolve())
+    files = collect_files(plan, path, tuple(lock["files"]) if lock else ())
     cases = resolve_cases(plan, str(path))
-    return LoadedPlan(
-        path=path.resolve(),
-        plan=plan,
-        files=files,
-        cases=cases,
-        freeze=compute_freeze(plan, files),
-        lock=read_lock(path.resolve()),
-    )
+    return LoadedPlan(path=path.resolve(), plan=plan, files=files, cases=cases,
+                      freeze=compute_freeze(plan, files), lock=lock)  # fmt: skip
 
 
 _MESSAGES = {

@@ -36,6 +36,7 @@ MAX_SHARED_PER_BLOCK = {
     "sm_121": 101_376,
 }
 MAX_THREADS_PER_BLOCK = 1024
+MAX_WARMUP = 10_000  # warm-up settles clocks and caches within tens of launches; more is a typo
 
 
 class Strict(BaseModel):
@@ -63,8 +64,106 @@ FloatExpr = Annotated[
 ]
 ExprText = Annotated[str, AfterValidator(_check_expr)]
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)]
-Label = Annotated[str, Field(min_length=1, max_length=200)]
-Prose = Annotated[str, Field(min_length=1, max_length=2000)]
+
+
+def _plain_text(value: str) -> str:
+    """One line of visible text: no newline, tab, escape (ESC starts every terminal sequence) or
+    other control or format character (a bidirectional override can reorder what is shown).
+
+    Labels reach the README, the terminal and one-line errors; a newline there can forge a line of
+    its own (a verdict, a "frozen: yes"), an escape sequence can rewrite the screen.
+    """
+    for i, ch in enumerate(value):
+        if not ch.isprintable():
+            raise ValueError(f"character {i} is {ascii(ch)}: labels and paths are one line of plain text")
+    return value
+
+
+PlainText = Annotated[str, AfterValidator(_plain_text)]
+Label = Annotated[PlainText, Field(min_length=1, max_length=200)]
+Prose = Annotated[PlainText, Field(min_length=1, max_length=2000)]
+PathText = Annotated[PlainText, Field(min_length=1, max_length=1024)]
+
+
+# NVRTC options a plan may add, by canonical name (two dashes). The list is closed on purpose:
+# every option left out either names a file NVRTC reads (headers, precompiled headers) or writes
+# (timing reports, traces, PCH files), or is set by qualify itself (architecture, include paths,
+# the trace it reads its dependency list from). A value is checked by the rule beside its name.
+_BOOL = ("true", "false")
+_OPTION_VALUES: dict[str, object] = {
+    "use_fast_math": None,
+    "extra-device-vectorization": None,
+    "restrict": None,
+    "device-int128": None,
+    "disable-warnings": None,
+    "default-device": None,
+    "ftz": _BOOL,
+    "prec-sqrt": _BOOL,
+    "prec-div": _BOOL,
+    "fmad": _BOOL,
+    "maxrregcount": "count",
+    "jump-table-density": "count",
+    "diag-suppress": "numbers",
+    "diag-error": "numbers",
+    "diag-warn": "numbers",
+    "std": ("c++11", "c++14", "c++17", "c++20"),
+    "ptxas-options": ("-v", "-O0", "-O1", "-O2", "-O3", "--warn-on-spills", "--warn-on-local-memory-usage",
+                      "--allow-expensive-optimizations=true", "--allow-expensive-optimizations=false"),
+}  # fmt: skip
+# Short spellings NVRTC accepts for the options above (one dash or two reach the same name).
+_OPTION_ALIASES = {"w": "disable-warnings", "Xptxas": "ptxas-options"}
+_OPTION_SHAPE = re.compile(r"^--?([A-Za-z][A-Za-z0-9_+\-]*)(?:=(.*))?$", re.DOTALL)
+
+
+def normalize_option(text: str) -> str:
+    """An NVRTC option in canonical form (`--name` or `--name=value`), or ValueError saying why it
+    is not allowed. Surrounding whitespace is dropped and `--name value` becomes `--name=value`
+    first, so a leading space or a space-separated value cannot pass for another option."""
+    stripped = text.strip()
+    parts = stripped.split(None, 1)
+    if len(parts) == 2 and "=" not in parts[0]:
+        stripped = f"{parts[0]}={parts[1]}"
+    if re.match(r"^--?(I|isystem|system-include)", stripped):
+        raise ValueError(f"{text!r}: set architectures and include_dirs in their fields")
+    m = _OPTION_SHAPE.match(stripped)
+    if m is None:
+        raise ValueError(f"{text!r} is not an NVRTC option (-name or --name=value)")
+    name, value = m.group(1), m.group(2)
+    name = _OPTION_ALIASES.get(name, name)
+    lowered = name.lower()
+    if lowered.startswith(("arch", "gpu-architecture", "gpu_architecture")) or lowered in ("i", "include-path"):
+        raise ValueError(f"{text!r}: set architectures and include_dirs in their fields")
+    if lowered in ("include", "pre-include", "preinclude") or "include" in lowered:
+        # NVRTC would read that header from anywhere on the host, outside the lock
+        raise ValueError(f"{text!r}: a pre-included header is not frozen; #include it in the source")
+    if name not in _OPTION_VALUES:
+        raise ValueError(f"{text!r} is not among the NVRTC options a plan may set (docs/plan.md lists "
+                         "them); none that reads or writes a file is allowed")
+    rule = _OPTION_VALUES[name]
+    if rule is None:
+        if value is not None:
+            raise ValueError(f"{text!r}: --{name} takes no value")
+        return f"--{name}"
+    if value is None or value == "":
+        raise ValueError(f"{text!r}: --{name} needs a value")
+    if rule == "count":
+        ok = value.isascii() and value.isdigit() and 0 < int(value) <= 65_535
+    elif rule == "numbers":
+        ok = all(v.isascii() and v.isdigit() and len(v) <= 6 for v in value.split(","))
+    else:
+        ok = value in rule  # type: ignore[operator]
+    if not ok:
+        raise ValueError(f"{text!r}: {value!r} is not a value --{name} accepts here")
+    return f"--{name}={value}"
+
+
+def _check_option(value: str) -> str:
+    normalize_option(value)
+    return value
+
+
+NvrtcOption = Annotated[str, Field(max_length=200), AfterValidator(_check_option)]
+DefineValue = Annotated[Union[int, Annotated[PlainText, Field(max_length=200)]], Field(union_mode="left_to_right")]
 
 
 
@@ -78,7 +177,7 @@ class Revisions(Strict):
 
 
 class DeviceSpec(Strict):
-    name: str | None = Field(
+    name: Annotated[PlainText, Field(max_length=200)] | None = Field(
         default=None,
         description="fnmatch pattern for the device name as CUDA reports it ('NVIDIA H200*').",
     )
@@ -225,7 +324,7 @@ class Workload(Strict):
 
 class CudaArm(Strict):
     kind: Literal["cuda"]
-    source: str = Field(description="CUDA source, relative to the plan file.")
+    source: PathText = Field(description="CUDA source, relative to the plan file.")
     kernel: str = Field(
         min_length=1,
         max_length=200,
@@ -235,25 +334,17 @@ class CudaArm(Strict):
     params: dict[Identifier, Union[int, float]] = Field(
         default_factory=dict, description="Parameters this arm sets (the tile, say)."
     )
-    defines: dict[Identifier, Union[int, str]] = Field(default_factory=dict)
-    options: list[str] = Field(default_factory=list, description="Extra NVRTC options.")
-    include_dirs: list[str] = Field(default_factory=list, description="Relative to the plan file.")
-
-    @field_validator("options")
-    @classmethod
-    def _no_arch_option(cls, value: list[str]) -> list[str]:
-        for opt in value:
-            if re.match(r"^(-arch|--gpu-architecture|-I|--include-path)", opt):
-                raise ValueError(f"{opt!r}: set architectures and include_dirs in their fields")
-            if re.match(r"^(-include|--pre-include)", opt):
-                # NVRTC would read that header from anywhere on the host, outside the lock
-                raise ValueError(f"{opt!r}: a pre-included header is not frozen; #include it in the source")
-        return value
+    defines: dict[Identifier, DefineValue] = Field(default_factory=dict)
+    options: list[NvrtcOption] = Field(
+        default_factory=list,
+        description="Extra NVRTC options, from a closed list (docs/plan.md): none that reads or writes a file.",
+    )
+    include_dirs: list[PathText] = Field(default_factory=list, description="Relative to the plan file.")
 
 
 class LibraryArm(Strict):
     kind: Literal["library"]
-    library: str | None = Field(
+    library: PathText | None = Field(
         default=None,
         description="Shared library, relative to the plan file; None: given to `qualify compare`.",
     )
@@ -284,7 +375,10 @@ class Arms(Strict):
 
 
 class Schedule(Strict):
-    warmup: int = Field(default=10, ge=0, description="Excluded launches per arm and case.")
+    warmup: int = Field(
+        default=10, ge=0, le=MAX_WARMUP,
+        description="Excluded launches per arm and case; they count against budget.max_wall_seconds.",
+    )
     iterations_per_sample: int = Field(default=1, ge=1, le=10_000)
     samples_per_block: int = Field(default=10, ge=1, description="Samples per arm per ABBA half.")
     blocks: int = Field(default=10, ge=1, description="ABBA blocks (A B B A) per case and trial.")
@@ -353,7 +447,9 @@ class Stop(Strict):
 
 
 class CaseSelector(Strict):
-    cases: list[str] | None = Field(default=None, description="Case ids ('T=640').")
+    cases: list[Annotated[PlainText, Field(max_length=1000)]] | None = Field(
+        default=None, description="Case ids ('T=640')."
+    )
     where: ExprText | None = Field(default=None, description="Expression over parameters ('T >= 640').")
 
 
@@ -361,7 +457,9 @@ class CaseSelector(Strict):
 class SpeedGate(CaseSelector):
     name: Identifier
     min_speedup_pct: float | None = Field(
-        default=None, description="Candidate at least this much faster (median ratio)."
+        default=None, ge=0, lt=100,
+        description="Candidate at least this much faster (median ratio). 0 to below 100: a negative "
+        "bound would be a regression allowance (max_regression_pct says that), 100 % needs zero time.",
     )
     max_regression_pct: float | None = Field(
         default=None, ge=0, description="Candidate at most this much slower."
@@ -379,8 +477,8 @@ class Fidelity(Strict):
     mode: Literal["bytes", "ulp", "abs", "rel"] = "bytes"
     bound: float | None = Field(default=None, ge=0, description="ulp count or tolerance.")
     against: Literal["base", "float64", "golden"] = "base"
-    golden: str | None = Field(default=None, description="Golden file, relative to the plan.")
-    reference: str | None = Field(
+    golden: PathText | None = Field(default=None, description="Golden file, relative to the plan.")
+    reference: PathText | None = Field(
         default=None, description="float64 reference: 'file.py:function', relative to the plan."
     )
 
@@ -430,7 +528,7 @@ class InputControl(Strict):
 class BuildControl(Strict):
     kind: Literal["build"]
     name: Identifier
-    defines: dict[Identifier, Union[int, str]] = Field(min_length=1)
+    defines: dict[Identifier, DefineValue] = Field(min_length=1)
     cases: list[str] | None = None
 
 

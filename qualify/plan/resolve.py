@@ -35,8 +35,22 @@ _GRID_LIMITS = (2**31 - 1, 65_535, 65_535)
 
 
 def case_id(case: dict[str, Union[int, float]]) -> str:
-    """Stable, readable id of a case: 'T=512' or 'B=2,T=512' (keys in declared order)."""
-    return ",".join(f"{k}={v}" for k, v in case.items())
+    """Stable, readable id of a case: 'T=512' or 'B=2,T=512'. Keys are sorted, as the digest's
+    canonical JSON sorts them, so reordering a case's keys changes neither its id nor the digest."""
+    return ",".join(f"{k}={case[k]}" for k in sorted(case))
+
+
+def canonical_number(value: Union[int, float]) -> Union[int, float]:
+    """One value per number: 1.0 becomes 1 (the launch sees the same value either way)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def case_key(case: dict[str, Union[int, float]]) -> tuple:
+    """What makes two cases the same case: their parameters' values, whatever the key order or
+    the spelling of a number (S=1 and S=1.0)."""
+    return tuple((k, canonical_number(case[k])) for k in sorted(case))
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,31 @@ def _git(root: Path, *args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def collect(device: DeviceInfo, root: Path, planned: bool, nvrtc: str, argv: list[str]) -> Provenance:
+def plan_files_dirty(root: Path, paths) -> bool | None:
+    """Whether any of `paths` (the plan, its lock and every file they bind) differs from the
+    checked-out revision: modified, staged, untracked or ignored. None: not a git work tree.
+
+    Untracked and ignored files count here: a plan that was never committed is not in the revision
+    the record names, so "clean" would claim a provenance it does not have.
+    """
+    rels = []
+    for p in paths:
+        try:
+            rels.append(Path(p).resolve().relative_to(root.resolve()).as_posix())
+        except ValueError:
+            return True  # a file outside the work tree cannot be in its revision
+    if not rels:
+        return None
+    status = _git(root, "status", "--porcelain", "--untracked-files=all", "--ignored=matching", "--", *rels)
+    if status is None:
+        return None
+    return bool(status)
+
+
+def collect(device: DeviceInfo, root: Path, planned: bool, nvrtc: str, argv: list[str],
+            paths=None) -> Provenance:
+    """`paths`: the files the plan uses (give them: without them only tracked changes are seen,
+    and an uncommitted plan reads as clean)."""
     try:
         from cuda import bindings
 
@@ -32,6 +56,9 @@ def collect(device: DeviceInfo, root: Path, planned: bool, nvrtc: str, argv: lis
         bindings_version = "unknown"
     revision = _git(root, "rev-parse", "HEAD")
     status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    dirty = None if status is None else bool(status)
+    if paths is not None and dirty is not None and not dirty:
+        dirty = plan_files_dirty(root, paths)
     if revision is None:
         # An exported tree (no .git): take the revision the exporter states, as CI runners do
         # (GITHUB_SHA and the like); whether that tree was dirty is then unknown.
@@ -45,7 +72,7 @@ def collect(device: DeviceInfo, root: Path, planned: bool, nvrtc: str, argv: lis
         python_version=platform.python_version(),
         numpy_version=np.__version__,
         git_revision=revision,
-        git_dirty=None if status is None else bool(status),
+        git_dirty=dirty,
         host=socket.gethostname(),
         command=[Path(sys.argv[0]).name, *argv],
     )
