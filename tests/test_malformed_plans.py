@@ -94,7 +94,7 @@ CASES = [
     ("control-on-output", _set("controls/negative/0/buffer", "out"), "controls.negative[0].buffer", "not an input"),
     ("noise-without-target", _set("stop", {"rule": "noise"}), "stop", "target_ci_pct"),
     ("params-clash", _set("workload/params/N", 3), "workload.cases", "also set"),
-    ("arch-option-smuggled", _set("arms/base/options", ["-arch=sm_80"]), "arms.base.options", "architectures"),
+    ("arch-option-smuggled", _set("arms/base/options", ["-arch=sm_80"]), "arms.base.options[0]", "architectures"),
     ("no-output-buffer", _set("workload/buffers/2/role", "scratch"), "workload.buffers", "no buffer has role 'output'"),
     ("device-spec-empty", _set("hardware/devices", [{}]), "hardware.devices[0]", "name pattern"),
     ("bytes-with-bound", _set("acceptance/fidelity", {"mode": "bytes", "bound": 1}), "acceptance.fidelity", "takes no bound"),

@@ -26,7 +26,8 @@ from qualify.evaluate.stopping import stop_reason
 from qualify.evaluate.recompute import derived_fields
 from qualify.evaluate.summarize import floor_ns, has_series, pair_stats
 from qualify.evaluate.verdict import fidelity_passes
-from qualify.plan.digest import sha256_bytes, sha256_file
+from qualify.plan.checks import warmup_launches
+from qualify.plan.digest import lock_path, sha256_bytes, sha256_file
 from qualify.plan.load import LoadedPlan
 from qualify.plan.model import LibraryArm
 from qualify.plan.resolve import ResolvedCase
@@ -409,7 +410,8 @@ class TrialRunner:
             if "fidelity" in fail_fast:
                 return False
         with self._stage("timing"):
-            self._warmup(case, execs)
+            if not self._warmup(case, execs):
+                return False
             ok = self._abba(case, execs, reference, facts, MAIN)
             if ok and plan.controls.aa:
                 ok = self._abba(case, {"base": execs["base"]}, reference, facts, AA)
@@ -492,15 +494,32 @@ class TrialRunner:
             )
         return self.control_kernels[control.name]
 
-    def _warmup(self, case, execs) -> None:
-        # Without the blocking kernel: a first launch may load lazily, which deadlocks behind it.
-        # A few host round trips per arm and case; not worth batching.
+    def _warmup(self, case, execs) -> bool:
+        """The plan's warm-up launches per arm, inside the trial's wall budget: one is timed, and
+        only as many more as the budget has room for run. False: no room left (budget failure).
+
+        Without the blocking kernel: a first launch may load lazily, which deadlocks behind it.
+        A few host round trips per arm and case; not worth batching."""
+        planned = self.plan.schedule.warmup
+        budget = self.plan.budget.max_wall_seconds
         for side, ex in execs.items():
             self._side = side
-            for _ in range(self.plan.schedule.warmup):
-                ns = self.device.time_sample(lambda ex=ex: ex.enqueue(self.device), cold=False, block_stream=False)
-                self.samples.add_warmup(case.id, side, ns)
+            if planned == 0:
+                continue
+            enqueue = lambda ex=ex: ex.enqueue(self.device)  # noqa: E731
+            first = self.device.time_sample(enqueue, cold=False, block_stream=False)
+            self.samples.add_warmup(case.id, side, first)
+            elapsed = time.monotonic() - self.started
+            more = warmup_launches(planned - 1, elapsed, first / 1e9, budget)
+            for _ in range(more):
+                self.samples.add_warmup(case.id, side, self.device.time_sample(enqueue, cold=False, block_stream=False))
+            if more < planned - 1:
+                self._side = None
+                self.failures.append(Failure(kind="budget", case=case.id, side=side, message=(
+                    f"wall-time budget of {budget:g} s spent during warm-up ({1 + more} of {planned} launches)")))  # fmt: skip
+                return False
         self._side = None
+        return True
 
     def _abba(self, case, execs, reference, facts, pair) -> bool:
         """The ABBA blocks of one pair: each half's samples queued behind one blocking kernel.
@@ -573,7 +592,9 @@ class TrialRunner:
             started_at=started_at,
             ended_at=now_iso(),
             provenance=provenance.collect(self.device.info, self.loaded.files.root, planned,
-                                          nvrtc_version(), self.options.argv),  # fmt: skip
+                                          nvrtc_version(), self.options.argv,
+                                          paths=[self.loaded.path, lock_path(self.loaded.path),
+                                                 *self.loaded.files.files.values()]),  # fmt: skip
             timer={
                 "mode": self.plan.schedule.timing,
                 "cache": self.plan.schedule.cache,
