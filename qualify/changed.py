@@ -12,26 +12,37 @@ Library code: it returns data and raises `QualifyError`s; `qualify changed` prin
 from __future__ import annotations
 
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from qualify.errors import PlanError, ToolError, UsageError
 from qualify.plan.digest import lock_path
 
 # History of the --json shape (bump on any incompatible change and say what changed):
-#   1 — {"changed_version", "base", "protocols": [{"name", "plan", "reasons", "problem"}]}
+#   1 — {"changed_version", "base", "head", "protocols": [{"name", "plan", "reasons", "problem"}]}
 CHANGED_VERSION = 1
 
 
-@dataclass(frozen=True)
-class Touched:
-    name: str  # the protocol's folder name under protocols/
-    plan: str  # repository-relative path of plan.json
-    reasons: tuple[str, ...]  # the changed paths that touch it, sorted
-    problem: str | None = None  # the plan does not load now; `qualify run` will say why, exit 2
+class Touched(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def to_json(self) -> dict:
-        return {"name": self.name, "plan": self.plan, "reasons": list(self.reasons), "problem": self.problem}
+    name: str = Field(description="the protocol's folder name under protocols/")
+    plan: str = Field(description="repository-relative path of its plan.json")
+    reasons: list[str] = Field(description="the changed paths that touch it, sorted")
+    problem: str | None = Field(default=None, description="why the plan does not load now (qualify run exits 2)")
+
+
+class ChangedReport(BaseModel):
+    """The document `qualify changed --json` prints (version CHANGED_VERSION)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    changed_version: Literal[1] = CHANGED_VERSION
+    base: str | None
+    head: str | None
+    protocols: list[Touched]
 
 
 def find_plans(root: Path, protocols: str = "protocols") -> list[Path]:
@@ -87,7 +98,7 @@ def touched_protocols(root: Path, changed: list[str], extra: dict[str, list[str]
         reasons = {c for c in changed_set if c in paths}
         reasons |= {c for c in changed_set for prefix in extra.get(name, []) if _under(c, prefix)}
         if reasons:
-            touched.append(Touched(name, _relative(plan_path, root), tuple(sorted(reasons)), problem))
+            touched.append(Touched(name=name, plan=_relative(plan_path, root), reasons=sorted(reasons), problem=problem))
     return touched
 
 

@@ -224,7 +224,7 @@ def summary_cmd(folder: Path, target: Path | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a versioned JSON document instead of plan paths.")
 def changed_cmd(base: str | None, head: str, paths: tuple[str, ...], sources: tuple[str, ...], as_json: bool) -> None:
     """List the protocols a change touches: their plans, frozen files, the files they use now."""
-    from qualify.changed import CHANGED_VERSION, changed_paths, git_root, parse_sources, touched_protocols
+    from qualify.changed import ChangedReport, changed_paths, git_root, parse_sources, touched_protocols
 
     if (base is None) == (not paths):
         raise UsageError("give --base REV or one or more --path PATH, not both", field="--base")
@@ -232,9 +232,8 @@ def changed_cmd(base: str | None, head: str, paths: tuple[str, ...], sources: tu
     changed = changed_paths(root, base, head) if base is not None else list(paths)
     touched = touched_protocols(root, changed, parse_sources(list(sources)))
     if as_json:
-        document = {"changed_version": CHANGED_VERSION, "base": base, "head": head if base else None,
-                    "protocols": [t.to_json() for t in touched]}  # fmt: skip
-        click.echo(json.dumps(document, indent=1))
+        report = ChangedReport(base=base, head=head if base else None, protocols=touched)
+        click.echo(report.model_dump_json(indent=1))
     else:
         for t in touched:
             click.echo(t.plan)

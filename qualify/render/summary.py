@@ -22,7 +22,7 @@ MAX_ITEMS = 20  # failed gates, reasons, failures
 MAX_LABEL = 80  # characters of one label a user or a device wrote
 MAX_BYTES = 256 * 1024  # a quarter of GitHub's 1 MiB: room for the job's other steps and devices
 
-_MARKDOWN = re.compile(r"([\\`*_\[\]<>|~])")
+_MARKDOWN = re.compile(r"([\\`*_\[\]<|~])")
 _ICON = {"qualified": "✅", "not_qualified": "❌", "incomplete": "⚠️"}
 
 
@@ -83,7 +83,7 @@ def summary_lines(results: Results, record: str) -> list[str]:
             lines.append(f"| … | {len(rows) - MAX_ROWS} more rows in the record's README | | | | |")
         lines.append("")
     failed = [f"- {text(g.gate)} at {text(g.case)} on {text(g.device)}"
-              f"{'' if g.trial is None else f' (trial {g.trial})'}: {g.value_pct:+.2f} %, needs {text(g.bound)}"
+              f"{'' if g.trial is None else f' (trial {g.trial})'}: speed-up {g.value_pct:+.2f} %, needs {text(g.bound)}"
               for g in verdict.gates if not g.passed]  # fmt: skip
     if failed:
         lines += [f"**Gates missed ({len(failed)}):**", "", *_capped(failed, "missed gates"), ""]
