@@ -7,9 +7,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -187,6 +189,12 @@ if [ "$1" = -m ] && [ "$2" = qualify ]; then
     run|compare)
       for ((i = 1; i <= $#; i++)); do [ "${!i}" = --record ] && { j=$((i + 1)); record=${!j}; }; done
       name=$(basename "$record")
+      if [ -n "${FAKE_SLOW:-}" ]; then  # a long trial that keeps itself when terminated, as qualify does
+        trap 'echo "terminated $name" >> "$FAKE_LOG"; mkdir -p "$record"; echo "{}" > "$record/results.json"; exit 130' TERM
+        echo "started $name" >> "$FAKE_LOG"
+        for _ in $(seq 600); do sleep 0.1; done
+        exit 0
+      fi
       code_var="FAKE_CODE_${name//-/_}"
       if [ "${!code_var:-0}" != 5 ]; then mkdir -p "$record"; echo '{}' > "$record/results.json"; fi
       exit "${!code_var:-0}" ;;
@@ -208,14 +216,20 @@ def fake(tmp_path):
     log = tmp_path / "log"
     log.touch()
 
-    def run(**env) -> tuple[int, str, list[str], str]:
+    def run(signal_after_start: bool = False, **env) -> tuple[int, str, list[str], str]:
         summary = tmp_path / "summary.md"
         full = {**os.environ, "QUALIFY_PYTHON": str(python), "REAL_PYTHON": sys.executable, "FAKE_LOG": str(log),
                 "QUALIFY_OUT": str(tmp_path / "out"), "GITHUB_STEP_SUMMARY": str(summary), "QUALIFY_LABEL": "h200",
                 **env}  # fmt: skip
-        done = subprocess.run(["bash", str(SCRIPTS / "gpu-job.sh")], capture_output=True, text=True, env=full,
-                              timeout=120)  # fmt: skip
-        return done.returncode, summary.read_text(), log.read_text().splitlines(), done.stdout + done.stderr
+        job = subprocess.Popen(["bash", str(SCRIPTS / "gpu-job.sh")], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=full)  # fmt: skip
+        if signal_after_start:
+            deadline = time.monotonic() + 60
+            while "started" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            job.send_signal(signal.SIGTERM)  # to the script alone, as a runner cancelling the job does
+        out, _ = job.communicate(timeout=120)
+        return job.returncode, summary.read_text(), log.read_text().splitlines(), out
 
     return run
 
@@ -244,6 +258,15 @@ def test_gpu_job_qualifies_each_changed_protocol_and_keeps_the_worst_code(fake, 
     assert f"qualify run protocols/attention-wide/plan.json --record {out_dir}/attention-wide" in log
     assert f"### summary of {out_dir}/vecload" in summary and f"### summary of {out_dir}/attention-wide" in summary
     assert "::error title=vecload::exit 1: not qualified" in out
+
+
+def test_gpu_job_cancelled_passes_the_signal_on_and_keeps_the_record(fake, tmp_path):
+    changed = "protocols/vecload/plan.json\nprotocols/attention-wide/plan.json\n"
+    code, summary, log, out = fake(signal_after_start=True, FAKE_CHANGED=changed, FAKE_SLOW="1")
+    assert code == 130, out
+    assert "terminated vecload" in log  # qualify got SIGTERM: its trial is kept, marked interrupted
+    assert f"### summary of {tmp_path}/out/vecload" in summary
+    assert not any("attention-wide" in line for line in log if line.startswith("qualify run"))
 
 
 def test_gpu_job_without_a_record_says_why_in_the_summary(fake):

@@ -33,7 +33,35 @@ export PATH
 
 . .github/scripts/exit-codes.sh
 
-trap 'record_code 130; finish' INT TERM
+# A cancelled job: the runner signals this script, not its children, and a background child of a
+# non-interactive shell ignores SIGINT. So each long command runs in the background and is sent
+# SIGTERM, which qualify handles as Ctrl-C: the trial is kept, marked interrupted, exit 130.
+child=0
+interrupted=0
+on_signal() {
+  interrupted=1
+  [ "$child" -ne 0 ] && kill -TERM "$child" 2>/dev/null
+}
+trap on_signal INT TERM
+
+interruptible() {  # run a command so that a signal to this script reaches it; returns its code
+  "$@" &
+  child=$!
+  local code
+  while :; do
+    wait "$child"
+    code=$?
+    kill -0 "$child" 2>/dev/null || break  # wait returned early for a trap: the child still runs
+  done
+  child=0
+  [ "$interrupted" -eq 1 ] && record_code 130
+  return "$code"
+}
+
+stop_if_interrupted() {
+  [ "$interrupted" -eq 1 ] && finish
+  return 0
+}
 
 {
   echo "## qualify on ${LABEL}"
@@ -51,10 +79,10 @@ else
   }
   PY=.venv/bin/python
 fi
-qualify() { "$PY" -m qualify "$@"; }
+qualify() { interruptible "$PY" -m qualify "$@"; }
 
 echo "+ qualify doctor"
-doctor_out=$(qualify doctor 2>&1)
+doctor_out=$("$PY" -m qualify doctor 2>&1)  # seconds long: not worth forwarding signals to
 doctor_code=$?
 echo "$doctor_out"
 {
@@ -74,8 +102,9 @@ fi
 
 if [ "${QUALIFY_GPU_TESTS:-1}" != 0 ]; then
   echo "+ QUALIFY_REQUIRE_GPU=1 pytest -m gpu"
-  QUALIFY_REQUIRE_GPU=1 "$PY" -m pytest -q -m gpu -p no:cacheprovider
+  QUALIFY_REQUIRE_GPU=1 interruptible "$PY" -m pytest -q -m gpu -p no:cacheprovider
   tests_code=$?
+  stop_if_interrupted
   if [ "$tests_code" -ne 0 ]; then
     # a runner that passed doctor and still fails qualify's own GPU tests cannot be trusted with a verdict
     annotate error "gpu tests" "pytest -m gpu failed (pytest exit ${tests_code}); no protocol was qualified"
@@ -107,7 +136,7 @@ else
   while IFS= read -r name; do
     while IFS= read -r path; do sources+=(--sources "${name}=${path}"); done < <(config "$name" sources)
   done < <("$PY" -c 'import json,sys; print("\n".join(json.load(open(sys.argv[1])).get("compare", {})))' "$CONFIG")
-  listed=$(qualify changed --base "${QUALIFY_BASE:-origin/main}" ${sources[@]+"${sources[@]}"})
+  listed=$("$PY" -m qualify changed --base "${QUALIFY_BASE:-origin/main}" ${sources[@]+"${sources[@]}"})
   code=$?
   if [ "$code" -ne 0 ]; then record_code "$code"; finish; fi
   while IFS= read -r plan; do [ -n "$plan" ] && plans+=("$plan"); done <<<"$listed"
@@ -126,7 +155,8 @@ for plan in "${plans[@]}"; do
   if [ -n "$build" ]; then
     mapfile -t argv <<<"$build"
     echo "+ ${argv[*]}"
-    if ! "${argv[@]}"; then
+    if ! interruptible "${argv[@]}"; then
+      stop_if_interrupted
       annotate error "$name" "building the libraries failed (${argv[*]})"
       echo "**${name}**: building the libraries failed (\`${argv[*]}\`): exit 4 ($(meaning 4))." >>"$SUMMARY"
       record_code 4
@@ -142,7 +172,7 @@ for plan in "${plans[@]}"; do
   record_code "$code"
   if [ -f "$record/results.json" ]; then
     qualify summary "$record" -o "$SUMMARY" >/dev/null
-    if ! qualify report --check "$record"; then
+    if [ "$interrupted" -eq 0 ] && ! qualify report --check "$record"; then
       annotate error "$name" "the record does not reproduce from its raw samples (qualify report --check)"
       record_code 70
     fi
@@ -153,6 +183,7 @@ for plan in "${plans[@]}"; do
     annotate error "$name" "exit ${code}: $(meaning "$code")"
   fi
   echo >>"$SUMMARY"
+  stop_if_interrupted  # the interrupted protocol's record and summary are kept; the next does not start
 done
 
 finish
