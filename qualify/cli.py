@@ -228,8 +228,13 @@ def changed_cmd(base: str | None, head: str, paths: tuple[str, ...], sources: tu
 
     if (base is None) == (not paths):
         raise UsageError("give --base REV or one or more --path PATH, not both", field="--base")
-    root = git_root(Path.cwd())
-    changed = changed_paths(root, base, head) if base is not None else list(paths)
+    if base is not None:
+        root = git_root(Path.cwd())
+        changed = changed_paths(root, base, head)
+    else:  # paths given: no git needed, the repository is found as plans find it
+        from qualify.plan.files import repository_root
+
+        root, changed = repository_root(Path.cwd() / "-"), list(paths)
     touched = touched_protocols(root, changed, parse_sources(list(sources)))
     if as_json:
         report = ChangedReport(base=base, head=head if base else None, protocols=touched)
