@@ -37,6 +37,8 @@ SLOWDOWNS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x10: "sync bo
              0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
              0x80: "power brake"}  # fmt: skip
 
+APPLICATION_CLOCKS = 0x2  # NVML: the SM clock is limited by the application-clocks setting
+
 Status = Literal["ok", "warn", "fail", "info"]
 
 
@@ -179,7 +181,8 @@ def _nvml_checks(state: NvmlState | str) -> list[Check]:
     elif state.persistence:
         out.append(Check(name="persistence", status="ok", detail="persistence mode on"))
     if state.sm_mhz is not None:
-        locked = " (application clocks set)" if state.applications_clocks_set else ""
+        held = state.applications_clocks_set or bool((state.clock_reasons or 0) & APPLICATION_CLOCKS)
+        locked = " (held by an application-clocks setting)" if held else ""
         out.append(Check(name="clocks", status="info",
                          detail=f"SM {state.sm_mhz} MHz now, {state.sm_max_mhz or '?'} MHz max{locked}"))  # fmt: skip
     if state.clock_reasons is not None:

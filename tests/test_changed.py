@@ -16,6 +16,7 @@ from qualify.cli import main
 from qualify.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "qualify" / "schemas" / "changed.schema.json"  # published for machines reading --json
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -168,7 +169,7 @@ def test_cli_json_follows_its_schema(git_repo, capsys, monkeypatch):
     code, out, _ = run_cli(["changed", "--base", "main", "--json"], capsys, git_repo, monkeypatch)
     assert code == 0
     document = json.loads(out)
-    jsonschema.validate(document, ChangedReport.model_json_schema())
+    jsonschema.validate(document, json.loads(SCHEMA.read_text()))
     assert document["changed_version"] == 1
     assert [p["plan"] for p in document["protocols"]] == ["protocols/tiny/plan.json"]
 
@@ -196,3 +197,10 @@ def test_cli_bad_input_is_one_line_and_exit_2(git_repo, capsys, monkeypatch, arg
     assert err.count("\n") == 1 and message in err
     assert "Traceback" not in err
 
+
+
+def test_the_published_json_schema_is_current():
+    """Fails when the model changes without regenerating the file:
+    python -c 'import json; from qualify.changed import ChangedReport; print(json.dumps(ChangedReport.model_json_schema(), indent=2))' \\
+      > qualify/schemas/changed.schema.json"""
+    assert json.loads(SCHEMA.read_text()) == ChangedReport.model_json_schema()

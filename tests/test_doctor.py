@@ -20,6 +20,7 @@ from qualify.plan.load import load_plan
 from qualify.results.store import Record
 
 ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "qualify" / "schemas" / "doctor.schema.json"  # published for machines reading --json
 H200 = Record(ROOT / "records" / "vecload").results().trials[0].provenance.device  # a real H200's identity
 QUIET = NvmlState(persistence=True, sm_mhz=1980, sm_max_mhz=1980, clock_reasons=0x1, applications_clocks_set=False,
                   ecc=True, mig=False, other_processes=[])  # fmt: skip
@@ -129,7 +130,8 @@ def test_an_nvrtc_newer_than_the_driver_is_a_warning():
         (replace(QUIET, clock_reasons=0x1 | 0x2 | 0x100), "throttle", "ok", "no slowdown"),
         (replace(QUIET, mig=True), "mig", "warn", "MIG mode on"),
         (replace(QUIET, other_processes=[4242]), "processes", "warn", "pid 4242"),
-        (replace(QUIET, applications_clocks_set=True), "clocks", "info", "application clocks set"),
+        (replace(QUIET, applications_clocks_set=True), "clocks", "info", "held by an application-clocks setting"),
+        (replace(QUIET, clock_reasons=0x2), "clocks", "info", "held by an application-clocks setting"),
     ],
 )
 def test_nvml_findings_warn_without_failing(state, check, status, words):
@@ -169,7 +171,7 @@ def test_command_json_follows_its_schema(capsys, monkeypatch):
     code, out, _ = run_cli(["doctor", "--json", "--plan", str(ROOT / "protocols/vecload/plan.json")], capsys)
     assert code == 5
     document = json.loads(out)
-    jsonschema.validate(document, DoctorReport.model_json_schema())
+    jsonschema.validate(document, json.loads(SCHEMA.read_text()))
     assert document["doctor_version"] == 1 and document["exit_code"] == 5 and document["ok"] is False
 
 
@@ -197,3 +199,10 @@ def test_the_real_command_with_no_visible_gpu_is_exit_5_without_traceback():
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("qualify: error: doctor:")
     assert "Traceback" not in done.stdout + done.stderr
     assert any(line.startswith("FAIL  gpu: device 0: ") for line in done.stdout.splitlines())
+
+
+def test_the_published_json_schema_is_current():
+    """Fails when the model changes without regenerating the file:
+    python -c 'import json; from qualify.doctor import DoctorReport; print(json.dumps(DoctorReport.model_json_schema(), indent=2))' \\
+      > qualify/schemas/doctor.schema.json"""
+    assert json.loads(SCHEMA.read_text()) == DoctorReport.model_json_schema()
