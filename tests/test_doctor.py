@@ -9,7 +9,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 import qualify.doctor as doctor
@@ -171,6 +170,8 @@ def test_command_json_follows_its_schema(capsys, monkeypatch):
     code, out, _ = run_cli(["doctor", "--json", "--plan", str(ROOT / "protocols/vecload/plan.json")], capsys)
     assert code == 5
     document = json.loads(out)
+    import jsonschema  # here, not at the top: a GPU host running only `pytest -m gpu` may lack it
+
     jsonschema.validate(document, json.loads(SCHEMA.read_text()))
     assert document["doctor_version"] == 1 and document["exit_code"] == 5 and document["ok"] is False
 
