@@ -194,6 +194,86 @@ def report_cmd(folders: tuple[Path, ...], check_only: bool, merge_into: Path | N
     raise SystemExit(exit_code(results))
 
 
+@cli.command("summary")
+@click.argument("folder", metavar="RECORD", type=click.Path(path_type=Path))
+@click.option("-o", "--append-to", "target", type=click.Path(path_type=Path),
+              help="Append to this file (e.g. $GITHUB_STEP_SUMMARY) instead of printing.")
+def summary_cmd(folder: Path, target: Path | None) -> None:
+    """Markdown summary of RECORD for a CI run's page; exits with the verdict's code, as report does."""
+    from qualify.pipeline import exit_code
+    from qualify.render.summary import render_summary
+    from qualify.results.store import Record
+
+    results = Record(folder).results()
+    markdown = render_summary(results, str(folder))
+    if target is None:
+        click.echo(markdown, nl=False)
+    else:
+        try:
+            with open(target, "a", encoding="utf-8") as f:
+                f.write(markdown)
+        except OSError as exc:
+            raise UsageError(f"cannot append: {exc.strerror}", file=target) from None
+    raise SystemExit(exit_code(results))
+
+
+@cli.command("changed")
+@click.option("--base", help="Git revision the change is measured from (a pull request's base branch).")
+@click.option("--head", default="HEAD", show_default=True, help="Git revision of the change.")
+@click.option("--path", "paths", multiple=True, help="A changed path, relative to the repository (instead of --base).")
+@click.option("--sources", "sources", multiple=True, metavar="NAME=PATH",
+              help="Another path protocol NAME depends on (a library's sources); a folder covers its files.")
+@click.option("--json", "as_json", is_flag=True, help="Print a versioned JSON document instead of plan paths.")
+def changed_cmd(base: str | None, head: str, paths: tuple[str, ...], sources: tuple[str, ...], as_json: bool) -> None:
+    """List the protocols a change touches: their plans, frozen files, the files they use now."""
+    from qualify.changed import ChangedReport, changed_paths, git_root, parse_sources, touched_protocols
+
+    if (base is None) == (not paths):
+        raise UsageError("give --base REV or one or more --path PATH, not both", field="--base")
+    if base is not None:
+        root = git_root(Path.cwd())
+        changed = changed_paths(root, base, head)
+    else:  # paths given: no git needed, the repository is found as plans find it
+        from qualify.plan.files import repository_root
+
+        root, changed = repository_root(Path.cwd() / "-"), list(paths)
+    touched = touched_protocols(root, changed, parse_sources(list(sources)))
+    if as_json:
+        report = ChangedReport(base=base, head=head if base else None, protocols=touched)
+        click.echo(report.model_dump_json(indent=1))
+    else:
+        for t in touched:
+            click.echo(t.plan)
+
+
+@cli.command("doctor")
+@click.option("--device", "ordinal", type=int, default=0, show_default=True, help="CUDA device ordinal.")
+@click.option("--plan", "plan_path", type=click.Path(path_type=Path),
+              help="Check the GPU against this plan's devices, and only the tools it needs.")
+@click.option("--json", "as_json", is_flag=True, help="Print a versioned JSON document instead of lines.")
+def doctor_cmd(ordinal: int, plan_path: Path | None, as_json: bool) -> None:
+    """Check that this host can qualify: packages, NVRTC, driver and GPU, NVML, toolkit tools."""
+    from qualify.doctor import diagnose, format_report, plan_needs, real_host
+
+    plan = None
+    needs = (True, True)
+    if plan_path is not None:
+        from qualify.plan.load import load_plan
+
+        plan = load_plan(plan_path).plan
+        needs = plan_needs(plan)
+    report = diagnose(real_host(), ordinal, plan, needs_nvcc=needs[0], needs_sanitizer=needs[1])
+    if as_json:
+        click.echo(report.model_dump_json(indent=1))
+    else:
+        for line in format_report(report):
+            click.echo(line)
+    if not report.ok:
+        problems = sum(c.status == "fail" for c in report.checks)
+        _fail_line(f"qualify: error: doctor: this host cannot qualify: {problems} check(s) failed (FAIL above)")
+    raise SystemExit(report.exit_code)
+
+
 def terminate_as_interrupt() -> None:
     """SIGTERM (a CI runner cancelling the job) ends a run as Ctrl-C does: the trial is kept,
     labelled interrupted with every sample taken, the ledger closed, and the exit code is 130."""

@@ -1,0 +1,329 @@
+"""`qualify doctor`: can this host qualify? One check per line, and the exit code that answers.
+
+A GPU runner needs the packages, NVRTC and its headers, a driver with a GPU the plan lists,
+compute-sanitizer (and nvcc when a protocol builds shared libraries), and benefits from NVML. The
+checks here read the host and never change it: qualify sets no clock, persistence or power state.
+
+The CUDA driver is reached only through `qualify.run.device.CudaDevice` (the one driver importer);
+NVML, which is read only and not the CUDA driver API, is read here as `qualify.run.telemetry` does.
+Every probe of the host is a field of `Host`, so the decisions are tested on the CPU with fakes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Callable, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from qualify.errors import ExitCode, QualifyError
+from qualify.results.model import DeviceInfo
+
+# History of the --json shape (bump on any incompatible change and say what changed):
+#   1 — {"doctor_version", "ok", "exit_code", "device", "checks": [{"name", "status", "detail", "exit_code"}]}
+DOCTOR_VERSION = 1
+
+PACKAGES = ("cuda-bindings", "cuda-pathfinder", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime", "numpy", "pydantic",
+            "nvidia-ml-py")  # fmt: skip
+TOOLKIT_BIN = ("CUDA_HOME", "CUDA_PATH")
+
+# NVML clock-event reasons that mean the SM runs below the clock it would otherwise hold. Idle (0x1),
+# application-clock setting (0x2) and display clock (0x100) are states, not slowdowns.
+SLOWDOWNS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x10: "sync boost",
+             0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
+             0x80: "power brake"}  # fmt: skip
+
+APPLICATION_CLOCKS = 0x2  # NVML: the SM clock is limited by the application-clocks setting
+
+Status = Literal["ok", "warn", "fail", "info"]
+
+
+class Check(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    status: Status
+    detail: str
+    exit_code: int | None = None  # set when status is "fail": the code this problem maps to
+
+
+class DoctorReport(BaseModel):
+    """The document `qualify doctor --json` prints (version DOCTOR_VERSION)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    doctor_version: Literal[1] = DOCTOR_VERSION
+    ok: bool
+    exit_code: int
+    device: DeviceInfo | None
+    checks: list[Check]
+
+
+@dataclass(frozen=True)
+class NvmlState:
+    """What NVML says about one GPU; None where this GPU or VM does not support the query."""
+
+    persistence: bool | None = None
+    sm_mhz: int | None = None
+    sm_max_mhz: int | None = None
+    clock_reasons: int | None = None
+    applications_clocks_set: bool | None = None
+    ecc: bool | None = None
+    mig: bool | None = None
+    other_processes: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class Host:
+    """The probes doctor runs; each raises or returns None/str where the thing is missing."""
+
+    open_device: Callable[[int], DeviceInfo]  # raises DeviceError without a usable GPU
+    nvml_state: Callable[[str], NvmlState | str]  # by UUID; a str says why NVML cannot tell
+    which: Callable[[str], str | None]
+    package_version: Callable[[str], str | None]
+    nvrtc_version: Callable[[], str]  # raises ToolError
+    include_dir: Callable[[], Path]  # raises ToolError
+
+
+# ---------------------------------------------------------------------------------------------
+# the decisions: pure functions of what the probes returned
+
+
+def diagnose(host: Host, ordinal: int = 0, plan=None, needs_nvcc: bool = True,
+             needs_sanitizer: bool = True) -> DoctorReport:  # fmt: skip
+    """Run every check; the report's exit code is the first failure's in the order
+    device/environment (5) before tools (6), since without a GPU nothing else can run."""
+    checks: list[Check] = []
+    add = checks.append
+
+    missing = [p for p in PACKAGES if host.package_version(p) is None]
+    versions = ", ".join(f"{p} {host.package_version(p)}" for p in PACKAGES if p not in missing)
+    if missing:
+        add(Check(name="packages", status="fail", exit_code=ExitCode.DEVICE,
+                  detail=f"missing {', '.join(missing)}; reinstall with pip install -e .  ({versions})"))  # fmt: skip
+    else:
+        add(Check(name="packages", status="ok", detail=versions))
+
+    nvrtc = None
+    try:
+        nvrtc = host.nvrtc_version()
+        add(Check(name="nvrtc", status="ok", detail=f"NVRTC {nvrtc}, headers in {host.include_dir()}"))
+    except QualifyError as exc:
+        add(Check(name="nvrtc", status="fail", exit_code=exc.exit_code, detail=exc.one_line()))
+
+    info = None
+    try:
+        info = host.open_device(ordinal)
+    except QualifyError as exc:
+        add(Check(name="gpu", status="fail", exit_code=ExitCode.DEVICE, detail=f"device {ordinal}: {exc.one_line()}"))
+    if info is not None:
+        add(Check(name="driver", status="ok", detail=f"driver {info.driver_version}, CUDA {info.cuda_driver_version}"))
+        add(Check(name="gpu", status="ok", detail=f"device {ordinal}: {info.name}, compute capability "
+                  f"{info.compute_capability} ({info.arch}), {info.sm_count} SMs, {info.uuid}"))  # fmt: skip
+        if nvrtc is not None and _newer(nvrtc, info.cuda_driver_version):
+            # qualify compiles CUBIN, which an older driver still loads; PTX from it would not
+            add(Check(name="nvrtc", status="warn", detail=f"NVRTC {nvrtc} is newer than the driver's CUDA "
+                      f"{info.cuda_driver_version}: keep nvidia-cuda-nvrtc on the driver's minor"))  # fmt: skip
+        if plan is not None:
+            checks.extend(_plan_checks(plan, info))
+        checks.extend(_nvml_checks(host.nvml_state(info.uuid)))
+
+    checks.append(_tool_check(host, "compute-sanitizer", needs_sanitizer,
+                              "the sanitizer gates of plans that declare acceptance.sanitizer"))  # fmt: skip
+    checks.append(_tool_check(host, "nvcc", needs_nvcc, "building the shared libraries `qualify compare` qualifies"))
+    ncu = host.which("ncu")
+    checks.append(Check(name="ncu", status="info", detail=ncu or "not found (optional: profiling leads only)"))
+
+    failures = [c.exit_code for c in checks if c.status == "fail" and c.exit_code is not None]
+    order = (ExitCode.DEVICE, ExitCode.TOOL, ExitCode.BAD_INPUT)
+    code = next((c for c in order if c in failures), failures[0] if failures else ExitCode.QUALIFIED)
+    return DoctorReport(ok=not failures, exit_code=int(code), device=info, checks=checks)
+
+
+def _newer(version: str, than: str) -> bool:
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in v.split(".") if p.isdigit())
+
+    return key(version) > key(than)
+
+
+def _plan_checks(plan, info: DeviceInfo) -> list[Check]:
+    from qualify.run.device import device_matches
+
+    specs = plan.hardware.devices
+    listed = ", ".join(f"{s.name or '*'} (cc {s.compute_capability or 'any'})" for s in specs)
+    out = []
+    if device_matches(info, specs):
+        out.append(Check(name="plan", status="ok", detail=f"{info.name} is a device plan {plan.name} lists"))
+    else:
+        out.append(Check(name="plan", status="fail", exit_code=ExitCode.DEVICE,
+                         detail=f"{info.name} (cc {info.compute_capability}) is not a device plan {plan.name} "
+                                f"lists ({listed}); qualify run would refuse it"))  # fmt: skip
+    if info.arch not in plan.hardware.architectures:
+        out.append(Check(name="plan", status="warn",
+                         detail=f"{info.arch} is not among the plan's architectures "
+                                f"({', '.join(plan.hardware.architectures)})"))  # fmt: skip
+    return out
+
+
+def _nvml_checks(state: NvmlState | str) -> list[Check]:
+    if isinstance(state, str):
+        return [Check(name="nvml", status="warn", detail=f"{state}: no SM clock or throttle reasons per sample")]
+    out = [Check(name="nvml", status="ok", detail="NVML reads this GPU (clock, throttle reasons, temperature)")]
+    if state.persistence is False:
+        out.append(Check(name="persistence", status="warn",
+                         detail="persistence mode off: the driver may unload between jobs and the first trial "
+                                "pays for it (nvidia-smi -pm 1, or nvidia-persistenced)"))  # fmt: skip
+    elif state.persistence:
+        out.append(Check(name="persistence", status="ok", detail="persistence mode on"))
+    if state.sm_mhz is not None:
+        held = state.applications_clocks_set or bool((state.clock_reasons or 0) & APPLICATION_CLOCKS)
+        locked = " (held by an application-clocks setting)" if held else ""
+        out.append(Check(name="clocks", status="info",
+                         detail=f"SM {state.sm_mhz} MHz now, {state.sm_max_mhz or '?'} MHz max{locked}"))  # fmt: skip
+    if state.clock_reasons is not None:
+        slow = [text for bit, text in SLOWDOWNS.items() if state.clock_reasons & bit]
+        if slow:
+            out.append(Check(name="throttle", status="warn",
+                             detail=f"throttling now: {', '.join(slow)}; samples taken now are flagged"))  # fmt: skip
+        else:
+            out.append(Check(name="throttle", status="ok", detail="no slowdown reported now"))
+    if state.ecc is not None:
+        out.append(Check(name="ecc", status="info", detail=f"ECC {'on' if state.ecc else 'off'}"))
+    if state.mig:
+        out.append(Check(name="mig", status="warn",
+                         detail="MIG mode on: a MIG slice has fewer SMs and less L2 than the device the plan "
+                                "names, so timings do not transfer"))  # fmt: skip
+    elif state.mig is False:
+        out.append(Check(name="mig", status="ok", detail="MIG off"))
+    if state.other_processes:
+        pids = ", ".join(str(p) for p in state.other_processes[:8])
+        out.append(Check(name="processes", status="warn",
+                         detail=f"{len(state.other_processes)} other process(es) use this GPU (pid {pids}): "
+                                "they share its SMs and memory bandwidth with the trials"))  # fmt: skip
+    elif state.other_processes is not None:
+        out.append(Check(name="processes", status="ok", detail="no other process uses this GPU"))
+    return out
+
+
+def _tool_check(host: Host, tool: str, needed: bool, what: str) -> Check:
+    path = host.which(tool)
+    if path is not None:
+        return Check(name=tool, status="ok", detail=path)
+    where = "PATH, $CUDA_HOME/bin, /usr/local/cuda/bin"
+    if not needed:
+        return Check(name=tool, status="info", detail=f"not found ({where}); not needed for this plan")
+    return Check(name=tool, status="fail", exit_code=ExitCode.TOOL,
+                 detail=f"not found ({where}); needed for {what}: install the CUDA toolkit")  # fmt: skip
+
+
+def plan_needs(plan) -> tuple[bool, bool]:
+    """(needs nvcc, needs compute-sanitizer) for one plan: library arms are built with nvcc."""
+    from qualify.plan.model import LibraryArm
+
+    nvcc = any(isinstance(plan.arm(side), LibraryArm) for side in ("base", "candidate"))
+    return nvcc, bool(plan.acceptance.sanitizer)
+
+
+def format_report(report: DoctorReport) -> list[str]:
+    """One line per check; failures carry their exit code."""
+    marks = {"ok": "ok  ", "warn": "warn", "fail": "FAIL", "info": "    "}
+    lines = []
+    for c in report.checks:
+        code = f" [exit {c.exit_code}]" if c.status == "fail" else ""
+        lines.append(f"{marks[c.status]}  {c.name}: {c.detail}{code}")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# the real host
+
+
+def find_tool(name: str) -> str | None:
+    """PATH first, then the CUDA toolkit's usual places, as qualify.run.sanitizer looks."""
+    found = shutil.which(name)
+    if found:
+        return found
+    folders = [Path(os.environ[v]) / "bin" for v in TOOLKIT_BIN if os.environ.get(v)]
+    folders.append(Path("/usr/local/cuda/bin"))
+    for folder in folders:
+        path = folder / name
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    return None
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _open_device(ordinal: int) -> DeviceInfo:
+    from qualify.run.device import CudaDevice
+
+    device = CudaDevice(ordinal)
+    try:
+        return device.info
+    finally:
+        device.close()
+
+
+def _nvml_state(uuid: str) -> NvmlState | str:
+    try:
+        import pynvml as n
+    except ImportError:
+        return "nvidia-ml-py is not installed"
+    try:
+        n.nvmlInit()
+    except Exception as exc:  # noqa: BLE001 - no library, no permission: NVML is optional
+        return f"NVML unavailable ({type(exc).__name__})"
+    try:
+        h = n.nvmlDeviceGetHandleByUUID(uuid)
+    except Exception as exc:  # noqa: BLE001
+        return f"NVML does not know {uuid} ({type(exc).__name__})"
+
+    def read(fn, default=None):
+        try:
+            return fn()
+        except Exception:  # noqa: BLE001 - a query this GPU or VM does not support
+            return default
+
+    def pids() -> list[int]:
+        found = []
+        for query in (n.nvmlDeviceGetComputeRunningProcesses, n.nvmlDeviceGetGraphicsRunningProcesses):
+            found += [p.pid for p in read(lambda q=query: q(h), []) or []]
+        return sorted({p for p in found if p != os.getpid()})
+
+    apps = read(lambda: n.nvmlDeviceGetApplicationsClock(h, n.NVML_CLOCK_SM))
+    default_apps = read(lambda: n.nvmlDeviceGetDefaultApplicationsClock(h, n.NVML_CLOCK_SM))
+    ecc = read(lambda: n.nvmlDeviceGetEccMode(h))
+    mig = read(lambda: n.nvmlDeviceGetMigMode(h))
+    return NvmlState(
+        persistence=_flag(read(lambda: n.nvmlDeviceGetPersistenceMode(h))),
+        sm_mhz=read(lambda: int(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM))),
+        sm_max_mhz=read(lambda: int(n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_SM))),
+        clock_reasons=read(lambda: int(n.nvmlDeviceGetCurrentClocksEventReasons(h))),
+        applications_clocks_set=None if apps is None or default_apps is None else apps != default_apps,
+        ecc=_flag(ecc[0] if isinstance(ecc, (list, tuple)) else ecc),
+        mig=_flag(mig[0] if isinstance(mig, (list, tuple)) else mig),
+        other_processes=read(pids),
+    )
+
+
+def _flag(value) -> bool | None:
+    return None if value is None else bool(value)
+
+
+def real_host() -> Host:
+    from qualify.build.nvrtc import nvrtc_version, toolkit_include_dir
+
+    return Host(open_device=_open_device, nvml_state=_nvml_state, which=find_tool,
+                package_version=_package_version, nvrtc_version=nvrtc_version,
+                include_dir=toolkit_include_dir)  # fmt: skip
+
