@@ -155,3 +155,19 @@ def test_preflight_runs_once_per_invocation_and_later_trials_say_they_reused_it(
     outcome = run_plan(loaded, tmp_path / "rec", lambda: device, lambda uuid: FakeTelemetry(), preflight=preflight)
     assert sorted(calls) == ["base", "candidate"]  # not four
     assert [t.timer["preflight"] for t in outcome.trials] == ["isolated workers", "reused from this run's first trial"]
+
+
+def test_both_arms_time_on_the_same_device_buffers(tmp_path):
+    """Two allocations of one size can run apart on a GPU: the arms share every buffer that agrees
+    in name, type and shape, so placement cannot pass for a difference between them."""
+    seen: dict[str, set] = {"base": set(), "candidate": set()}
+
+    def recording_axpy(memory, args, kernel):
+        seen[kernel.label.split("+")[0]].add(tuple(v for kind, v in args if kind == "ptr"))
+        fakes.axpy(memory, args, kernel)
+
+    loaded = load_plan(make_repo(tmp_path, plan(spb=2, blocks=2), freeze=True))
+    device = FakeDevice({"axpy": recording_axpy}, durations=LONG)
+    TrialRunner(loaded, device, FakeTelemetry(), RunOptions(record_dir=tmp_path / "rec")).run()
+    assert seen["base"] == seen["candidate"] and len(seen["base"]) == 2  # one pointer set per case
+    assert device.live_buffers == 0

@@ -27,7 +27,7 @@ from qualify.evaluate.stats import t_quantile
 JSON_VERSION = 1
 NOMINAL_PCT = (0.0, 0.5, 1.0, 2.0, 3.0)
 # Spin counts tried by the pre-measurement (SM clocks per main-loop iteration and thread).
-LADDER = (8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+LADDER = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 AA_FALSE_MAX = 0.05  # issue 10: an A/A "faster"/"slower" in at most 5 % of trials
 DETECT_MIN = 0.95  # ... a planted 1 % slowdown found in at least 95 % where the MDE allows
 AGREE_PP = 0.5  # ... qualify's change within 0.5 percentage points of ncu's
