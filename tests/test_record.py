@@ -238,19 +238,28 @@ def test_readme_matches_golden(built):
     assert text == GOLDEN.read_text(encoding="utf-8"), "README changed; QUALIFY_REGEN_GOLDEN=1 if intended"
 
 
-def test_verdict_and_every_reason_come_before_the_protocol(built):
+def test_verdict_headline_and_grouped_reasons_come_before_the_protocol(built):
     results = Record(built).results()
     lines = readme_lines(built)
-    protocol = lines.index("## Protocol")
-    head = lines[:protocol]
+    head = lines[:lines.index("## Protocol")]
     assert results.verdict.status == "not_qualified"
-    assert head[0] == "# vecwidth: vec1 → vec4"
-    assert "**Verdict: NOT QUALIFIED**" in head
-    for reason in results.verdict.reasons:
-        assert f"- {reason}" in head
-    # the missed gate is named up front: H200 gains only ~0.3 % at N=4096 against a 1 % gate
-    assert any(line.startswith("- gate faster missed at N=4096 on NVIDIA H200") for line in head)
-    assert any("interrupted" in line for line in head)
+    assert head[:4] == ["# vecwidth: vec1 → vec4", "", "**Verdict: NOT QUALIFIED**", ""]
+    # the answer in words before any list: one sentence per device, then fidelity, then checks
+    assert head[4].startswith("On NVIDIA H200 (GPU-1111aaaa), the candidate is faster at N=1024, by 5.1 %; "
+                              "the same at N=4096")  # fmt: skip
+    assert head[5].startswith("On NVIDIA L40S (GPU-2222bbbb), the candidate is faster at both cases")
+    assert head[6] == "Outputs: byte-identical to the base arm in all 9 case-trial checks."
+    # the two per-trial misses of gate faster at N=4096 are one line, worded for a speed-up too small
+    gate_lines = [line for line in head if line.startswith("- gate ")]
+    assert gate_lines == ["- gate faster (speed-up >= 1%) missed at N=4096 on NVIDIA H200 (GPU-1111aaaa) "
+                          "(2 of 2 judgements): faster by only 0.3 %."]  # fmt: skip
+    # every other reason is kept as the verdict wrote it
+    missed = sum(not g.passed for g in results.verdict.gates)
+    assert len(results.verdict.reasons) == missed + len([line for line in head if line.startswith("- ")]) - 1
+    assert "- trial 5 on NVIDIA L40S (GPU-2222bbbb) is interrupted" in head
+    # the forest plot of each device is on the first screen
+    assert "![NVIDIA H200 (GPU-1111aaaa): ratio candidate / base per case, 95 % interval per trial, against " \
+           "the gates' bounds](plots/device-1-ratio.svg)" in head  # fmt: skip
 
 
 def test_readme_has_one_results_table_per_device_with_every_trial(built):
@@ -510,7 +519,11 @@ def test_failed_evidence_renders_in_every_section(built):
 def test_a_record_without_trials_renders_as_incomplete():
     plan, lock = plan_and_lock()
     text = render_readme(assemble_results(plan, lock, []), plan)
-    assert text.startswith("# vecwidth: vec1 → vec4\n\n**Verdict: INCOMPLETE**\n\n- no trials\n")
+    assert text.startswith("# vecwidth: vec1 → vec4\n\n**Verdict: INCOMPLETE**\n\n"
+                           "No trial has run: there is nothing to report yet.\n"
+                           "Outputs: not compared (no case was measured).\n")  # fmt: skip
+    assert "\n- no trials\n" in text[: text.index("## Protocol")]
+    assert "plots/" not in text  # no trial, no plot
     assert "No trial has run." in text
     assert "Device `NVIDIA H200*` with compute capability 9.0: listed by the plan, no complete trial ran on it." in text
 

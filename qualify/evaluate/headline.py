@@ -369,7 +369,7 @@ def _cases(cases: tuple[str, ...], esc: Escape) -> str:
 
 def _where(run: Run, total: int, esc: Escape) -> str:
     if run.where == "all":
-        return f"at all {total} cases"
+        return "at both cases" if total == 2 else f"at all {total} cases"
     if run.where == "from":
         return f"from {esc(run.cases[0])}"
     if run.where == "up to":

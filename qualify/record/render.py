@@ -56,6 +56,7 @@ class Md(str):
 # Characters that start inline Markdown (GitHub flavour: ~ strikethrough, $ math, | table cells,
 # & entities, < HTML and autolinks). CommonMark lets a backslash escape any ASCII punctuation.
 _INLINE = frozenset("\\`*_[]<|&~$")
+_TAG_START = re.compile(r"[A-Za-z/!?]")  # what may follow "<" in an HTML tag, comment or autolink
 _BLOCK_START = re.compile(r"^(#|>|[-+=]|\d+(?=[.)]))")
 
 
@@ -65,8 +66,21 @@ def md(value: object) -> Md:
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return Md(str(value))  # a number is no label: "-1" stays "-1"
-    text = "".join("\\" + ch if ch in _INLINE else ch for ch in visible(str(value)))
-    # a value that opens a list item must not open a block inside it (heading, list, quote)
+    text = visible(str(value))
+    out = []
+    for i, ch in enumerate(text):
+        # an underscore between two letters or digits can neither open nor close emphasis
+        # (CommonMark's flanking rules), so `attention_gated_fwd` stays as written
+        inner = ch == "_" and 0 < i < len(text) - 1 and text[i - 1].isalnum() and text[i + 1].isalnum()
+        # "<=" or "< 2" can open no tag; "<a", "</", "<!--", "<?" can
+        harmless = ch == "<" and not _TAG_START.match(text, i + 1)
+        out.append("\\" + ch if ch in _INLINE and not (inner or harmless) else ch)
+    return Md("".join(out))
+
+
+def line_start(value: object) -> Md:
+    """Text that opens a line or a list item: also no heading, list, quote or rule may start."""
+    text = md(value)
     return Md(_BLOCK_START.sub(_escape_block, text, count=1))
 
 
@@ -335,7 +349,7 @@ def arm_text(plan: Plan, side: str) -> Md:
 
 def buffer_text(buffer: Buffer) -> Md:
     shape = ", ".join(md(d) for d in buffer.shape)
-    text = f"{code(buffer.name)} {buffer.dtype} \\[{shape}\\] {buffer.role}"
+    text = f"{code(buffer.name)} {buffer.dtype} [{shape}] {buffer.role}"
     init = buffer.init
     if init is None:
         return Md(text + " (poisoned before every launch)")
@@ -433,6 +447,10 @@ def control_rows(results: Results, plan: Plan) -> list[ControlRow]:
 
 def unverified(results: Results, plan: Plan) -> list[str]:
     """What this record does not establish, derived from what the plan asked and the trials hold."""
+    return [line_start(line) for line in _unverified(results, plan)]
+
+
+def _unverified(results: Results, plan: Plan) -> list[str]:
     out = []
     groups = device_groups(results.trials)
     complete = [g for g in groups if g.complete]
@@ -474,7 +492,7 @@ def headline_text(results: Results, plan: Plan) -> list[Md]:
 
 
 def reasons_text(results: Results, plan: Plan) -> list[Md]:
-    return [Md(line) for line in reason_lines(headline(results, plan), md)]
+    return [line_start(Md(line)) for line in reason_lines(headline(results, plan), md)]
 
 
 def failure_rows(trials: list[Trial]) -> list[tuple[int, Failure]]:
