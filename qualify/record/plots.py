@@ -147,11 +147,14 @@ class _Digest:
 # drawing
 
 
-def _figure(width: float, height: float):
+def _figure(width: float, height: float, left: float, right: float, top: float, bottom: float, **space):
+    """A figure with fixed margins in inches (constrained layout would double the drawing time)."""
     from matplotlib.backends.backend_svg import FigureCanvasSVG
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), layout="constrained")
+    fig = Figure(figsize=(width, height))
+    fig.subplots_adjust(left=left / width, right=1 - right / width, top=1 - top / height, bottom=bottom / height,
+                        **space)  # fmt: skip
     FigureCanvasSVG(fig)
     return fig
 
@@ -165,7 +168,7 @@ def _svg(fig, digest: _Digest, title: str) -> bytes:
 
 def _ratio(label: str, trials: list[Trial], plan: Plan, digest: _Digest):
     cases = _case_order(plan, trials)
-    fig = _figure(7.5, 1.2 + 0.45 * len(cases))
+    fig = _figure(8.0, 1.1 + 0.45 * len(cases), left=0.9, right=2.9, top=0.35, bottom=0.55)
     ax = fig.add_subplot()
     ys = {cid: len(cases) - 1 - i for i, cid in enumerate(cases)}
     ax.axvspan(1 - SAME_BAND, 1 + SAME_BAND, color="#999999", alpha=0.25, lw=0, label="same (±0.5 %)")
@@ -213,7 +216,8 @@ def _samples(label: str, trials: list[Trial], plan: Plan, folder: Path, digest: 
     cases = _case_order(plan, trials)
     cols = min(3, len(cases))
     rows = -(-len(cases) // cols)
-    fig = _figure(2.6 * cols + 0.5, 1.9 * rows + 0.6)
+    fig = _figure(2.8 * cols + 0.4, 2.1 * rows + 0.5, left=0.45, right=0.15, top=0.55, bottom=0.5,
+                  hspace=0.75, wspace=0.3)  # fmt: skip
     axes = fig.subplots(rows, cols, squeeze=False)
     loaded = [(t, _load(folder, t)) for t in trials]
     iterations = plan.schedule.iterations_per_sample
@@ -246,7 +250,7 @@ def _samples(label: str, trials: list[Trial], plan: Plan, folder: Path, digest: 
 
 def _order(label: str, trials: list[Trial], plan: Plan, folder: Path, digest: _Digest):
     measured = [t for t in trials if t.cases]
-    fig = _figure(9.0, 2.6 * len(measured) + 0.4)
+    fig = _figure(9.5, 2.9 * len(measured) + 0.3, left=0.8, right=1.9, top=0.45, bottom=0.5, hspace=0.6)
     axes = fig.subplots(2 * len(measured), 1, squeeze=False, height_ratios=[3, 1] * len(measured))
     iterations = plan.schedule.iterations_per_sample
     for j, t in enumerate(measured):
@@ -307,7 +311,9 @@ def _order(label: str, trials: list[Trial], plan: Plan, folder: Path, digest: _D
             clock_ax.plot(bad, np.zeros_like(bad), "|", color="#d62728", transform=clock_ax.get_xaxis_transform(),
                           ms=6, label=f"throttled ({bad.size})")  # fmt: skip
         clock_ax.set_ylabel("SM MHz")
-        clock_ax.set_xlabel("sample, in the order taken")
+        ax.tick_params(labelbottom=False)
+        if j == len(measured) - 1:
+            clock_ax.set_xlabel("sample, in the order taken")
         clock_ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         clock_ax.sharex(ax)
     return fig
