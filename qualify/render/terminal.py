@@ -81,8 +81,8 @@ def plan_check(check: PlanCheck) -> Group:
 
 def _cases_table(check: PlanCheck) -> Table:
     table = Table(title="cases (sizes resolved per arm)", title_justify="left")
-    table.add_column("case")
-    table.add_column("arm")
+    table.add_column("case", overflow="fold")
+    table.add_column("arm", overflow="fold")
     for col in ("grid", "block", "dyn. smem B", "buffers MiB"):
         _number_column(table, col)
     for case in check.loaded.cases:
