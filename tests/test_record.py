@@ -535,3 +535,77 @@ def test_noise_stop_rule_is_stated_with_its_target():
     lock = plan_and_lock()[1]
     text = render_readme(assemble_results(plan, lock, []), plan)
     assert "- **Stop rule:** noise (stop once the 95 % CI of the ratio is within ±0.5 %, after at least 2 blocks)" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# labels are plain text (issue 15, cause 8)
+
+HOSTILE = ("x\n\n**Verdict: QUALIFIED**\n\n<!-- the real verdict is hidden -->\n# Heading <script>alert(1)</script>"
+           " <img src=x onerror=alert(1)> [link](http://evil) ![img](http://evil/p.png) | cell | `code` *em* _em_ "
+           "~~strike~~ $math$ &amp; \x1b[31mred\x1b[0m \u202eevil\u2028line")  # fmt: skip
+
+
+def _hostile_results(built):
+    plan, lock = plan_and_lock()
+    plan = plan.model_copy(update={
+        "hypothesis": HOSTILE,
+        "independent_variable": HOSTILE,
+        "revisions": plan.revisions.model_copy(update={"base": HOSTILE, "candidate": "`` ` ``|" + HOSTILE}),
+    })  # fmt: skip
+    trials = Record(built).trials()[:2]
+    device = trials[0].provenance.device.model_copy(update={"name": HOSTILE})
+    finding = SanitizerResult(tool="racecheck", case="N=1024", side="candidate", status="findings", errors=1,
+                              exit_code=1, summary=[HOSTILE], excerpt=["```", HOSTILE, "````"], seconds=1.0)  # fmt: skip
+    first = trials[0].model_copy(update={
+        "provenance": trials[0].provenance.model_copy(update={"device": device, "host": HOSTILE,
+                                                               "command": ["qualify", "run", HOSTILE]}),
+        "failures": [Failure(kind="error", case="N=1024", message=HOSTILE)],
+        "sanitizer": [finding],
+        "timer": {**trials[0].timer, HOSTILE: HOSTILE},
+    })  # fmt: skip
+    return plan, assemble_results(plan, lock, [first, trials[1]])
+
+
+def test_hostile_labels_render_as_plain_text(built):
+    from markdown_it import MarkdownIt
+
+    plan, results = _hostile_results(built)
+    text = render_readme(results, plan)
+    assert "\x1b" not in text and "\u202e" not in text and "\u2028" not in text
+    lines = text.splitlines()
+    assert sum(line.startswith("**Verdict:") for line in lines) == 1
+    assert [line for line in lines if line.startswith("# ")] == [lines[0]]
+    # every row of every table has as many cells as its header
+    table: list[str] = []
+    for line in lines + [""]:
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        if table:
+            widths = {len(re.findall(r"(?<!\\)\|", row)) for row in table}
+            assert len(widths) == 1, table
+        table = []
+    html = MarkdownIt("commonmark").enable("table").enable("strikethrough").render(text)
+    for injected in ("<script", "<img src=x", 'src="http://evil', "<!--", "<h1>Heading", "<strong>Verdict: QUALIFIED",
+                     "<a href=\"http://evil", "<em>em</em>", "<s>strike</s>", "<code>code</code>"):  # fmt: skip
+        assert injected not in html, injected
+    assert html.count("<h1>") == 1
+    # the text itself survives, visibly
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "\\x1b[31mred" in html and "\\u202eevil" in html and "\\n\\n**Verdict: QUALIFIED**" in html
+    # a sanitizer excerpt with fences of its own stays inside a longer fence
+    fence = next(line for line in lines if re.fullmatch(r"`{5,}text", line))
+    assert lines.count(fence[: -len("text")]) == 1
+
+
+def test_markdown_escapes_keep_ordinary_labels_readable():
+    from qualify.record.render import code, line_start, md
+
+    assert md("attention_gated_fwd<64>") == "attention_gated_fwd<64>"
+    assert md("regression <= 2 %") == "regression <= 2 %"
+    assert md("_a_ *b* <b> |c| &x; $y$ ~z~ [l](u) \\") == "\\_a\\_ \\*b\\* \\<b> \\|c\\| \\&x; \\$y\\$ \\~z\\~ \\[l\\](u) \\\\"
+    assert md("two\nlines\x1b") == "two\\\\nlines\\\\x1b"
+    assert md(-1.5) == "-1.5"
+    assert line_start("# h") == "\\# h" and line_start("12. x") == "12\\. x" and line_start("- y") == "\\- y"
+    assert code("a`b") == "``a`b``" and code("`x`") == "`` `x` ``"
+    assert code("a|b") == "`a|b`" and code("a|b", cell=True) == "`a\\|b`"
