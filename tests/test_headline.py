@@ -207,3 +207,12 @@ def test_labels_pass_through_the_escape_function():
     assert "gate <no_regression>" in reasons[1]
     assert "<N=2048>, <N=4096>, <N=8192>" in reasons[0]
     assert {"faster_from_2048", "no_regression", "N=2048"} <= set(seen)
+
+
+def test_a_large_crossover_length_is_written_whole():
+    sizes = [1 << 20, 1 << 22, 1 << 24, 1 << 25, 1 << 26, 1 << 27]
+    plan = make_plan(gates=[], cases=[{"N": n} for n in sizes])
+    t = trial(1, (0.1, -12.0, -15.0, -20.0, -22.0, -23.0))
+    t = t.model_copy(update={"cases": [c.model_copy(update={"case": f"N={n}"}) for c, n in zip(t.cases, sizes)]})
+    head, _ = lines(plan, [t])
+    assert "faster from N=4194304;" in head[0] and "a gate where N >= 4194304 with a speed-up of at least 11.5 %" in head[0]

@@ -404,8 +404,9 @@ def device_sentence(d: DeviceEffect, esc: Escape, many_devices: bool) -> str:
     if d.crossover is not None:
         x = d.crossover
         edge = "from" if x.direction == ">=" else "up to"
-        text += (f" It crosses over: faster {edge} {esc(x.parameter)}={x.value:g}; the data would support a gate "
-                 f"where {esc(x.parameter)} {x.direction} {x.value:g} with a speed-up of at least "
+        value = x.value if isinstance(x.value, int) else f"{x.value:g}"  # 4194304, never 4.1943e+06
+        text += (f" It crosses over: faster {edge} {esc(x.parameter)}={value}; the data would support a gate "
+                 f"where {esc(x.parameter)} {x.direction} {value} with a speed-up of at least "
                  f"{x.supported_speedup_pct:g} % in a new, separately frozen plan (this verdict stands).")  # fmt: skip
     return text
 
