@@ -211,7 +211,7 @@ def test_labels_pass_through_the_escape_function():
 
 def test_a_large_crossover_length_is_written_whole():
     sizes = [1 << 20, 1 << 22, 1 << 24, 1 << 25, 1 << 26, 1 << 27]
-    plan = make_plan(gates=[], cases=[{"N": n} for n in sizes])
+    plan = make_plan(gates=[], sanitizer=[], cases=[{"N": n} for n in sizes])
     t = trial(1, (0.1, -12.0, -15.0, -20.0, -22.0, -23.0))
     t = t.model_copy(update={"cases": [c.model_copy(update={"case": f"N={n}"}) for c, n in zip(t.cases, sizes)]})
     head, _ = lines(plan, [t])
