@@ -106,9 +106,9 @@ def test_slower_everywhere():
     ]
     # one line per gate, the slowdown worded as one, never as a negative speed-up
     assert reasons == [
-        "gate faster_from_2048 (speed-up >= 5%) missed at N=2048, N=4096, N=8192 (all its cases) "
-        "(6 of 6 judgements): slower by 16.4 % to 21.3 %.",
-        "gate no_regression (regression <= 2%) missed at all 6 of its cases (12 of 12 judgements): "
+        "gate faster_from_2048 missed at N=2048, N=4096, N=8192, all its cases (speed-up >= 5%; "
+        "6 of 6 judgements): slower by 16.4 % to 21.3 %.",
+        "gate no_regression missed at all 6 of its cases (regression <= 2%; 12 of 12 judgements): "
         "slower by 10.9 % to 23.8 %.",
     ]
     assert not any("-" in line.split(":")[-1] for line in reasons)
@@ -152,11 +152,11 @@ def test_a_speed_up_short_of_its_gate_and_one_not_resolved():
     wide = trial(1, deltas, half_width_pct=0.2)
     wide.cases[1] = wide.cases[1].model_copy(update={"stats": stats(-2.0, 2.5)})
     _, reasons = lines(plan, [wide])
-    assert reasons[0] == ("gate faster (speed-up >= 1%) missed at N=512, N=640 (2 of 6 judgements): "
+    assert reasons[0] == ("gate faster missed at N=512, N=640 (speed-up >= 1%; 2 of 6 judgements): "
                           "faster by 0.3 % to 2.0 %, not resolved by every trial's 95 % interval.")  # fmt: skip
     plan2 = make_plan(gates=[{"name": "faster", "min_speedup_pct": 1.0}], sanitizer=[])
     _, reasons = lines(plan2, [trial(1, (-0.3, -0.5, -3, -3, -3, -3)), trial(2, (-0.3, -0.5, -3, -3, -3, -3))])
-    assert reasons[0] == ("gate faster (speed-up >= 1%) missed at N=512, N=640 (4 of 12 judgements): "
+    assert reasons[0] == ("gate faster missed at N=512, N=640 (speed-up >= 1%; 4 of 12 judgements): "
                           "faster by only 0.3 % to 0.5 %.")  # fmt: skip
 
 
@@ -164,7 +164,7 @@ def test_a_gate_missed_both_ways_gives_the_span():
     plan = make_plan(gates=[{"name": "big", "min_speedup_pct": 10.0, "every_trial": False}], sanitizer=[])
     deltas = (4.0, -3.0, -20.0, -20.0, -20.0, -20.0)
     _, reasons = lines(plan, [trial(1, deltas), trial(2, deltas)])
-    assert reasons[0] == "gate big (speed-up >= 10%) missed at N=512, N=640 (2 of 6 judgements): from 4.0 % slower to 3.0 % faster."
+    assert reasons[0] == "gate big missed at N=512, N=640 (speed-up >= 10%; 2 of 6 judgements): from 4.0 % slower to 3.0 % faster."
 
 
 def test_incomplete_record_says_what_is_missing():

@@ -251,8 +251,8 @@ def test_verdict_headline_and_grouped_reasons_come_before_the_protocol(built):
     assert head[6] == "Outputs: byte-identical to the base arm in all 9 case-trial checks."
     # the two per-trial misses of gate faster at N=4096 are one line, worded for a speed-up too small
     gate_lines = [line for line in head if line.startswith("- gate ")]
-    assert gate_lines == ["- gate faster (speed-up >= 1%) missed at N=4096 on NVIDIA H200 (GPU-1111aaaa) "
-                          "(2 of 2 judgements): faster by only 0.3 %."]  # fmt: skip
+    assert gate_lines == ["- gate faster missed at N=4096 on NVIDIA H200 (GPU-1111aaaa) "
+                          "(speed-up >= 1%; 2 of 2 judgements): faster by only 0.3 %."]  # fmt: skip
     # every other reason is kept as the verdict wrote it
     missed = sum(not g.passed for g in results.verdict.gates)
     assert len(results.verdict.reasons) == missed + len([line for line in head if line.startswith("- ")]) - 1

@@ -96,7 +96,8 @@ def test_run_summary_opens_with_the_verdict_in_words_and_grouped_reasons():
     assert lines[0] == "verdict: not qualified"
     assert lines[1].startswith("The candidate is slower at all 6 cases, by 11.0 % to 23.4 %")
     assert lines[4] == "why:"
-    assert lines[5].startswith("  - gate faster_from_2048 (speed-up >= 5%) missed at N=2048, N=4096, N=8192")
+    assert lines[5].startswith("  - gate faster_from_2048 missed at N=2048, N=4096, N=8192, all its cases "
+                               "(speed-up >= 5%; 6 of 6 judgements): slower by")  # fmt: skip
     assert lines[7].rstrip() == "record records/tiny"
     assert not any("speed-up -" in line for line in lines)
 

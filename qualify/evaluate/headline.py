@@ -19,7 +19,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from qualify.evaluate.verdict import device_label
+from qualify.evaluate.stats import SAME_BAND
+from qualify.evaluate.verdict import device_label, fidelity_passes
 from qualify.plan.model import Plan
 from qualify.plan.resolve import case_id
 from qualify.results.model import Results, Trial
@@ -238,8 +239,6 @@ def contract(plan: Plan) -> str:
 
 
 def fidelity(plan: Plan, results: Results) -> Fidelity:
-    from qualify.evaluate.verdict import fidelity_passes
-
     failing, nondet, mismatch, checks = [], [], [], 0
     for t in results.trials:
         for c in t.cases:
@@ -332,7 +331,7 @@ def _gate_reason_prefixes(results: Results) -> tuple[str, ...]:
 
 def headline(results: Results, plan: Plan) -> Headline:
     prefixes = _gate_reason_prefixes(results)
-    others = tuple(r for r in results.verdict.reasons if not r.startswith(prefixes or ("\0",)))
+    others = tuple(r for r in results.verdict.reasons if not r.startswith(prefixes))
     return Headline(
         status=results.verdict.status,
         devices=device_effects(plan, results),
@@ -387,7 +386,7 @@ def _run_phrase(run: Run, total: int, esc: Escape) -> str:
     if run.case_class == "faster":
         return f"faster {where}, by {pct_range(lo, hi)}"
     if run.case_class == "same":
-        return f"the same {where} (within ±0.5 %)"
+        return f"the same {where} (within ±{SAME_BAND * 100:g} %)"
     if run.case_class == MIXED:
         return f"inconsistent across trials {where}"
     if run.case_class == UNMEASURED:
@@ -472,10 +471,11 @@ def gate_line(m: GateMiss, esc: Escape, many_devices: bool) -> str:
     if m.all_cases and len(m.cases) > 4:
         where = f"all {len(m.cases)} of its cases"
     else:
-        where = _cases(m.cases, esc) + (" (all its cases)" if m.all_cases and len(m.cases) > 1 else "")
+        where = _cases(m.cases, esc) + (", all its cases," if m.all_cases and len(m.cases) > 1 else "")
     device = f" on {esc(m.device)}" if many_devices else ""
+    where = where.rstrip(",") if not device else where
     judged = f"{m.missed} of {m.judged} judgements"
-    return f"gate {esc(m.gate)} ({m.bound}) missed at {where}{device} ({judged}): {values}."
+    return f"gate {esc(m.gate)} missed at {where}{device} ({m.bound}; {judged}): {values}."
 
 
 def headline_lines(h: Headline, esc: Escape) -> list[str]:

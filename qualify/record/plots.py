@@ -36,6 +36,7 @@ import numpy as np
 
 from qualify.evaluate import samples as raw
 from qualify.evaluate.samples import THROTTLE_MASK, key
+from qualify.evaluate.stats import SAME_BAND
 from qualify.evaluate.summarize import floor_ns, series_ns
 from qualify.evaluate.verdict import device_label
 from qualify.io import atomic_write_bytes
@@ -47,7 +48,6 @@ from qualify.results.model import Results, Trial
 from qualify.run.schedule import AA, MAIN, block_halves
 
 PLOT_DIR = "plots"
-SAME_BAND = 0.005  # as qualify.evaluate.stats.SAME_BAND; drawn, never used to judge
 HASHSALT = "qualify"
 COLOURS = {"base": "#1f77b4", "candidate": "#ff7f0e", "aa": "#7f7f7f"}
 TRIAL_MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
@@ -171,7 +171,8 @@ def _ratio(label: str, trials: list[Trial], plan: Plan, digest: _Digest):
     fig = _figure(8.0, 1.1 + 0.45 * len(cases), left=0.9, right=2.9, top=0.35, bottom=0.55)
     ax = fig.add_subplot()
     ys = {cid: len(cases) - 1 - i for i, cid in enumerate(cases)}
-    ax.axvspan(1 - SAME_BAND, 1 + SAME_BAND, color="#999999", alpha=0.25, lw=0, label="same (±0.5 %)")
+    ax.axvspan(1 - SAME_BAND, 1 + SAME_BAND, color="#999999", alpha=0.25, lw=0,
+               label=f"same (±{SAME_BAND * 100:g} %)")  # fmt: skip
     ax.axvline(1.0, color="black", lw=0.8)
     shown = set()
     for gate in plan.acceptance.gates:
