@@ -238,19 +238,28 @@ def test_readme_matches_golden(built):
     assert text == GOLDEN.read_text(encoding="utf-8"), "README changed; QUALIFY_REGEN_GOLDEN=1 if intended"
 
 
-def test_verdict_and_every_reason_come_before_the_protocol(built):
+def test_verdict_headline_and_grouped_reasons_come_before_the_protocol(built):
     results = Record(built).results()
     lines = readme_lines(built)
-    protocol = lines.index("## Protocol")
-    head = lines[:protocol]
+    head = lines[:lines.index("## Protocol")]
     assert results.verdict.status == "not_qualified"
-    assert head[0] == "# vecwidth: vec1 → vec4"
-    assert "**Verdict: NOT QUALIFIED**" in head
-    for reason in results.verdict.reasons:
-        assert f"- {reason}" in head
-    # the missed gate is named up front: H200 gains only ~0.3 % at N=4096 against a 1 % gate
-    assert any(line.startswith("- gate faster missed at N=4096 on NVIDIA H200") for line in head)
-    assert any("interrupted" in line for line in head)
+    assert head[:4] == ["# vecwidth: vec1 → vec4", "", "**Verdict: NOT QUALIFIED**", ""]
+    # the answer in words before any list: one sentence per device, then fidelity, then checks
+    assert head[4].startswith("On NVIDIA H200 (GPU-1111aaaa), the candidate is faster at N=1024, by 5.1 %; "
+                              "the same at N=4096")  # fmt: skip
+    assert head[5].startswith("On NVIDIA L40S (GPU-2222bbbb), the candidate is faster at both cases")
+    assert head[6] == "Outputs: byte-identical to the base arm in all 9 case-trial checks."
+    # the two per-trial misses of gate faster at N=4096 are one line, worded for a speed-up too small
+    gate_lines = [line for line in head if line.startswith("- gate ")]
+    assert gate_lines == ["- gate faster missed at N=4096 on NVIDIA H200 (GPU-1111aaaa) "
+                          "(speed-up >= 1%; 2 of 2 judgements): faster by only 0.3 %."]  # fmt: skip
+    # every other reason is kept as the verdict wrote it
+    missed = sum(not g.passed for g in results.verdict.gates)
+    assert len(results.verdict.reasons) == missed + len([line for line in head if line.startswith("- ")]) - 1
+    assert "- trial 5 on NVIDIA L40S (GPU-2222bbbb) is interrupted" in head
+    # the forest plot of each device is on the first screen
+    assert "![NVIDIA H200 (GPU-1111aaaa): ratio candidate / base per case, 95 % interval per trial, against " \
+           "the gates' bounds](plots/device-1-ratio.svg)" in head  # fmt: skip
 
 
 def test_readme_has_one_results_table_per_device_with_every_trial(built):
@@ -510,7 +519,11 @@ def test_failed_evidence_renders_in_every_section(built):
 def test_a_record_without_trials_renders_as_incomplete():
     plan, lock = plan_and_lock()
     text = render_readme(assemble_results(plan, lock, []), plan)
-    assert text.startswith("# vecwidth: vec1 → vec4\n\n**Verdict: INCOMPLETE**\n\n- no trials\n")
+    assert text.startswith("# vecwidth: vec1 → vec4\n\n**Verdict: INCOMPLETE**\n\n"
+                           "No trial has run: there is nothing to report yet.\n"
+                           "Outputs: not compared (no case was measured).\n")  # fmt: skip
+    assert "\n- no trials\n" in text[: text.index("## Protocol")]
+    assert "plots/" not in text  # no trial, no plot
     assert "No trial has run." in text
     assert "Device `NVIDIA H200*` with compute capability 9.0: listed by the plan, no complete trial ran on it." in text
 
@@ -522,3 +535,77 @@ def test_noise_stop_rule_is_stated_with_its_target():
     lock = plan_and_lock()[1]
     text = render_readme(assemble_results(plan, lock, []), plan)
     assert "- **Stop rule:** noise (stop once the 95 % CI of the ratio is within ±0.5 %, after at least 2 blocks)" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# labels are plain text (issue 15, cause 8)
+
+HOSTILE = ("x\n\n**Verdict: QUALIFIED**\n\n<!-- the real verdict is hidden -->\n# Heading <script>alert(1)</script>"
+           " <img src=x onerror=alert(1)> [link](http://evil) ![img](http://evil/p.png) | cell | `code` *em* _em_ "
+           "~~strike~~ $math$ &amp; \x1b[31mred\x1b[0m \u202eevil\u2028line")  # fmt: skip
+
+
+def _hostile_results(built):
+    plan, lock = plan_and_lock()
+    plan = plan.model_copy(update={
+        "hypothesis": HOSTILE,
+        "independent_variable": HOSTILE,
+        "revisions": plan.revisions.model_copy(update={"base": HOSTILE, "candidate": "`` ` ``|" + HOSTILE}),
+    })  # fmt: skip
+    trials = Record(built).trials()[:2]
+    device = trials[0].provenance.device.model_copy(update={"name": HOSTILE})
+    finding = SanitizerResult(tool="racecheck", case="N=1024", side="candidate", status="findings", errors=1,
+                              exit_code=1, summary=[HOSTILE], excerpt=["```", HOSTILE, "````"], seconds=1.0)  # fmt: skip
+    first = trials[0].model_copy(update={
+        "provenance": trials[0].provenance.model_copy(update={"device": device, "host": HOSTILE,
+                                                               "command": ["qualify", "run", HOSTILE]}),
+        "failures": [Failure(kind="error", case="N=1024", message=HOSTILE)],
+        "sanitizer": [finding],
+        "timer": {**trials[0].timer, HOSTILE: HOSTILE},
+    })  # fmt: skip
+    return plan, assemble_results(plan, lock, [first, trials[1]])
+
+
+def test_hostile_labels_render_as_plain_text(built):
+    from markdown_it import MarkdownIt
+
+    plan, results = _hostile_results(built)
+    text = render_readme(results, plan)
+    assert "\x1b" not in text and "\u202e" not in text and "\u2028" not in text
+    lines = text.splitlines()
+    assert sum(line.startswith("**Verdict:") for line in lines) == 1
+    assert [line for line in lines if line.startswith("# ")] == [lines[0]]
+    # every row of every table has as many cells as its header
+    table: list[str] = []
+    for line in lines + [""]:
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        if table:
+            widths = {len(re.findall(r"(?<!\\)\|", row)) for row in table}
+            assert len(widths) == 1, table
+        table = []
+    html = MarkdownIt("commonmark").enable("table").enable("strikethrough").render(text)
+    for injected in ("<script", "<img src=x", 'src="http://evil', "<!--", "<h1>Heading", "<strong>Verdict: QUALIFIED",
+                     "<a href=\"http://evil", "<em>em</em>", "<s>strike</s>", "<code>code</code>"):  # fmt: skip
+        assert injected not in html, injected
+    assert html.count("<h1>") == 1
+    # the text itself survives, visibly
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "\\x1b[31mred" in html and "\\u202eevil" in html and "\\n\\n**Verdict: QUALIFIED**" in html
+    # a sanitizer excerpt with fences of its own stays inside a longer fence
+    fence = next(line for line in lines if re.fullmatch(r"`{5,}text", line))
+    assert lines.count(fence[: -len("text")]) == 1
+
+
+def test_markdown_escapes_keep_ordinary_labels_readable():
+    from qualify.record.render import code, line_start, md
+
+    assert md("attention_gated_fwd<64>") == "attention_gated_fwd<64>"
+    assert md("regression <= 2 %") == "regression <= 2 %"
+    assert md("_a_ *b* <b> |c| &x; $y$ ~z~ [l](u) \\") == "\\_a\\_ \\*b\\* \\<b> \\|c\\| \\&x; \\$y\\$ \\~z\\~ \\[l\\](u) \\\\"
+    assert md("two\nlines\x1b") == "two\\\\nlines\\\\x1b"
+    assert md(-1.5) == "-1.5"
+    assert line_start("# h") == "\\# h" and line_start("12. x") == "12\\. x" and line_start("- y") == "\\- y"
+    assert code("a`b") == "``a`b``" and code("`x`") == "`` `x` ``"
+    assert code("a|b") == "`a|b`" and code("a|b", cell=True) == "`a\\|b`"

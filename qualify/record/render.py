@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import re
 import shlex
 import statistics
 from dataclasses import dataclass
@@ -17,7 +18,10 @@ from pathlib import Path
 
 import jinja2
 
+from qualify.evaluate.headline import headline, headline_lines, reason_lines
 from qualify.evaluate.verdict import device_label
+from qualify.record.plots import device_plots
+from qualify.render.plain import visible
 from qualify.plan.checks import selected_cases
 from qualify.plan.model import Buffer, CudaArm, DeviceSpec, Plan, SpeedGate
 from qualify.plan.resolve import case_id
@@ -36,36 +40,116 @@ TEMPLATE = "README.md.j2"
 SIDES = ("base", "candidate")
 
 # ---------------------------------------------------------------------------------------------
+# escaping: every value the template prints is escaped unless it is already Markdown (Md)
+#
+# The template's `finalize` passes every `{{ value }}` through `md` unless the value is an Md, so a
+# label from the plan or a trial file (a revision, a hypothesis, a gate or case name, a device
+# name, a failure message) lands as plain text: no HTML, comments, emphasis, links, code spans,
+# table breaks or headings can be injected. Filters that build Markdown return Md and escape the
+# labels they embed; the number filters return Md because they produce no label text.
+
+
+class Md(str):
+    """Text that is already Markdown; written as it is."""
+
+
+# Characters that start inline Markdown (GitHub flavour: ~ strikethrough, $ math, | table cells,
+# & entities, < HTML and autolinks). CommonMark lets a backslash escape any ASCII punctuation.
+_INLINE = frozenset("\\`*_[]<|&~$")
+_TAG_START = re.compile(r"[A-Za-z/!?]")  # what may follow "<" in an HTML tag, comment or autolink
+_BLOCK_START = re.compile(r"^(#|>|[-+=]|\d+(?=[.)]))")
+
+
+def md(value: object) -> Md:
+    """Any value as plain text in Markdown."""
+    if isinstance(value, Md):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Md(str(value))  # a number is no label: "-1" stays "-1"
+    text = visible(str(value))
+    out = []
+    for i, ch in enumerate(text):
+        # an underscore between two letters or digits can neither open nor close emphasis
+        # (CommonMark's flanking rules), so `attention_gated_fwd` stays as written
+        inner = ch == "_" and 0 < i < len(text) - 1 and text[i - 1].isalnum() and text[i + 1].isalnum()
+        # "<=" or "< 2" can open no tag; "<a", "</", "<!--", "<?" can
+        harmless = ch == "<" and not _TAG_START.match(text, i + 1)
+        out.append("\\" + ch if ch in _INLINE and not (inner or harmless) else ch)
+    return Md("".join(out))
+
+
+def line_start(value: object) -> Md:
+    """Text that opens a line or a list item: also no heading, list, quote or rule may start."""
+    text = md(value)
+    return Md(_BLOCK_START.sub(_escape_block, text, count=1))
+
+
+def _escape_block(m: re.Match) -> str:
+    mark = m.group(1)
+    return mark + "\\" if mark[0].isdigit() else "\\" + mark  # "12\." or "\#", "\-"
+
+
+def code(value: object, cell: bool = False) -> Md:
+    """A value as an inline code span; `cell=True` inside a table, where GFM needs `\\|`."""
+    text = visible(str(value))
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or (text[:1] == text[-1:] == " " and text.strip()) else ""
+    if cell:
+        text = text.replace("|", "\\|")
+    return Md(f"{fence}{pad}{text}{pad}{fence}")
+
+
+def code_cell(value: object) -> Md:
+    return code(value, cell=True)
+
+
+def literal(value: object) -> Md:
+    """A line inside a fenced code block: written as it is, control characters made visible."""
+    return Md(visible(str(value)))
+
+
+def fence(lines: list[str], minimum: int = 3) -> Md:
+    """A backtick fence longer than any backtick run in the lines, so none of them can close it."""
+    longest = max((len(run) for line in lines for run in re.findall(r"`+", str(line))), default=0)
+    return Md("`" * max(minimum, longest + 1))
+
+
+def finalize(value: object) -> str:
+    return md(value)
+
+
+# ---------------------------------------------------------------------------------------------
 # filters: one value in, text out
 
 
 def duration(ns: float | None) -> str:
     """Time per launch with fixed decimals: µs below a millisecond, ms from there."""
     if ns is None:
-        return "n/a"
+        return Md("n/a")
     if abs(ns) >= 1e6:
-        return f"{ns / 1e6:.3f} ms"
-    return f"{ns / 1e3:.3f} µs"
+        return Md(f"{ns / 1e6:.3f} ms")
+    return Md(f"{ns / 1e3:.3f} µs")
 
 
 def signed_pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:+.2f} %"
+    return Md("n/a" if value is None else f"{value:+.2f} %")
 
 
 def ratio(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4f}"
+    return Md("n/a" if value is None else f"{value:.4f}")
 
 
 def interval(stats: CaseStats | None) -> str:
     if stats is None:
-        return "n/a"
+        return Md("n/a")
     if stats.ci_low is None or stats.ci_high is None:
-        return "none (fewer than 2 blocks)"
-    return f"[{stats.ci_low:.4f}, {stats.ci_high:.4f}]"
+        return Md("none (fewer than 2 blocks)")
+    return Md(f"[{stats.ci_low:.4f}, {stats.ci_high:.4f}]")
 
 
 def count(n: int | float | None) -> str:
-    return "n/a" if n is None else f"{n:,}"
+    return Md("n/a" if n is None else f"{n:,}")
 
 
 def plural(n: int | float, singular: str, many: str | None = None) -> str:
@@ -95,9 +179,9 @@ def short(digest: str | None, width: int = 12) -> str:
     return "n/a" if not digest else digest[:width]
 
 
-def cell(value: object) -> str:
-    """Text safe inside a Markdown table cell."""
-    return str(value).replace("|", "\\|").replace("\n", " ")
+def cell(value: object) -> Md:
+    """Text safe inside a Markdown table cell (every value is: `md` escapes pipes and newlines)."""
+    return md(value)
 
 
 def yes_no(value: bool | None) -> str:
@@ -117,6 +201,11 @@ def clock(mhz: float | int | None) -> str:
 
 
 FILTERS = {
+    "md": md,
+    "code": code,
+    "code_cell": code_cell,
+    "literal": literal,
+    "fence": fence,
     "duration": duration,
     "signed_pct": signed_pct,
     "ratio": ratio,
@@ -240,64 +329,68 @@ def gate_bound(gate: SpeedGate) -> str:
     return " and ".join(bounds)
 
 
-def arm_text(plan: Plan, side: str) -> str:
+def _assignments(values: dict) -> str:
+    return ", ".join(f"{md(k)}={md(v)}" for k, v in values.items())
+
+
+def arm_text(plan: Plan, side: str) -> Md:
     arm = plan.arm(side)
-    params = ", ".join(f"{k}={v}" for k, v in arm.params.items())
+    params = _assignments(arm.params)
     if isinstance(arm, CudaArm):
-        text = f"CUDA kernel `{arm.kernel}` from `{arm.source}`"
+        text = f"CUDA kernel {code(arm.kernel)} from {code(arm.source)}"
         if arm.defines:
-            text += ", defines " + ", ".join(f"{k}={v}" for k, v in arm.defines.items())
+            text += ", defines " + _assignments(arm.defines)
         if arm.options:
-            text += ", NVRTC options " + " ".join(f"`{o}`" for o in arm.options)
+            text += ", NVRTC options " + " ".join(code(o) for o in arm.options)
     else:
-        text = f"library entry point `{arm.symbol}` in `{arm.library}`"
-    return text + (f" ({params})" if params else "")
+        text = f"library entry point {code(arm.symbol)} in {code(arm.library)}"
+    return Md(text + (f" ({params})" if params else ""))
 
 
-def buffer_text(buffer: Buffer) -> str:
-    shape = ", ".join(str(d) for d in buffer.shape)
-    text = f"`{buffer.name}` {buffer.dtype} [{shape}] {buffer.role}"
+def buffer_text(buffer: Buffer) -> Md:
+    shape = ", ".join(md(d) for d in buffer.shape)
+    text = f"{code(buffer.name)} {buffer.dtype} [{shape}] {buffer.role}"
     init = buffer.init
     if init is None:
-        return text + " (poisoned before every launch)"
+        return Md(text + " (poisoned before every launch)")
     fields = ", ".join(f"{k} {v:g}" for k, v in init.model_dump().items() if k != "kind")
-    return text + f", {init.kind}" + (f" ({fields})" if fields else "")
+    return Md(text + f", {init.kind}" + (f" ({fields})" if fields else ""))
 
 
-def fidelity_text(plan: Plan) -> str:
+def fidelity_text(plan: Plan) -> Md:
     f = plan.acceptance.fidelity
     against = {"base": "the base arm's outputs",
-               "float64": f"a float64 reference `{f.reference}`",
-               "golden": f"the golden file `{f.golden}`"}[f.against]  # fmt: skip
+               "float64": f"a float64 reference {code(f.reference)}" if f.reference else "",
+               "golden": f"the golden file {code(f.golden)}" if f.golden else ""}[f.against]  # fmt: skip
     if f.mode == "bytes":
-        return f"outputs byte-identical to {against}"
+        return Md(f"outputs byte-identical to {against}")
     unit = {"ulp": "ulp", "abs": "absolute", "rel": "relative"}[f.mode]
-    return f"outputs within {f.bound:g} ({unit}) of {against}"
+    return Md(f"outputs within {f.bound:g} ({unit}) of {against}")
 
 
-def control_text(control) -> str:
+def control_text(control) -> Md:
     if control.kind == "build":
-        return "candidate rebuilt with " + ", ".join(f"{k}={v}" for k, v in control.defines.items())
+        return Md("candidate rebuilt with " + _assignments(control.defines))
     m = control.mutation
     what = {
-        "flip_bit": f"bit {m.bit} of element {m.index} flipped",
-        "set": f"element {m.index} set to {m.value:g}",
+        "flip_bit": f"bit {m.bit} of element {md(m.index)} flipped",
+        "set": f"element {md(m.index)} set to {m.value:g}",
         "scale": f"scaled by {m.value:g}",
         "zero": "zeroed",
     }[m.op]
-    return f"input `{control.buffer}` {what}"
+    return Md(f"input {code(control.buffer)} {what}")
 
 
-def timer_extra(trial: Trial) -> str:
+def timer_extra(trial: Trial) -> Md:
     """Timer fields beyond mode, cache and floor, as the run recorded them."""
     rest = {k: v for k, v in trial.timer.items() if k not in ("mode", "cache", "floor_ns")}
-    return ", ".join(f"{k}={v}" for k, v in sorted(rest.items())) or "none"
+    return Md(", ".join(f"{md(k)}={md(v)}" for k, v in sorted(rest.items())) or "none")
 
 
-def spec_text(spec: DeviceSpec) -> str:
-    parts = [f"`{spec.name}`" if spec.name else None,
-             f"compute capability {spec.compute_capability}" if spec.compute_capability else None]  # fmt: skip
-    return " with ".join(p for p in parts if p)
+def spec_text(spec: DeviceSpec) -> Md:
+    parts = [code(spec.name) if spec.name else None,
+             f"compute capability {md(spec.compute_capability)}" if spec.compute_capability else None]  # fmt: skip
+    return Md(" with ".join(p for p in parts if p))
 
 
 def spec_matches(spec: DeviceSpec, device: DeviceInfo) -> bool:
@@ -354,12 +447,16 @@ def control_rows(results: Results, plan: Plan) -> list[ControlRow]:
 
 def unverified(results: Results, plan: Plan) -> list[str]:
     """What this record does not establish, derived from what the plan asked and the trials hold."""
+    return [line_start(line) for line in _unverified(results, plan)]
+
+
+def _unverified(results: Results, plan: Plan) -> list[str]:
     out = []
     groups = device_groups(results.trials)
     complete = [g for g in groups if g.complete]
     for spec in plan.hardware.devices:
         if not any(spec_matches(spec, g.device) for g in complete):
-            out.append(f"Device {spec_text(spec)}: listed by the plan, no complete trial ran on it.")
+            out.append(Md(f"Device {spec_text(spec)}: listed by the plan, no complete trial ran on it."))
     for g in groups:
         if len(g.complete) < plan.schedule.trials:
             out.append(f"{g.label}: {len(g.complete)} of {plan.schedule.trials} planned trials complete.")
@@ -389,6 +486,15 @@ def unverified(results: Results, plan: Plan) -> list[str]:
     return out
 
 
+def headline_text(results: Results, plan: Plan) -> list[Md]:
+    """The sentences that open the README (see qualify.evaluate.headline)."""
+    return [Md(line) for line in headline_lines(headline(results, plan), md)]
+
+
+def reasons_text(results: Results, plan: Plan) -> list[Md]:
+    return [line_start(Md(line)) for line in reason_lines(headline(results, plan), md)]
+
+
 def failure_rows(trials: list[Trial]) -> list[tuple[int, Failure]]:
     return [(t.index, f) for t in trials for f in t.failures]
 
@@ -407,7 +513,7 @@ FUNCTIONS = {
         device_groups, planned_cases, case_ids, find_case, median_of_trials, samples_per_arm,
         warmups_per_arm, throttled, planned_samples_per_arm, gate_cases, gate_bound, arm_text,
         buffer_text, fidelity_text, control_text, timer_extra, sanitizer_rows, control_rows,
-        unverified, failure_rows, commands,
+        unverified, failure_rows, commands, headline_text, reasons_text, device_plots,
     )
 }  # fmt: skip
 
@@ -419,7 +525,8 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
         undefined=jinja2.StrictUndefined,  # a misspelt field is an error, never an empty cell
-        autoescape=False,  # Markdown, not HTML
+        autoescape=False,  # Markdown, not HTML: `finalize` escapes for Markdown instead
+        finalize=finalize,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
