@@ -11,14 +11,21 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
+from qualify.render.terminal import console
 
 from qualify import __version__
 from qualify.errors import BuildError, ExitCode, QualifyError, UsageError
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "plan.schema.json"
 
-out = Console(highlight=False)
+class _Out:
+    """Prints through a console made for the stream as it is now (tests and pipes replace it)."""
+
+    def print(self, *objects, **kwargs) -> None:
+        console().print(*objects, **kwargs)
+
+
+out = _Out()
 
 
 def _fail_line(text: str) -> None:
@@ -156,7 +163,7 @@ def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> 
                                                     library=(libraries or {}).get(side)),
             libraries=libraries,
         )  # fmt: skip
-    out.print(run_summary(outcome, folder))
+    out.print(run_summary(outcome, folder, loaded.plan))
     interrupted = any(t.status == "interrupted" for t in outcome.trials)
     raise SystemExit(exit_code(outcome.results, interrupted))
 
@@ -294,7 +301,7 @@ def _progress(total: int):
     @contextmanager
     def bar():
         columns = (TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        with Progress(*columns, console=console(stderr=True), transient=True) as progress:
             task = progress.add_task("samples", total=total)
             yield lambda n, what: progress.update(task, advance=n, description=what)
 

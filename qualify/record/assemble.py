@@ -80,8 +80,12 @@ def assemble_results(plan: Plan, lock: dict, trials: list[Trial]) -> Results:
 
 
 def write_record(record: Record, plan: Plan, lock: dict) -> Results:
-    """Derive results.json and README.md from the record's trial files (both written atomically)."""
+    """Derive results.json, README.md and the plots from the record's trial files (each written
+    atomically)."""
+    from qualify.record.plots import write_plots
+
     results = assemble_results(plan, lock, record.trials())
     record.write_results(results)
     atomic_write_text(record.folder / README_FILE, render_readme(results, plan))
+    write_plots(record.folder, results, plan)
     return results
