@@ -135,6 +135,7 @@ def series_problems(arrays: dict[str, np.ndarray]) -> list[str]:
     """
     problems = []
     lengths: dict[tuple[str, str], dict[str, int]] = {}
+    refused: set[tuple[str, str, str]] = set()  # reported once, not again as "missing"
     for name, arr in sorted(arrays.items()):
         if name == "floor_ns":
             field = "floor_ns"
@@ -145,24 +146,17 @@ def series_problems(arrays: dict[str, np.ndarray]) -> list[str]:
                                 f"series {', '.join(SERIES)}; fields {', '.join(FIELDS)})")  # fmt: skip
                 continue
             field = parts[2]
-        kinds = FIELD_KINDS.get(field, _REAL)
-        if arr.ndim != 1:
-            problems.append(f"{name}: {arr.ndim}-dimensional, expected one dimension")
-            continue
-        if arr.dtype.kind not in kinds:
-            want = "real numbers" if kinds == _REAL else "integers" if kinds == _INTEGER else "numbers"
-            problems.append(f"{name}: dtype {arr.dtype.str}, expected {want}")
-            continue
-        if field in ("ns", "warmup_ns", "floor_ns") and not np.all(np.isfinite(arr) & (arr >= 0)):
-            problems.append(f"{name}: holds a negative or non-finite duration")
-            continue
-        if field in ("block", "throttle") and arr.size and arr.min() < 0:
-            problems.append(f"{name}: holds a negative value")
-            continue
-        if field in PER_SAMPLE:
+        problem = _array_problem(field, arr)
+        if problem:
+            problems.append(f"{name}: {problem}")
+            if name != "floor_ns":
+                refused.add((parts[0], parts[1], field))
+        elif field in PER_SAMPLE:
             lengths.setdefault((parts[0], parts[1]), {})[field] = arr.size
     for (case, series), found in sorted(lengths.items()):
         where = f"{case}/{series}"
+        if (case, series, "ns") in refused:
+            continue
         if "ns" not in found:
             problems.append(f"{where}/ns: missing, while {', '.join(sorted(found))} are present")
             continue
@@ -170,7 +164,21 @@ def series_problems(arrays: dict[str, np.ndarray]) -> list[str]:
             problems.append(f"{where}/ns: empty: a timed series holds at least one sample")
             continue
         for field in PER_SAMPLE[1:]:
-            if found.get(field) != found["ns"]:
+            if found.get(field) != found["ns"] and (case, series, field) not in refused:
                 have = "missing" if field not in found else f"{found[field]:,} entries"
                 problems.append(f"{where}/{field}: {have}, its ns has {found['ns']:,}")
     return problems
+
+
+def _array_problem(field: str, arr: np.ndarray) -> str | None:
+    kinds = FIELD_KINDS.get(field, _REAL)
+    if arr.ndim != 1:
+        return f"{arr.ndim}-dimensional, expected one dimension"
+    if arr.dtype.kind not in kinds:
+        want = "real numbers" if kinds == _REAL else "integers" if kinds == _INTEGER else "numbers"
+        return f"dtype {arr.dtype.str}, expected {want}"
+    if field in ("ns", "warmup_ns", "floor_ns") and not np.all(np.isfinite(arr) & (arr >= 0)):
+        return "holds a negative or non-finite duration"
+    if field in ("block", "throttle") and arr.size and arr.min() < 0:
+        return "holds a negative value"
+    return None
