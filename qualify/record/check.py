@@ -233,10 +233,9 @@ def check_record(folder: Path) -> list[str]:
 
 
 def check_exit_code(problems: list[Problem]) -> ExitCode:
-    """3 when the plan or its lock changed after the run, 2 for any other disagreement, else 0."""
-    if any(p.frozen for p in problems):
-        return ExitCode.FROZEN
-    return ExitCode.BAD_INPUT if problems else ExitCode.QUALIFIED
+    """The exit code of a record that does not check out: 3 when the plan or its lock changed
+    after the run (a frozen input, as for `run`), 2 for any other disagreement."""
+    return ExitCode.FROZEN if any(p.frozen for p in problems) else ExitCode.BAD_INPUT
 
 
 def rebuild_record(folder: Path) -> Results:
