@@ -766,3 +766,43 @@ def test_a_trial_whose_end_event_was_lost_is_closed_with_the_status_its_file_hol
     assert (end["trial"], end["status"]) == (2, "complete")
     assert end["trial_sha256"] == sha256_file(rec / "trials" / "trial-2.json")
     assert check_record(rec) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# shared-library arms: one pair of builds per record, of the plan's entry point
+
+ENTRY = ROOT / "records" / "attention-wide-entry"
+
+
+@pytest.mark.parametrize("change, fragment", [
+    (lambda lib: lib.update(sha256="0" * 64), "libraries.candidate: another build than trial 1's"),
+    (lambda lib: lib.update(symbol="attention_fast"), "libraries.candidate: symbol 'attention_fast' ABI 1, the plan's"),
+    (lambda lib: lib.update(abi_version=2), "ABI 2, the plan's is 'attention_gated' ABI 1"),
+])  # fmt: skip
+def test_library_build_swapped_in_one_trial(tmp_path, capsys, change, fragment):
+    folder = Path(shutil.copytree(ENTRY, tmp_path / "entry"))
+    edit_trial(folder, 2, lambda d: change(d["libraries"]["candidate"]))
+    rerender(folder)
+    refused(capsys, folder, 2, "trials/trial-2.json: ", fragment)
+
+
+def test_library_recorded_for_a_cuda_arm(rec, capsys):
+    old_ledger(rec)
+    lib = {"path": "libx.so", "sha256": "1" * 64, "symbol": "f", "abi_version": None}
+    edit_trial(rec, 1, lambda d: d.update(libraries={"base": lib}))
+    rerender(rec)
+    refused(capsys, rec, 2, "trials/trial-1.json: libraries.base: the plan's base arm is not a shared-library arm")
+
+
+def test_warm_ups_of_a_timed_case_are_the_plans(rec, capsys):
+    case = first_case(rec)
+    replace_samples(rec, 1, lambda a: a.update({f"{case}/candidate/warmup_ns": a[f"{case}/candidate/warmup_ns"][:1]}))
+    rerender(rec)
+    refused(capsys, rec, 2, f"{case}/candidate/warmup_ns: 1 warm-up runs, the plan's schedule.warmup is 2", lines=None)
+
+
+def test_warm_ups_of_a_case_stopped_before_timing_may_be_fewer(rec, capsys):
+    old_ledger(rec)  # the samples change: the recorded sha256 would tell, and is not what this tests
+    replace_samples(rec, 1, lambda a: a.update({"N=999/base/warmup_ns": np.array([5.0])}))
+    rerender(rec)
+    passes(capsys, rec)

@@ -177,6 +177,7 @@ def check_evidence(folder: Path) -> Evidence:
     events = record.ledger()  # a damaged ledger (a line cut short, an edited event) raises, naming its line
     trials = record.trials()  # each file holds the trial its name says, or this raises
     problems.extend(evidence.ledger_problems(record, events, trials, plan, lock))
+    problems.extend(evidence.library_problems(trials, plan, lock))
     ended = evidence.end_events(events)
     rederived = []
     for trial in trials:

@@ -30,7 +30,7 @@ import numpy as np
 from qualify.evaluate.samples import key
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.plan.digest import sha256_file
-from qualify.plan.model import Plan
+from qualify.plan.model import LibraryArm, Plan
 from qualify.plan.resolve import case_id
 from qualify.results.model import Trial
 from qualify.results.store import LEDGER, Record
@@ -233,8 +233,6 @@ def trial_fact_problems(trial: Trial, plan: Plan, arrays: dict[str, np.ndarray])
         device = trial.provenance.device
         out.append(f"provenance.planned is {trial.provenance.planned}, but the plan "
                    f"{'lists' if planned else 'does not list'} {device.name} (cc {device.compute_capability})")  # fmt: skip
-    if planned and trial.provenance.device.arch not in plan.hardware.architectures:
-        out.append(f"ran on {trial.provenance.device.arch}, which the plan does not compile for")
 
     schedule = plan.schedule
     for name, want in (("mode", schedule.timing), ("cache", schedule.cache),
@@ -244,7 +242,7 @@ def trial_fact_problems(trial: Trial, plan: Plan, arrays: dict[str, np.ndarray])
     if "floor_samples" in trial.timer and trial.timer["floor_samples"] != arrays.get("floor_ns", np.empty(0)).size:
         out.append(f"timer.floor_samples is {trial.timer['floor_samples']}, its raw samples hold "
                    f"{arrays.get('floor_ns', np.empty(0)).size}")  # fmt: skip
-    out.extend(_sample_budget_problems(arrays, plan))
+    out.extend(_sample_budget_problems(arrays, plan, set(ids)))
     out.extend(_status_problems(trial))
     out.extend(_parity_problems(trial, plan))
     out.extend(_control_problems(trial, plan))
@@ -252,16 +250,17 @@ def trial_fact_problems(trial: Trial, plan: Plan, arrays: dict[str, np.ndarray])
     return out
 
 
-def _sample_budget_problems(arrays: dict[str, np.ndarray], plan: Plan) -> list[str]:
+def _sample_budget_problems(arrays: dict[str, np.ndarray], plan: Plan, reported: set[str]) -> list[str]:
     out = []
     schedule, limit = plan.schedule, plan.budget.max_samples
     for name, arr in sorted(arrays.items()):
-        field = name.rsplit("/", 1)[-1]
+        case, field = name.rsplit("/", 2)[0], name.rsplit("/", 1)[-1]
         if field == "ns" and arr.size > limit:
             out.append(f"{name}: {arr.size} timed samples, the plan's budget.max_samples is {limit}")
         if field == "block" and arr.size and int(arr.max()) >= schedule.blocks:
             out.append(f"{name}: block {int(arr.max())}, the plan's schedule.blocks is {schedule.blocks}")
-        if field == "warmup_ns" and arr.size != schedule.warmup:
+        # every warm-up of a timed case ran; a trial stopped during warm-up keeps fewer, untimed
+        if field == "warmup_ns" and case in reported and arr.size != schedule.warmup:
             out.append(f"{name}: {arr.size} warm-up runs, the plan's schedule.warmup is {schedule.warmup}")
     return out
 
@@ -343,4 +342,30 @@ def _sanitizer_problems(trial: Trial, plan: Plan) -> list[str]:
         if again.status != "clean" or again.errors != r.errors:
             out.append(f"{r.tool} at {r.case} ({r.side}) says clean, but its exit code {r.exit_code} and "
                        f"summary lines give {again.status} ({again.errors} errors)")  # fmt: skip
+    return out
+
+
+def library_problems(trials: list[Trial], plan: Plan, lock: dict) -> list[Problem]:
+    """The builds a record compared: one pair for the whole record, of the plan's entry point, and
+    the frozen build where the plan names one (`qualify run` refuses another build into a record)."""
+    out = []
+    frozen_hashes = set(lock["files"].values())
+    first: dict[str, tuple[int, str]] = {}
+    for trial in trials:
+        where = f"trials/trial-{trial.index}.json"
+        for side, info in sorted(trial.libraries.items()):
+            arm = plan.arm(side)
+            if not isinstance(arm, LibraryArm):
+                out.append(Problem(f"{where}: libraries.{side}: the plan's {side} arm is not a shared-library arm"))
+                continue
+            if info.symbol != arm.symbol or (arm.abi_version is not None and info.abi_version != arm.abi_version):
+                out.append(Problem(f"{where}: libraries.{side}: symbol {info.symbol!r} ABI {info.abi_version}, the "
+                                   f"plan's is {arm.symbol!r} ABI {arm.abi_version}"))  # fmt: skip
+            if arm.library is not None and info.sha256 not in frozen_hashes:
+                out.append(Problem(f"{where}: libraries.{side}: sha256 {_short(info.sha256)} is not a build the "
+                                   "lock froze"))  # fmt: skip
+            seen = first.setdefault(side, (trial.index, info.sha256))
+            if seen[1] != info.sha256:
+                out.append(Problem(f"{where}: libraries.{side}: another build than trial {seen[0]}'s; "
+                                   "a record compares one pair of builds"))  # fmt: skip
     return out
