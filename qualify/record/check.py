@@ -176,7 +176,7 @@ def check_evidence(folder: Path) -> Evidence:
         problems.append(Problem(": ".join(mismatch), frozen=True))
     events = record.ledger()  # a damaged ledger (a line cut short, an edited event) raises, naming its line
     trials = record.trials()  # each file holds the trial its name says, or this raises
-    problems.extend(evidence.ledger_problems(record, events, trials, plan, lock))
+    problems.extend(evidence.ledger_problems(events, trials, plan, lock))
     problems.extend(evidence.library_problems(trials, plan, lock))
     ended = evidence.end_events(events)
     rederived = []

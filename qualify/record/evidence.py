@@ -61,7 +61,8 @@ def _origin(event: dict) -> str:
 # -- the ledger against the trial files -------------------------------------------------------
 
 
-def ledger_problems(record: Record, events: list[dict], trials: list[Trial], plan: Plan, lock: dict) -> list[Problem]:
+def _sequence(events: list[dict]) -> tuple[dict[int, dict], dict[int, dict], list[Problem]]:
+    """Each trial's start and end event, and what is wrong with their order."""
     out: list[Problem] = []
     started: dict[int, dict] = {}
     ended: dict[int, dict] = {}
@@ -86,7 +87,18 @@ def ledger_problems(record: Record, events: list[dict], trials: list[Trial], pla
     if order != list(range(1, len(order) + 1)):
         out.append(Problem(f"{LEDGER}: trials start in the order {order[:8]}; qualify numbers them 1, 2, 3… "
                            "as they start"))  # fmt: skip
+    # a trial never ended: the process died. Qualify closes it before the next trial starts, so
+    # only the last trial of each run (each source of a merge) may still be open.
+    last_start = {_origin(started[index]): index for index in order}
+    for index, event in sorted(started.items()):
+        if index not in ended and last_start.get(_origin(event)) != index:
+            out.append(Problem(f"{LEDGER}: trial {index} never ended, yet a later trial started: "
+                               "qualify ends a trial before it starts another"))  # fmt: skip
+    return started, ended, out
 
+
+def ledger_problems(events: list[dict], trials: list[Trial], plan: Plan, lock: dict) -> list[Problem]:
+    started, ended, out = _sequence(events)
     digest = lock["digest"]
     for index, event in sorted(started.items()):
         if event.get("digest") != digest:
@@ -97,16 +109,6 @@ def ledger_problems(record: Record, events: list[dict], trials: list[Trial], pla
             ))  # fmt: skip
         if not isinstance(event.get("device_uuid"), str) or not event["device_uuid"]:
             out.append(Problem(f"{LEDGER}: trial {index}'s start names no device_uuid"))
-
-    # a trial never ended: the process died. Qualify closes it before the next trial starts, so
-    # only the last trial of each run (each source of a merge) may still be open.
-    last_start = {}
-    for index in order:
-        last_start[_origin(started[index])] = index
-    for index, event in sorted(started.items()):
-        if index not in ended and last_start.get(_origin(event)) != index:
-            out.append(Problem(f"{LEDGER}: trial {index} never ended, yet a later trial started: "
-                               "qualify ends a trial before it starts another"))  # fmt: skip
 
     files = {t.index: t for t in trials}
     for trial in trials:
