@@ -177,10 +177,15 @@ def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> 
 def report_cmd(folders: tuple[Path, ...], check_only: bool, merge_into: Path | None) -> None:
     """Re-render a record's results.json and README.md from its trials, check it, or merge records."""
     from qualify.pipeline import exit_code
-    from qualify.record.check import check_record, rebuild_record
+    from qualify.record.check import check_exit_code, inspect_record, rebuild_record
     from qualify.record.merge import merge_records
 
     if merge_into is not None:
+        if check_only:
+            # --check never writes; a merge always does. Refused rather than guessed at: check
+            # each record, then merge (the merge checks the evidence of what it merges).
+            raise UsageError("--check and --merge do not combine: --check never writes and --merge "
+                             "writes a record; check each RECORD, then merge them")  # fmt: skip
         results = merge_records(list(folders), merge_into)
         out.print(f"merged {len(folders)} records into {merge_into}: {len(results.trials)} trials, "
                   f"verdict {results.verdict.status}")  # fmt: skip
@@ -189,12 +194,14 @@ def report_cmd(folders: tuple[Path, ...], check_only: bool, merge_into: Path | N
         raise click.UsageError("give one RECORD, or several with --merge")
     folder = folders[0]
     if check_only:
-        problems = check_record(folder)
+        problems = inspect_record(folder)
+        shown = _printable(str(folder))
         for problem in problems:
-            _fail_line(f"qualify: check: {folder}: {problem}")
+            _fail_line(f"qualify: check: {shown}: {_printable(problem.text)}")
         if problems:
-            raise SystemExit(ExitCode.BAD_INPUT)
-        out.print(f"{folder}: every number in results.json and README.md reproduces from the raw samples")
+            raise SystemExit(check_exit_code(problems))
+        out.print(f"{folder}: every number in results.json and README.md reproduces from the raw samples, "
+                  "and the ledger, trial files and plan agree")  # fmt: skip
         return
     results = rebuild_record(folder)
     out.print(f"re-rendered {folder}: verdict {results.verdict.status}")
@@ -279,6 +286,10 @@ def doctor_cmd(ordinal: int, plan_path: Path | None, as_json: bool) -> None:
         problems = sum(c.status == "fail" for c in report.checks)
         _fail_line(f"qualify: error: doctor: this host cannot qualify: {problems} check(s) failed (FAIL above)")
     raise SystemExit(report.exit_code)
+
+def _printable(text: str) -> str:
+    """One line whatever a path or a quoted value holds: control characters are escaped."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def terminate_as_interrupt() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import io
+import math
 import zipfile
 from pathlib import Path
 
@@ -81,13 +82,19 @@ def load(path: Path) -> dict[str, np.ndarray]:
 
 
 def _parse_npy(data: bytes, name: str) -> np.ndarray:
-    if data[:6] != b"\x93NUMPY":
+    # Every length is checked before it is used: a member cut short must be refused as
+    # unreadable, never reach an IndexError or a read past the end.
+    if len(data) < 10 or data[:6] != b"\x93NUMPY":
         raise ValueError(f"{name}: not an .npy array")
     major = data[6]
     if major == 1:
         size, start = int.from_bytes(data[8:10], "little"), 10
-    else:
+    elif major in (2, 3) and len(data) >= 12:
         size, start = int.from_bytes(data[8:12], "little"), 12
+    else:
+        raise ValueError(f"{name}: unsupported .npy version {major}")
+    if start + size > len(data):
+        raise ValueError(f"{name}: .npy header cut short")
     header = data[start : start + size].decode("latin1").replace("\x00", " ").strip()
     try:
         meta = ast.literal_eval(header)
@@ -102,5 +109,76 @@ def _parse_npy(data: bytes, name: str) -> np.ndarray:
         raise ValueError(f"{name}: unknown dtype {meta.get('descr')!r}") from None
     if dtype.hasobject:
         raise ValueError(f"{name}: object arrays are refused")
-    count = int(np.prod(meta["shape"], dtype=np.int64))
+    count = math.prod(meta["shape"])  # Python integers: a product of huge dimensions cannot wrap
+    payload = len(data) - start - size
+    if count * dtype.itemsize != payload:
+        raise ValueError(f"{name}: {payload:,} bytes of data, its header announces {count:,} x {dtype.itemsize}")
     return np.frombuffer(data, dtype=dtype, count=count, offset=start + size).reshape(meta["shape"]).copy()
+
+
+# What each field of a series must be for the statistics to mean anything: timings and telemetry
+# are real numbers, blocks and throttle reasons integers. numpy would happily take the median of
+# strings or booleans; the check refuses them first, naming the series.
+_REAL = "f"
+_INTEGER = "iu"
+FIELD_KINDS = {"ns": _REAL, "block": _INTEGER, "sm_mhz": _REAL + _INTEGER, "throttle": _INTEGER,
+               "temp_c": _REAL + _INTEGER, "warmup_ns": _REAL}  # fmt: skip
+PER_SAMPLE = ("ns", "block", "sm_mhz", "throttle", "temp_c")  # one entry per timed sample
+
+
+def series_problems(arrays: dict[str, np.ndarray]) -> list[str]:
+    """Why these arrays cannot be the raw samples of a trial: 'KEY: what is wrong' per problem.
+
+    Names are '<case>/<series>/<field>' or 'floor_ns'; every array is one-dimensional and of its
+    field's kind; timings are finite and not negative; a timed series holds at least one sample
+    and every per-sample field of it as many entries as 'ns'.
+    """
+    problems = []
+    lengths: dict[tuple[str, str], dict[str, int]] = {}
+    refused: set[tuple[str, str, str]] = set()  # reported once, not again as "missing"
+    for name, arr in sorted(arrays.items()):
+        if name == "floor_ns":
+            field = "floor_ns"
+        else:
+            parts = name.rsplit("/", 2)
+            if len(parts) != 3 or parts[1] not in SERIES or parts[2] not in FIELDS or not parts[0]:
+                problems.append(f"{name}: not a series qualify records ('<case>/<series>/<field>', "
+                                f"series {', '.join(SERIES)}; fields {', '.join(FIELDS)})")  # fmt: skip
+                continue
+            field = parts[2]
+        problem = _array_problem(field, arr)
+        if problem:
+            problems.append(f"{name}: {problem}")
+            if name != "floor_ns":
+                refused.add((parts[0], parts[1], field))
+        elif field in PER_SAMPLE:
+            lengths.setdefault((parts[0], parts[1]), {})[field] = arr.size
+    for (case, series), found in sorted(lengths.items()):
+        where = f"{case}/{series}"
+        if (case, series, "ns") in refused:
+            continue
+        if "ns" not in found:
+            problems.append(f"{where}/ns: missing, while {', '.join(sorted(found))} are present")
+            continue
+        if found["ns"] == 0:
+            problems.append(f"{where}/ns: empty: a timed series holds at least one sample")
+            continue
+        for field in PER_SAMPLE[1:]:
+            if found.get(field) != found["ns"] and (case, series, field) not in refused:
+                have = "missing" if field not in found else f"{found[field]:,} entries"
+                problems.append(f"{where}/{field}: {have}, its ns has {found['ns']:,}")
+    return problems
+
+
+def _array_problem(field: str, arr: np.ndarray) -> str | None:
+    kinds = FIELD_KINDS.get(field, _REAL)
+    if arr.ndim != 1:
+        return f"{arr.ndim}-dimensional, expected one dimension"
+    if arr.dtype.kind not in kinds:
+        want = "real numbers" if kinds == _REAL else "integers" if kinds == _INTEGER else "numbers"
+        return f"dtype {arr.dtype.str}, expected {want}"
+    if field in ("ns", "warmup_ns", "floor_ns") and not np.all(np.isfinite(arr) & (arr >= 0)):
+        return "holds a negative or non-finite duration"
+    if field in ("block", "throttle") and arr.size and arr.min() < 0:
+        return "holds a negative value"
+    return None

@@ -1,21 +1,24 @@
 """Check a record: recompute everything it claims from its raw samples and list every disagreement.
 
 A record is trustworthy when the chain plan → trials → results.json → README.md holds link by link:
-the plan still matches its lock, every trial ran under that digest, every raw-sample file is the one
-the trial names (sha256), every statistic in a trial is what its samples give, results.json holds
-exactly those trials and the verdict they imply, and README.md is exactly what they render to.
-Problems are returned as sentences (data); unreadable files raise PlanError naming the file.
+the plan still matches its lock and the digest the ledger recorded when the trials ran, the ledger
+and the trial files tell one story (`qualify.record.evidence`), every raw-sample file is the one
+the trial names (sha256) and well formed, every statistic and fact in a trial is what its samples
+and its plan give, results.json holds exactly those trials and the verdict they imply, and
+results.json and README.md are, byte for byte, what `qualify report` writes for them.
+Problems are returned as data; unreadable files raise PlanError naming the file.
 """
 
 from __future__ import annotations
 
 import math
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from qualify.errors import PlanError
+from qualify.errors import ExitCode, PlanError
 from qualify.evaluate import samples as raw
 from qualify.evaluate.recompute import recompute_trial
 from qualify.evaluate.verdict import verdict
@@ -31,9 +34,11 @@ from qualify.record.assemble import (
     read_record_plan,
     write_record,
 )
+from qualify.record import evidence
+from qualify.record.evidence import Problem
 from qualify.record.render import render_readme
 from qualify.results.model import Results, Trial
-from qualify.results.store import Record
+from qualify.results.store import Record, results_json
 
 # JSON round-trips floats exactly, so recomputed statistics normally match bit for bit; the
 # tolerance only absorbs last-digit differences between numpy builds. The absolute part keeps
@@ -84,11 +89,12 @@ def load_samples(path: Path) -> dict[str, np.ndarray]:
         return raw.load(path)
     except FileNotFoundError:
         raise PlanError("no such file", file=path) from None
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise PlanError(f"unreadable raw samples: {exc}", file=path) from None
 
 
-def _trial_problems(record: Record, trial: Trial, plan: Plan, lock: dict) -> list[str]:
+def _trial_problems(record: Record, trial: Trial, plan: Plan, lock: dict) -> tuple[list[str], Trial | None]:
+    """What is wrong with one trial, and the trial as its raw samples give it (None: they cannot)."""
     path = record.trial_path(trial.index)
     where = f"trials/{path.name}"
     problems = []
@@ -97,79 +103,140 @@ def _trial_problems(record: Record, trial: Trial, plan: Plan, lock: dict) -> lis
                         f"{LOCK_FILE} says {lock['digest'][:16]}…")  # fmt: skip
     samples = (record.folder / trial.samples_file).resolve()
     if not samples.is_relative_to(record.folder.resolve()):
-        return problems + [f"{where}: samples_file {trial.samples_file!r} lies outside the record"]
+        return problems + [f"{where}: samples_file {trial.samples_file!r} lies outside the record"], None
     if not samples.exists():
-        return problems + [f"{where}: its raw samples {trial.samples_file} are missing"]
+        return problems + [f"{where}: its raw samples {trial.samples_file} are missing"], None
     if not samples.is_file():
-        return problems + [f"{where}: its raw samples {trial.samples_file} are not a file"]
+        return problems + [f"{where}: its raw samples {trial.samples_file} are not a file"], None
     digest = sha256_file(samples)
     if digest != trial.samples_sha256:
         # the samples are not the ones the trial was derived from: recomputing from them proves nothing
         return problems + [f"{trial.samples_file}: sha256 {digest[:16]}… differs from the trial's "
-                           f"samples_sha256 {trial.samples_sha256[:16]}…: the raw samples changed"]  # fmt: skip
+                           f"samples_sha256 {trial.samples_sha256[:16]}…: the raw samples changed"], None  # fmt: skip
     arrays = load_samples(samples)
+    bad = raw.series_problems(arrays)
+    if bad:  # statistics of malformed series would be meaningless, or not computable at all
+        return problems + _listed(trial.samples_file, bad, "unusable raw samples"), None
+    problems += _listed(where, evidence.trial_fact_problems(trial, plan, arrays), "contradicts its evidence")
     try:
         again = recompute_trial(trial, arrays, plan.schedule.iterations_per_sample)
-    except KeyError as exc:
-        raise PlanError(f"raw samples lack the series {exc}", file=samples) from None
+    except KeyError as exc:  # a listed case its samples do not time: reported above
+        return problems + [f"{trial.samples_file}: lacks the series {exc}"], None
     diffs = differences(trial.model_dump(mode="json"), again.model_dump(mode="json"))
-    return problems + _listed(where, diffs, "differs from its raw samples")
+    return problems + _listed(where, diffs, "differs from its raw samples"), again
 
 
-def _readme_problem(folder: Path, expected: str) -> list[str]:
-    path = folder / README_FILE
-    if not path.exists():
-        return [f"{README_FILE}: missing"]
-    found = path.read_text(encoding="utf-8")
+def _text_problem(folder: Path, name: str, expected: str) -> list[str]:
+    """The first byte-level difference between a derived file and what qualify writes for it."""
+    path = folder / name
+    if not path.is_file():
+        return [f"{name}: missing"]
+    try:
+        found = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return [f"{name}: not UTF-8 ({exc.reason} at byte {exc.start})"]
+    except OSError as exc:
+        raise PlanError(f"unreadable: {exc.strerror or exc}", file=path) from None
     if found == expected:
         return []
-    want, got = expected.splitlines(), found.splitlines()
+    # lines end at "\n" only: a carriage return left in a line is a difference to show, not to hide
+    want, got = _lines(expected), _lines(found)
     for n, (a, b) in enumerate(zip(want, got), 1):
         if a != b:
-            return [f"{README_FILE} line {n} differs from the rendered record: expected {a!r}, found {b!r}"]
+            return [f"{name} line {n} differs from the rendered record: expected {a!r}, found {b!r}"]
     if len(want) != len(got):
         n = min(len(want), len(got)) + 1
         shown = f"found {got[n - 1]!r}" if len(got) > len(want) else f"expected {want[n - 1]!r}"
-        return [f"{README_FILE} line {n}: {'extra' if len(got) > len(want) else 'missing'} line ({shown})"]
-    return [f"{README_FILE} differs from the rendered record in line endings or the final newline"]
+        return [f"{name} line {n}: {'extra' if len(got) > len(want) else 'missing'} line ({shown})"]
+    return [f"{name} differs from the rendered record in its final newline"]
 
 
-def check_record(folder: Path) -> list[str]:
-    """Every way the record disagrees with its own evidence; an empty list means it checks out."""
+def _lines(text: str) -> list[str]:
+    lines = text.split("\n")
+    return lines[:-1] if text.endswith("\n") else lines
+
+
+@dataclass(frozen=True)
+class Evidence:
+    plan: Plan
+    lock: dict
+    trials: list[Trial]  # as their files hold them
+    rederived: list[Trial]  # with every statistic as the raw samples give it
+    problems: list[Problem]
+
+
+def check_evidence(folder: Path) -> Evidence:
+    """The evidence alone (plan, lock, ledger, trial files, raw samples), before the derived files."""
     folder = Path(folder)
     record = Record(folder)
     plan, lock = load_record_plan(folder)
-    problems = []
+    problems: list[Problem] = []
     mismatch = plan_mismatch(plan, lock)
     if mismatch:
-        problems.append(": ".join(mismatch))
-    record.ledger()  # a damaged ledger (a line cut short, an edited event) raises, naming its line
+        problems.append(Problem(": ".join(mismatch), frozen=True))
+    events = record.ledger()  # a damaged ledger (a line cut short, an edited event) raises, naming its line
     trials = record.trials()  # each file holds the trial its name says, or this raises
+    problems.extend(evidence.ledger_problems(events, trials, plan, lock))
+    problems.extend(evidence.library_problems(trials, plan, lock))
+    ended = evidence.end_events(events)
+    rederived = []
     for trial in trials:
-        problems.extend(_trial_problems(record, trial, plan, lock))
+        found, again = _trial_problems(record, trial, plan, lock)
+        if not found and trial.index in ended:
+            # The hashes the ledger recorded say only that a file changed; the checks above say
+            # how, when they can. Reported alone, they catch the edit nothing else can see.
+            found = evidence.hash_problems(record, trial, ended[trial.index])
+        problems.extend(Problem(p) for p in found)
+        rederived.append(again if again is not None else trial)
+    return Evidence(plan, lock, trials, rederived, problems)
+
+
+def inspect_record(folder: Path) -> list[Problem]:
+    """Every way the record disagrees with its own evidence; an empty list means it checks out."""
+    folder = Path(folder)
+    record = Record(folder)
+    ev = check_evidence(folder)
+    plan, lock, trials = ev.plan, ev.lock, ev.trials
 
     results = record.results()
+    found: list[str] = []
     if results.plan_digest != lock["digest"]:
-        problems.append(f"results.json: plan_digest {results.plan_digest[:16]}… is not the "
-                        f"{LOCK_FILE} digest {lock['digest'][:16]}…")  # fmt: skip
+        found.append(f"results.json: plan_digest {results.plan_digest[:16]}… is not the "
+                     f"{LOCK_FILE} digest {lock['digest'][:16]}…")  # fmt: skip
     if results.plan_name != plan.name or results.files != lock["files"]:
-        problems.append(f"results.json: plan_name or files differ from {PLAN_FILE} and {LOCK_FILE}")
+        found.append(f"results.json: plan_name or files differ from {PLAN_FILE} and {LOCK_FILE}")
     stored = [t.index for t in results.trials]
     on_disk = [t.index for t in trials]
     if stored != on_disk:
-        problems.append(f"results.json: holds trials {stored}, the trial files are {on_disk}")
+        found.append(f"results.json: holds trials {stored}, the trial files are {on_disk}")
     else:
         for kept, trial in zip(results.trials, trials):
             diffs = differences(kept.model_dump(mode="json"), trial.model_dump(mode="json"))
-            problems.extend(_listed("results.json", diffs, f"trial {trial.index} differs from its trial file"))
-    fresh = verdict(plan, trials)
+            found.extend(_listed("results.json", diffs, f"trial {trial.index} differs from its trial file"))
+    # the verdict of the statistics as the raw samples give them, not as the trial files state them
+    fresh = verdict(plan, ev.rederived)
     diffs = differences(results.verdict.model_dump(mode="json"), fresh.model_dump(mode="json"), "verdict")
-    problems.extend(_listed("results.json", diffs, "the verdict is not the one its trials give"))
+    found.extend(_listed("results.json", diffs, "the verdict is not the one its trials give"))
+    derived = derive_results(plan, lock, trials)
+    if not found:
+        # equal in every value is not enough: the file must be the bytes `qualify report` writes
+        found.extend(_text_problem(folder, "results.json", results_json(derived)))
 
     # The README must be what the trial files render to, not merely what results.json renders
     # to: a results.json edited to match an edited README must not make the pair pass.
-    problems.extend(_readme_problem(folder, render_readme(derive_results(plan, lock, trials), plan)))
-    return problems
+    found.extend(_text_problem(folder, README_FILE, render_readme(derived, plan)))
+    return ev.problems + [Problem(p) for p in found]
+
+
+def check_record(folder: Path) -> list[str]:
+    """`inspect_record` as sentences."""
+    return [p.text for p in inspect_record(folder)]
+
+
+def check_exit_code(problems: list[Problem]) -> ExitCode:
+    """The exit code of a record that does not check out: 3 when the plan or its lock changed
+    after the run (a frozen input, as for `run`), 2 for any other disagreement."""
+    return ExitCode.FROZEN if any(p.frozen for p in problems) else ExitCode.BAD_INPUT
 
 
 def rebuild_record(folder: Path) -> Results:

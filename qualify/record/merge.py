@@ -6,6 +6,13 @@ sha256 stays, since the bytes do). Ledger events follow their trial with the new
 `merged_from` field naming the source, so a trial's origin stays traceable. A trial seen twice
 (same device UUID and start time: the same record listed twice, or a copy) is taken once.
 
+Only evidence that checks out is merged: each source must pass the evidence half of `report
+--check` (plan, lock, ledger, trial files, raw samples; not its derived results.json and README),
+and the merged record must pass it too before it is renamed into place (two records of one device
+together may exceed the plan's trial budget). A copied trial file is rewritten (new index, new
+samples name), so its end event in the merged ledger records the new file's sha256; the samples
+keep theirs.
+
 The merged record is built in a hidden folder beside the destination and renamed into place, so a
 failure part way leaves no half-merged record behind.
 """
@@ -21,6 +28,8 @@ from qualify.errors import FrozenInputChanged, PlanError, UsageError
 from qualify.io import atomic_write_text
 from qualify.plan.digest import sha256_file
 from qualify.record.assemble import LOCK_FILE, PLAN_FILE, read_record_plan, write_record
+from qualify.record.check import check_evidence
+from qualify.record.evidence import Problem
 from qualify.results.model import Results, Trial
 from qualify.results.store import LEDGER, Record
 
@@ -84,9 +93,15 @@ def merge_records(sources: list[Path], dest: Path) -> Results:
             for event in record.ledger():
                 if event["trial"] in renumber:
                     origin = {"record": str(record.folder), "trial": event["trial"]}
-                    events.append({**event, "trial": renumber[event["trial"]], "merged_from": origin})
+                    moved = {**event, "trial": renumber[event["trial"]], "merged_from": origin}
+                    if event["event"] == "trial_ended":
+                        moved.update(out.evidence_hashes(moved["trial"]))
+                    events.append(moved)
+        for folder in dict.fromkeys(r.folder for r in records):  # a record listed twice is checked once
+            _refuse_problems(check_evidence(folder).problems, folder, "")
         # written whole, not through Record.append: the events keep the times they happened at
         atomic_write_text(staging / LEDGER, "".join(json.dumps(e, sort_keys=True) + "\n" for e in events))
+        _refuse_problems(check_evidence(staging).problems, dest, "the merged record: ")
         results = write_record(out, plan, lock)
         if dest.exists():
             dest.rmdir()  # empty, checked above
@@ -95,6 +110,14 @@ def merge_records(sources: list[Path], dest: Path) -> Results:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return results
+
+
+def _refuse_problems(problems: list[Problem], where: Path, what: str) -> None:
+    if not problems:
+        return
+    more = f" (and {len(problems) - 1} more; see `qualify report --check`)" if len(problems) > 1 else ""
+    error = FrozenInputChanged if any(p.frozen for p in problems) else PlanError
+    raise error(f"{what}{problems[0].text}{more}; only evidence that checks out is merged", file=where)
 
 
 def _copy_trial(source: Record, trial: Trial, out: Record, index: int) -> None:

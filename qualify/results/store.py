@@ -2,7 +2,8 @@
 
     records/<name>/
       plan.json, plan.lock.json   the frozen plan the trials ran under (copied on the first trial)
-      ledger.jsonl                append-only: trial_started / trial_ended events
+      ledger.jsonl                append-only: trial_started / trial_ended events; an end event
+                                  holds the sha256 of the trial file and of its raw samples
       trials/trial-<k>.json       one Trial each, written when the trial ends (however it ends)
       trials/trial-<k>.npz        its raw samples
       results.json                every trial plus the verdict, derived from the files above
@@ -27,6 +28,7 @@ from pydantic import ValidationError
 from qualify import strict_json
 from qualify.errors import FrozenInputChanged, PlanError
 from qualify.io import atomic_write_text
+from qualify.plan.digest import sha256_file
 from qualify.results.model import RESULTS_VERSION, Results, Trial
 
 LEDGER = "ledger.jsonl"
@@ -81,6 +83,10 @@ class Record:
 
     def append(self, event: dict) -> None:
         """Append one event and fsync: the ledger is the part of a record that must survive."""
+        if event.get("event") == "trial_ended":
+            # Whoever ends a trial, the end event binds the files it left: a trial file or raw
+            # samples edited, swapped or replaced later no longer match what the ledger recorded.
+            event = {**self.evidence_hashes(event["trial"]), **event}
         self.folder.mkdir(parents=True, exist_ok=True)
         line = (json.dumps({**event, "at": now_iso()}, sort_keys=True, allow_nan=False) + "\n").encode()
         with open(self.ledger_path, "a+b") as f:  # O_APPEND: the line goes at the end in one write
@@ -105,11 +111,26 @@ class Record:
             for i, s in sorted(started.items())
         ]
 
+    def evidence_hashes(self, index: int) -> dict[str, str]:
+        """sha256 of trial `index`'s file and raw samples, those that exist."""
+        found = {}
+        for name, path in (("trial_sha256", self.trial_path(index)), ("samples_sha256", self.samples_path(index))):
+            if path.is_file():
+                found[name] = sha256_file(path)
+        return found
+
     def close_dangling(self) -> list[int]:
-        """Trials started but never ended (the process died) are marked interrupted, not dropped."""
+        """Trials started but never ended (the process died) are marked interrupted, not dropped.
+
+        A trial whose file was written before the process died keeps the status its file holds:
+        the file is written whole, only the end event was lost.
+        """
         dangling = [t.index for t in self.trials_in_ledger() if t.status is None]
         for index in dangling:
-            self.append({"event": "trial_ended", "trial": index, "status": "interrupted",
+            status = "interrupted"
+            if self.trial_path(index).is_file():
+                status = load_model(Trial, self.trial_path(index)).status
+            self.append({"event": "trial_ended", "trial": index, "status": status,
                          "note": "found without an end event (the process died)"})  # fmt: skip
         return dangling
 
@@ -165,10 +186,22 @@ class Record:
         return out
 
     def write_results(self, results: Results) -> None:
-        atomic_write_text(self.folder / "results.json", results.model_dump_json(indent=1) + "\n")
+        atomic_write_text(self.folder / "results.json", results_json(results))
 
     def results(self) -> Results:
         return load_model(Results, self.folder / "results.json")
+
+
+def results_json(results: Results) -> str:
+    """The exact text of results.json; `report --check` compares the file with it byte for byte.
+
+    Trials are written as their files hold them (`exclude_unset`): a trial file written before a
+    field with a default was added (stream_escape_ns, libraries) must not gain that field in
+    results.json each time the record is re-rendered, or re-rendering would change a committed
+    record. results_version is always written, set or not.
+    """
+    versioned = results.model_copy(update={"results_version": RESULTS_VERSION})
+    return versioned.model_dump_json(indent=1, exclude_unset=True) + "\n"
 
 
 def load_model(model, path: Path):
