@@ -246,7 +246,7 @@ def test_damaged_record_is_refused(rec, capsys, damage, command, code, fragments
 def test_record_plan_edited_is_a_check_problem_too(rec, capsys):
     _plan_edited(rec)
     code, _, err = run_cli(["report", "--check", rec], capsys)
-    assert code == 2 and "Traceback" not in err
+    assert code == 3 and "Traceback" not in err
     assert f"qualify: check: {rec}: plan.json: its digest is " in err.splitlines()[0]
 
 

@@ -484,7 +484,7 @@ def test_merge_keeps_a_trial_that_left_only_a_ledger_entry(two_records, tmp_path
     a, b = two_records
     crashed = Path(shutil.copytree(a, tmp_path / "crashed"))
     # the process died during trial 3: started in the ledger, no trial file
-    Record(crashed).append({"event": "trial_started", "trial": 3, "device_uuid": H200.uuid, "digest": "x"})
+    Record(crashed).append({"event": "trial_started", "trial": 3, "device_uuid": H200.uuid, "digest": json.loads((crashed / "plan.lock.json").read_text())["digest"]})
     results = merge_records([crashed, b], tmp_path / "merged")
     assert [t.index for t in results.trials] == [1, 2, 4, 5]
     started = [e for e in Record(tmp_path / "merged").ledger() if e["event"] == "trial_started"]
