@@ -11,6 +11,8 @@ from pathlib import Path
 
 from qualify.build.arms import FitRow, compile_arms, shared_memory_fit
 from qualify.build.nvrtc import CompiledKernel, nvrtc_version
+from qualify.build.params import check_launches
+from qualify.libcheck import check_plan_libraries
 from qualify.errors import PlanError
 from qualify.plan.digest import verify_frozen
 from qualify.plan.load import LoadedPlan, load_plan
@@ -44,6 +46,8 @@ def check_plan(path: str | Path, archs: list[str] | None = None, compile: bool =
                 field="hardware.architectures",
             )
     compiled = compile_arms(loaded, chosen) if compile else {}
+    check_launches(loaded, compiled)
+    check_plan_libraries(loaded)
     return PlanCheck(
         loaded=loaded,
         frozen=loaded.lock is not None,

@@ -125,7 +125,7 @@ def compare_cmd(base_lib: Path, cand_lib: Path, plan_path: Path | None, record_d
 
 def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> None:
     """`run` and `compare`: one code path from the frozen plan to the record and the exit code."""
-    from qualify.pipeline import default_record_dir, exit_code, load_frozen, run_plan
+    from qualify.pipeline import check_libraries, default_record_dir, exit_code, load_frozen, run_plan
     from qualify.plan.model import LibraryArm
     from qualify.render.terminal import run_summary
     from qualify.run.device import CudaDevice
@@ -142,6 +142,7 @@ def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> 
                 raise UsageError("compare needs shared-library arms", file=loaded.path, field=f"arms.{side}.kind")
             if not Path(path).is_file():
                 raise UsageError("no such library", file=path)
+    check_libraries(loaded, libraries)
     folder = record_dir or default_record_dir(loaded)
     device = CudaDevice(ordinal)  # before any output: no GPU is a one-line error, exit 5
     with _progress(samples_per_trial(loaded) * (trials or loaded.plan.schedule.trials)) as advance:

@@ -26,6 +26,15 @@ def load_frozen(plan_path: Path) -> LoadedPlan:
     return loaded
 
 
+def check_libraries(loaded: LoadedPlan, libraries: dict[str, Path] | None) -> None:
+    """`compare`, before the driver opens: the two .so files read as ELF and their ABI called, so a
+    wrong file is named as such rather than reported as a device problem."""
+    from qualify.libcheck import check_compare_libraries
+
+    if libraries is not None:
+        check_compare_libraries(loaded, libraries)
+
+
 def default_record_dir(loaded: LoadedPlan) -> Path:
     return loaded.files.root / "records" / loaded.plan.name
 
