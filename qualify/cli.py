@@ -49,7 +49,13 @@ def plan_check(plan_path: Path, archs: tuple[str, ...], no_compile: bool) -> Non
     from qualify.check import check_plan
     from qualify.render.terminal import plan_check as render
 
-    result = check_plan(plan_path, list(archs) or None, compile=not no_compile)
+    from qualify.errors import FrozenInputChanged
+    from qualify.refreeze import with_remedy
+
+    try:
+        result = check_plan(plan_path, list(archs) or None, compile=not no_compile)
+    except FrozenInputChanged as exc:
+        raise with_remedy(exc) from None
     out.print(render(result))
     if not result.ok:
         raise SystemExit(ExitCode.BUILD)
@@ -57,13 +63,29 @@ def plan_check(plan_path: Path, archs: tuple[str, ...], no_compile: bool) -> Non
 
 @plan.command("freeze")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
-def plan_freeze(plan_path: Path) -> None:
+@click.option("--replace", is_flag=True,
+              help="Rewrite an existing lock for the plan as it is now; refused once a record holds a trial "
+                   "under the old lock (records/* and every --record folder are searched).")
+@click.option("--record", "records", multiple=True, type=click.Path(path_type=Path),
+              help="With --replace: also search this record folder for trials.")
+def plan_freeze(plan_path: Path, replace: bool, records: tuple[Path, ...]) -> None:
     """Write PLAN's lock (plan.lock.json): its digest and the sha256 of every file it uses."""
+    from qualify.errors import FrozenInputChanged
     from qualify.plan.digest import freeze
     from qualify.plan.load import load_plan
+    from qualify.refreeze import replace_lock, with_remedy
 
     loaded = load_plan(plan_path)
-    path, written = freeze(loaded.path, loaded.freeze)
+    if replace:
+        path, old = replace_lock(loaded, list(records))
+        state = ("frozen" if old is None else "already frozen, unchanged" if old == loaded.digest
+                 else f"re-frozen (no trial ran under the old digest {old[:16]}…)")  # fmt: skip
+        out.print(f"{state}: {path}\ndigest {loaded.digest}")
+        return
+    try:
+        path, written = freeze(loaded.path, loaded.freeze)
+    except FrozenInputChanged as exc:
+        raise with_remedy(exc) from None
     state = "frozen" if written else "already frozen, unchanged"
     out.print(f"{state}: {path}\ndigest {loaded.digest}")
 
