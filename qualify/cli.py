@@ -90,6 +90,67 @@ def plan_freeze(plan_path: Path, replace: bool, records: tuple[Path, ...]) -> No
     out.print(f"{state}: {path}\ndigest {loaded.digest}")
 
 
+@plan.command("new")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+@click.option("--cuda", "source", type=click.Path(path_type=Path), help="Kernel pair: the base arm's .cu file.")
+@click.option("--kernel", help="Kernel pair: the base arm's __global__ function (a template instantiation is allowed).")
+@click.option("--candidate-cuda", "cand_source", type=click.Path(path_type=Path), help="The candidate's .cu (default: --cuda).")
+@click.option("--candidate-kernel", "cand_kernel", help="The candidate's kernel (default: --kernel).")
+@click.option("--library", "library_pair", is_flag=True, help="Library pair: two builds of a C entry point.")
+@click.option("--symbol", help="Library pair: the entry point (returns an int status; the stream comes last).")
+@click.option("--signature", help="Library pair: its argument types before the stream, e.g. ptr,ptr,i32,f32.")
+@click.option("--base-so", type=click.Path(path_type=Path), help="The base build (default: `compare` binds it).")
+@click.option("--candidate-so", type=click.Path(path_type=Path), help="The candidate build (with --base-so).")
+@click.option("--abi-symbol", help="Library pair: a function returning the ABI version.")
+@click.option("--abi-version", type=int, help="The ABI version the plan requires (with --abi-symbol).")
+@click.option("--error-symbol", help="Library pair: const char* f(int status).")
+@click.option("--arch", "archs", multiple=True, default=("sm_90",), show_default=True, help="Architectures (repeat).")
+@click.option("--fidelity", type=click.Choice(["bytes", "ulp", "abs", "rel"]), default="bytes", show_default=True)
+@click.option("--bound", type=float, help="The fidelity bound (ulp, abs, rel); a placeholder when left out.")
+@click.option("--name", help="The plan's (and record's) name (default: from PLAN's folder).")
+def plan_new(plan_path: Path, source, kernel, cand_source, cand_kernel, library_pair, symbol, signature, base_so,
+             candidate_so, abi_symbol, abi_version, error_symbol, archs, fidelity, bound, name) -> None:  # fmt: skip
+    """Write a skeleton PLAN for a kernel pair (--cuda, --kernel) or a library pair (--library,
+    --symbol, --signature) that passes `plan check` as written; then edit what it lists."""
+    from qualify import scaffold
+
+    name = name or scaffold.default_name(plan_path)
+    archs = list(dict.fromkeys(archs))
+    if library_pair == (source is not None):
+        raise UsageError("give --cuda FILE --kernel NAME for a kernel pair, or --library for a library pair")
+    if library_pair:
+        if not symbol or not signature:
+            raise UsageError("a library pair needs --symbol NAME and --signature TYPES (e.g. ptr,ptr,i32,f32)")
+        if (base_so is None) != (candidate_so is None):
+            raise UsageError("give both --base-so and --candidate-so, or neither (then `compare` binds them)")
+        if (abi_symbol is None) != (abi_version is None):
+            raise UsageError("--abi-symbol and --abi-version go together")
+        skeleton = scaffold.library_skeleton(
+            plan_path, name, symbol, [t.strip() for t in signature.split(",")],
+            (base_so, candidate_so) if base_so is not None else None, archs, fidelity, bound,
+            (abi_symbol, abi_version) if abi_symbol else None, error_symbol)  # fmt: skip
+    else:
+        if not kernel:
+            raise UsageError("a kernel pair needs --kernel NAME")
+        cand_source, cand_kernel = cand_source or source, cand_kernel or kernel
+        if not Path(source).is_file() or not Path(cand_source).is_file():
+            raise UsageError("no such file", file=source if not Path(source).is_file() else cand_source)
+        sizes, _ = scaffold.compiled_sizes(source, kernel, archs[0])
+        cand_sizes, _ = scaffold.compiled_sizes(cand_source, cand_kernel, archs[0])
+        if cand_sizes != sizes:
+            raise UsageError(f"the candidate {cand_kernel} takes byte sizes {cand_sizes}, the base {kernel} "
+                             f"{sizes}: one launch serves both arms", file=cand_source)  # fmt: skip
+        params = scaffold.declared_params(Path(source).read_text(encoding="utf-8", errors="replace"), kernel)
+        if params is None:
+            raise UsageError(f"no __global__ declaration of {kernel.split('<')[0]} found", file=source)
+        skeleton = scaffold.kernel_skeleton(plan_path, name, (source, kernel), (cand_source, cand_kernel),
+                                            params, sizes, archs, fidelity, bound)  # fmt: skip
+    scaffold.write_new_plan(plan_path, skeleton)
+    out.print(f"wrote {plan_path} (plan check passes); edit before `qualify plan freeze`:", soft_wrap=True)
+    for item in skeleton.todo:
+        out.print(f"  - {item}", soft_wrap=True)
+
+
 @plan.command("schema")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here instead of stdout.")
 def plan_schema(output: Path | None) -> None:
