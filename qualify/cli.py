@@ -243,6 +243,31 @@ def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> 
     raise SystemExit(exit_code(outcome.results, interrupted))
 
 
+@cli.command("probe")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+@click.option("--device", "ordinal", type=int, default=0, show_default=True, help="CUDA device ordinal.")
+@click.option("--base-so", type=click.Path(path_type=Path), help="Library arms: the base build.")
+@click.option("--candidate-so", type=click.Path(path_type=Path), help="Library arms: the candidate build.")
+def probe_cmd(plan_path: Path, ordinal: int, base_so: Path | None, candidate_so: Path | None) -> None:
+    """On a GPU: run each case of PLAN once per arm and print the parity a fidelity gate would see,
+    to choose a bound before freezing. Unfrozen plans are allowed; nothing is recorded."""
+    from qualify.libcheck import check_compare_libraries
+    from qualify.plan.load import load_plan
+    from qualify.run.device import CudaDevice
+    from qualify.run.probe import format_probe, run_probe
+
+    loaded = load_plan(plan_path)
+    libraries = {side: p for side, p in (("base", base_so), ("candidate", candidate_so)) if p is not None}
+    check_compare_libraries(loaded, libraries)
+    device = CudaDevice(ordinal)
+    try:
+        result = run_probe(loaded, device, libraries)
+    finally:
+        device.close()
+    for line in format_probe(result):
+        out.print(line, soft_wrap=True)
+
+
 @cli.command("report")
 @click.argument("folders", metavar="RECORD...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--check", "check_only", is_flag=True,
