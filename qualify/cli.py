@@ -328,6 +328,17 @@ def _progress(total: int):
     return bar()
 
 
+def _shown_path(file: str | None) -> str | None:
+    """A path in an error as the user would type it: relative to the working folder when inside
+    it (library code resolves plan paths; messages should not depend on that)."""
+    if file is None or not Path(file).is_absolute():
+        return file
+    try:
+        return str(Path(file).relative_to(Path.cwd()))
+    except ValueError:
+        return file
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and turn every outcome into a documented exit code."""
     verbose = "-v" in (argv or sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:])
@@ -342,6 +353,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail_line(f"qualify: error: {exc.format_message()}")
         sys.exit(ExitCode.BAD_INPUT)
     except QualifyError as exc:
+        exc.file = _shown_path(exc.file)
         _fail_line(f"qualify: error: {exc.one_line()}")
         if isinstance(exc, BuildError) and exc.log:
             _fail_line(exc.log)

@@ -93,3 +93,10 @@ def test_a_record_folder_elsewhere_is_searched_when_named(tmp_path, capsys):
     started(elsewhere, old)
     code, _, _ = run_cli(["plan", "freeze", "--replace", "--record", str(elsewhere), str(path)], capsys)
     assert code == 3
+
+
+def test_paths_in_errors_are_relative_to_the_working_folder(tmp_path, capsys, monkeypatch):
+    path, _ = frozen_then_changed(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(["plan", "freeze", str(path)], capsys)  # an absolute path given
+    assert code == 3 and err.startswith("qualify: error: protocols/tiny/plan.json: changed after freezing")
