@@ -44,6 +44,8 @@ def test_signed_zeros_subnormals_and_nan():
     assert dict(row.ulp_histogram) == {"0": 1, "2": 2}
     assert row.nonfinite == 1
     assert row.max_ulp is None  # a differing non-finite value: no bound passes
+    zeros = probe_buffer("N=1", "out", "f32", f32([0.0]), f32([-0.0]))
+    assert (zeros.max_ulp, zeros.max_abs, zeros.max_rel) == (0, 0.0, float("inf"))  # docs/plan.md's ±0 rule
 
 
 def test_bf16_and_integers():
