@@ -137,3 +137,44 @@ def test_probe_cli_without_a_driver_exits_5_before_any_output(tmp_path, monkeypa
     out = capsys.readouterr()
     assert exc.value.code == 5 and out.out == ""
     assert out.err.startswith("qualify: error: libcuda.so.1: driver: not found") and out.err.count("\n") == 1
+
+
+REF = """\
+import numpy as np
+
+def axpy64(params, inputs):
+    assert set(params) == {"THREADS", "N"} and inputs["x"].dtype == np.float64
+    return {"out": 0.5 * inputs["x"] + inputs["y"]}
+
+def wrong_keys(params, inputs):
+    return {"y": inputs["y"]}
+"""
+
+
+def probe_against_float64(tmp_path, function, kernel):
+    from plans import HEADER, KERNEL
+
+    plan = plan_copy()
+    plan["acceptance"]["fidelity"] = {"mode": "ulp", "bound": 2, "against": "float64", "reference": f"ref.py:{function}"}
+    files = {"kernels/k.cu": KERNEL, "kernels/common.cuh": HEADER, "protocols/tiny/ref.py": REF}
+    return run_probe(load_plan(make_repo(tmp_path, plan, files=files)), FakeDevice({"axpy": kernel}))
+
+
+def test_float64_reference_compares_each_arm_with_the_rounded_reference(tmp_path):
+    result = probe_against_float64(tmp_path, "axpy64", candidate_off_by(3))
+    assert [(b.case, b.compared) for b in result.buffers] == [
+        ("N=1024", "base/float64"), ("N=1024", "candidate/float64"),
+        ("N=4096", "base/float64"), ("N=4096", "candidate/float64"),
+    ]  # fmt: skip
+    base, cand = result.buffers[0], result.buffers[1]
+    assert base.max_ulp is not None and base.max_ulp <= 1  # float32 a*x+y: two roundings at most
+    assert 2 <= cand.max_ulp <= 4  # three ulps off the base, which is within one of the reference
+    assert result.smallest_bound("ulp") == max(b.max_ulp for b in result.buffers)
+    assert "candidate/float64" in "\n".join(format_probe(result))
+
+
+def test_a_reference_breaking_the_contract_names_the_case(tmp_path):
+    from qualify.errors import PlanError
+
+    with pytest.raises(PlanError, match=r"case N=1024: the reference must return a dict of the outputs \['out'\], got \['y'\]"):
+        probe_against_float64(tmp_path, "wrong_keys", axpy)

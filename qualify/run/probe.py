@@ -27,6 +27,7 @@ from qualify.plan.model import ARM_SIDES, LibraryArm
 from qualify.run import inputs as input_gen
 from qualify.run.arms import ArmExec
 from qualify.run.fidelity import _UINT, ITEMSIZE, _ordered, compare
+from qualify.run.reference import host_values, load_reference, reference_outputs
 
 FLOATS = ("bf16", "f16", "f32", "f64")
 # Histogram edges of the per-element ulp distance: 0 (identical value, ±0 included), 1, 2, 3-4,
@@ -38,6 +39,7 @@ ULP_EDGES = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096)
 class BufferProbe:
     case: str
     buffer: str
+    compared: str  # "candidate/base", or "base/float64" and "candidate/float64"
     dtype: str
     elements: int
     identical: int  # bit-identical elements
@@ -82,10 +84,11 @@ def ulp_histogram(dtype: str, expected: np.ndarray, actual: np.ndarray) -> tuple
     return tuple(rows), int(nonfinite.sum())
 
 
-def probe_buffer(case: str, name: str, dtype: str, expected: np.ndarray, actual: np.ndarray) -> BufferProbe:
+def probe_buffer(case: str, name: str, dtype: str, expected: np.ndarray, actual: np.ndarray,
+                 compared: str = "candidate/base") -> BufferProbe:  # fmt: skip
     parity = compare(name, dtype, expected, actual)
     histogram, nonfinite = ulp_histogram(dtype, expected, actual)
-    return BufferProbe(case, name, dtype, parity.elements, parity.elements - parity.differing_elements,
+    return BufferProbe(case, name, compared, dtype, parity.elements, parity.elements - parity.differing_elements,
                        histogram, nonfinite, parity.max_ulp, parity.max_abs, parity.max_rel)  # fmt: skip
 
 
@@ -129,12 +132,14 @@ def run_probe(loaded: LoadedPlan, device, libraries: dict[str, Path] | None = No
             lock = "frozen"
         except FrozenInputChanged:
             lock = "changed since freezing"
+    fid = loaded.plan.acceptance.fidelity
+    function = load_reference(loaded.path, fid.reference) if fid.against == "float64" else None
     kernels = _load_arms(loaded, device, libraries or {})
     rows: list[BufferProbe] = []
     try:
         specs = [s for s in loaded.plan.workload.buffers if s.role == "input"]
         for case in loaded.cases:
-            outputs = {}
+            outputs, host = {}, {}
             for side in ARM_SIDES:
                 arm = case.arms[side]
                 buffers = {b.name: device.alloc(b.nbytes) for b in arm.buffers}
@@ -142,6 +147,7 @@ def run_probe(loaded: LoadedPlan, device, libraries: dict[str, Path] | None = No
                     data = input_gen.generate_case(loaded.plan.seeds, case.id, [(s, arm.buffer(s.name)) for s in specs])
                     for spec, array in zip(specs, data):
                         device.upload(buffers[spec.name], array)
+                        host.setdefault(spec.name, (arm.buffer(spec.name), array))
                     names = [b.name for b in arm.buffers if b.role == "output"]
                     ex = ArmExec(side, kernels[side], arm, buffers, names)
                     ex.bind_args()
@@ -150,13 +156,21 @@ def run_probe(loaded: LoadedPlan, device, libraries: dict[str, Path] | None = No
                     for buf in buffers.values():
                         device.free(buf)
             dtypes = {b.name: b.dtype for b in case.arms["base"].buffers}
-            for name, expected in outputs["base"].items():
-                rows.append(probe_buffer(case.id, name, dtypes[name], expected, outputs["candidate"][name]))
+            if function is None:
+                for name, expected in outputs["base"].items():
+                    rows.append(probe_buffer(case.id, name, dtypes[name], expected, outputs["candidate"][name]))
+                continue
+            inputs = {n: host_values(b.dtype, a, b.shape) for n, (b, a) in host.items()}
+            wanted = {b.name: (b.dtype, b.elements) for b in case.arms["base"].buffers if b.role == "output"}
+            params = {**loaded.plan.workload.params, **case.values}
+            expected = reference_outputs(function, params, inputs, wanted, loaded.path, case.id)
+            for side in ARM_SIDES:
+                for name, got in outputs[side].items():
+                    rows.append(probe_buffer(case.id, name, dtypes[name], expected[name], got, f"{side}/float64"))
     finally:
         for side, kernel in kernels.items():
             if not isinstance(loaded.plan.arm(side), LibraryArm):
                 device.unload_kernel(kernel)
-    fid = loaded.plan.acceptance.fidelity
     return ProbeResult(loaded.plan.name, lock, f"{device.info.name} ({device.info.arch})", fid.mode, fid.bound,
                        fid.against, tuple(rows))  # fmt: skip
 
@@ -191,19 +205,18 @@ def format_probe(result: ProbeResult) -> list[str]:
         f"probe of {result.plan} on {result.device}; plan {result.lock}",
         "exploration, not evidence: one launch per arm and case, no determinism check, no controls; "
         "nothing was recorded",
-        f"compared: candidate against base (the plan's gate: {result.mode}"
-        + (f" <= {result.bound:g}" if result.bound is not None else "") + f", against {result.against})",
+        f"the plan's gate: {result.mode}" + (f" <= {result.bound:g}" if result.bound is not None else "")
+        + f", against {result.against}"
+        + ("" if result.against != "golden" else " (the probe compares candidate with base instead)"),
         "",
     ]
-    if result.against != "base":
-        lines.insert(3, f"note: the plan compares against {result.against}; the probe shows base against candidate")
     width = max([len(b.case) for b in result.buffers] + [4])
-    lines.append(f"{'case':<{width}}  buffer  elements  identical  max ulp  max abs  max rel  ulp distances of differing elements")
+    lines.append(f"{'case':<{width}}  {'compared':<17}  buffer  elements  identical  max ulp  max abs  max rel  ulp distances of differing elements")
     for b in result.buffers:
         spread = ", ".join(f"{label}: {n}" for label, n in b.ulp_histogram)
         if b.nonfinite:
             spread += (", " if spread else "") + f"NaN/Inf: {b.nonfinite}"
-        lines.append(f"{b.case:<{width}}  {b.buffer:<6}  {b.elements:>8}  {b.identical:>9}  "
+        lines.append(f"{b.case:<{width}}  {b.compared:<17}  {b.buffer:<6}  {b.elements:>8}  {b.identical:>9}  "
                      f"{_number(b.max_ulp):>7}  {_number(b.max_abs):>7}  {_number(b.max_rel):>7}  {spread or '-'}")  # fmt: skip
     lines.append("")
     if result.bytes_identical:
