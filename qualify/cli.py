@@ -251,14 +251,14 @@ def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> 
 def probe_cmd(plan_path: Path, ordinal: int, base_so: Path | None, candidate_so: Path | None) -> None:
     """On a GPU: run each case of PLAN once per arm and print the parity a fidelity gate would see,
     to choose a bound before freezing. Unfrozen plans are allowed; nothing is recorded."""
-    from qualify.libcheck import check_compare_libraries
+    from qualify.pipeline import check_libraries
     from qualify.plan.load import load_plan
     from qualify.run.device import CudaDevice
     from qualify.run.probe import format_probe, run_probe
 
     loaded = load_plan(plan_path)
     libraries = {side: p for side, p in (("base", base_so), ("candidate", candidate_so)) if p is not None}
-    check_compare_libraries(loaded, libraries)
+    check_libraries(loaded, libraries)
     device = CudaDevice(ordinal)
     try:
         result = run_probe(loaded, device, libraries)

@@ -27,12 +27,15 @@ def load_frozen(plan_path: Path) -> LoadedPlan:
 
 
 def check_libraries(loaded: LoadedPlan, libraries: dict[str, Path] | None) -> None:
-    """`compare`, before the driver opens: the two .so files read as ELF and their ABI called, so a
-    wrong file is named as such rather than reported as a device problem."""
-    from qualify.libcheck import check_compare_libraries
+    """Before the driver opens: the .so files given to `compare` (or named by the plan, for `run`)
+    read as ELF and their ABI called, so a wrong file is named as such rather than reported as a
+    device problem."""
+    from qualify.libcheck import check_compare_libraries, check_plan_libraries
 
-    if libraries is not None:
+    if libraries:
         check_compare_libraries(loaded, libraries)
+    else:
+        check_plan_libraries(loaded)
 
 
 def default_record_dir(loaded: LoadedPlan) -> Path:
