@@ -43,7 +43,7 @@ def plan() -> None:
 @plan.command("check")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
 @click.option("--arch", "archs", multiple=True, help="Compile only these of the plan's architectures.")
-@click.option("--no-compile", is_flag=True, help="Validate and resolve only.")
+@click.option("--no-compile", is_flag=True, help="Validate and resolve only (no compilation, no launch or library checks).")
 def plan_check(plan_path: Path, archs: tuple[str, ...], no_compile: bool) -> None:
     """Validate PLAN, print its digest, resolve every case and compile both arms."""
     from qualify.check import check_plan
