@@ -22,7 +22,12 @@ def load_frozen(plan_path: Path) -> LoadedPlan:
     if loaded.lock is None:
         raise FrozenInputChanged("the plan is not frozen; run `qualify plan freeze` before measuring",
                                  file=loaded.path)  # fmt: skip
-    verify_frozen(loaded.path, loaded.freeze, loaded.lock)
+    try:
+        verify_frozen(loaded.path, loaded.freeze, loaded.lock)
+    except FrozenInputChanged as exc:
+        from qualify.refreeze import with_remedy
+
+        raise with_remedy(exc) from None
     return loaded
 
 

@@ -100,3 +100,12 @@ def test_paths_in_errors_are_relative_to_the_working_folder(tmp_path, capsys, mo
     monkeypatch.chdir(tmp_path)
     code, _, err = run_cli(["plan", "freeze", str(path)], capsys)  # an absolute path given
     assert code == 3 and err.startswith("qualify: error: protocols/tiny/plan.json: changed after freezing")
+
+
+def test_run_on_a_changed_plan_names_the_remedy(tmp_path):
+    from qualify.errors import FrozenInputChanged
+    from qualify.pipeline import load_frozen
+
+    path, _ = frozen_then_changed(tmp_path)
+    with pytest.raises(FrozenInputChanged, match="plan freeze --replace"):
+        load_frozen(path)
