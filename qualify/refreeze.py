@@ -94,6 +94,23 @@ def replace_lock(loaded: LoadedPlan, extra_records: list[Path] = ()) -> tuple[Pa
                 f"{old['digest'][:16]}…; that evidence binds to the plan as frozen: {NEW_PLAN}",
                 file=shown(path, loaded.files.root),
             )
+        for folder in record_folders(loaded, list(extra_records)):
+            if any(_lock_digest(copy) == old["digest"] for copy in folder.glob("*.lock.json")):
+                # a run bound this record to the old lock and died before its trial started: the
+                # record would keep that copy beside trials of the new plan
+                raise FrozenInputChanged(
+                    f"cannot replace the lock: {shown(folder, loaded.files.root)} holds a copy of the old lock "
+                    "but no trial; remove that record folder (it holds no evidence) and re-freeze",
+                    file=shown(path, loaded.files.root),
+                )
     if old is None or old["digest"] != loaded.digest:
         atomic_write_text(path, json.dumps(loaded.freeze.to_json(loaded.path.name), indent=2) + "\n")
     return path, (old["digest"] if old is not None else None)
+
+
+def _lock_digest(path: Path) -> str | None:
+    try:
+        data = strict_json.parse(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, strict_json.JSONProblem):
+        return None
+    return data.get("digest") if isinstance(data, dict) else None

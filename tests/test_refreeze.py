@@ -109,3 +109,12 @@ def test_run_on_a_changed_plan_names_the_remedy(tmp_path):
     path, _ = frozen_then_changed(tmp_path)
     with pytest.raises(FrozenInputChanged, match="plan freeze --replace"):
         load_frozen(path)
+
+
+def test_a_record_bound_to_the_old_lock_without_trials_is_named(tmp_path, capsys):
+    path, _ = frozen_then_changed(tmp_path)
+    folder = tmp_path / "records" / "tiny"
+    folder.mkdir(parents=True)
+    (folder / "plan.lock.json").write_bytes(lock_path(path).read_bytes())  # what bind() copies
+    code, _, err = run_cli(["plan", "freeze", "--replace", str(path)], capsys)
+    assert code == 3 and "records/tiny holds a copy of the old lock but no trial" in err
