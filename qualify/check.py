@@ -12,8 +12,8 @@ from pathlib import Path
 from qualify.build.arms import FitRow, compile_arms, shared_memory_fit
 from qualify.build.nvrtc import CompiledKernel, nvrtc_version
 from qualify.build.params import check_launches
-from qualify.libcheck import check_plan_libraries
 from qualify.errors import PlanError
+from qualify.libcheck import check_plan_libraries
 from qualify.plan.digest import verify_frozen
 from qualify.plan.load import LoadedPlan, load_plan
 

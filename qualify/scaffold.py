@@ -155,10 +155,9 @@ def _buffers_and_controls(pointers: list[tuple[str, str, bool]], plan: dict, tod
     return buffers
 
 
-def _scalar_value(kind: str, pname: str):
-    if kind.startswith("f"):
-        return 1.0
-    return "N"
+def _scalar_value(kind: str):
+    """Integers default to the case's size N, floats to 1.0: placeholders that resolve."""
+    return 1.0 if kind.startswith("f") else "N"
 
 
 def kernel_skeleton(plan_path: Path, name: str, base: tuple[Path, str], candidate: tuple[Path, str],
@@ -186,7 +185,7 @@ def kernel_skeleton(plan_path: Path, name: str, base: tuple[Path, str], candidat
                 raise UsageError(f"parameter {k} ({p.ctype} {p.name}): qualify passes pointers and the scalars "
                                  f"{', '.join(sorted(set(SCALAR_TYPES.values())))}, not {p.ctype!r}",
                                  file=base[0])  # fmt: skip
-            args.append({"kind": kind, "value": _scalar_value(kind, p.name)})
+            args.append({"kind": kind, "value": _scalar_value(kind)})
     planned = [ARG_BYTES[a["kind"]] for a in args]
     if planned != sizes:
         raise UsageError(f"the declaration reads as byte sizes {planned} but the compiled kernel takes {sizes}; "
@@ -226,7 +225,7 @@ def library_skeleton(plan_path: Path, name: str, symbol: str, signature: list[st
             call.append({"kind": "buffer", "name": pointers[ptr_index][0]})
             ptr_index += 1
         else:
-            call.append({"kind": t, "value": _scalar_value(t, "")})
+            call.append({"kind": t, "value": _scalar_value(t)})
     folder = plan_path.parent
     for k, side in enumerate(("base", "candidate")):
         arm: dict = {"kind": "library", "symbol": symbol, "signature": list(signature)}
