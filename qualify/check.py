@@ -11,7 +11,9 @@ from pathlib import Path
 
 from qualify.build.arms import FitRow, compile_arms, headers_read, shared_memory_fit
 from qualify.build.nvrtc import CompiledKernel, nvrtc_version
+from qualify.build.params import check_launches
 from qualify.errors import PlanError
+from qualify.libcheck import check_plan_libraries
 from qualify.plan.digest import compute_freeze, freeze, verify_frozen
 from qualify.plan.files import PlanFiles
 from qualify.plan.load import LoadedPlan, load_plan
@@ -45,6 +47,9 @@ def check_plan(path: str | Path, archs: list[str] | None = None, compile: bool =
                 field="hardware.architectures",
             )
     compiled = compile_arms(loaded, chosen) if compile else {}
+    check_launches(loaded, compiled)
+    if compile:  # --no-compile validates the plan alone; the artifacts' checks come with the build
+        check_plan_libraries(loaded)
     return PlanCheck(
         loaded=loaded,
         frozen=loaded.lock is not None,

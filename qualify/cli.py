@@ -59,13 +59,19 @@ def plan() -> None:
 @plan.command("check")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
 @click.option("--arch", "archs", multiple=True, help="Compile only these of the plan's architectures.")
-@click.option("--no-compile", is_flag=True, help="Validate and resolve only.")
+@click.option("--no-compile", is_flag=True, help="Validate and resolve only (no compilation, no launch or library checks).")
 def plan_check(plan_path: Path, archs: tuple[str, ...], no_compile: bool) -> None:
     """Validate PLAN, print its digest, resolve every case and compile both arms."""
     from qualify.check import check_plan
     from qualify.render.terminal import plan_check as render
 
-    result = check_plan(plan_path, list(archs) or None, compile=not no_compile)
+    from qualify.errors import FrozenInputChanged
+    from qualify.refreeze import with_remedy
+
+    try:
+        result = check_plan(plan_path, list(archs) or None, compile=not no_compile)
+    except FrozenInputChanged as exc:
+        raise with_remedy(exc) from None
     out.print(render(result))
     if not result.ok:
         raise SystemExit(ExitCode.BUILD)
@@ -73,13 +79,93 @@ def plan_check(plan_path: Path, archs: tuple[str, ...], no_compile: bool) -> Non
 
 @plan.command("freeze")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
-def plan_freeze(plan_path: Path) -> None:
+@click.option("--replace", is_flag=True,
+              help="Rewrite an existing lock for the plan as it is now; refused once a record holds a trial "
+                   "under the old lock (records/* and every --record folder are searched).")
+@click.option("--record", "records", multiple=True, type=click.Path(path_type=Path),
+              help="With --replace: also search this record folder for trials.")
+def plan_freeze(plan_path: Path, replace: bool, records: tuple[Path, ...]) -> None:
     """Write PLAN's lock (plan.lock.json): its digest and the sha256 of every file it uses."""
     from qualify.check import freeze_plan
+    from qualify.errors import FrozenInputChanged
+    from qualify.plan.load import load_plan
+    from qualify.refreeze import replace_lock, with_remedy
 
-    _, path, written, digest = freeze_plan(plan_path)
+    if replace:
+        loaded = load_plan(plan_path)
+        path, old = replace_lock(loaded, list(records))
+        digest = json.loads(path.read_text())["digest"]
+        state = ("frozen" if old is None else "already frozen, unchanged" if old == digest
+                 else f"re-frozen (no trial ran under the old digest {old[:16]}…)")  # fmt: skip
+        out.print(f"{state}: {path}\ndigest {digest}")
+        return
+    try:
+        _, path, written, digest = freeze_plan(plan_path)
+    except FrozenInputChanged as exc:
+        raise with_remedy(exc) from None
     state = "frozen" if written else "already frozen, unchanged"
     out.print(f"{state}: {_shown(path)}\ndigest {digest}")
+
+
+@plan.command("new")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+@click.option("--cuda", "source", type=click.Path(path_type=Path), help="Kernel pair: the base arm's .cu file.")
+@click.option("--kernel", help="Kernel pair: the base arm's __global__ function (a template instantiation is allowed).")
+@click.option("--candidate-cuda", "cand_source", type=click.Path(path_type=Path), help="The candidate's .cu (default: --cuda).")
+@click.option("--candidate-kernel", "cand_kernel", help="The candidate's kernel (default: --kernel).")
+@click.option("--library", "library_pair", is_flag=True, help="Library pair: two builds of a C entry point.")
+@click.option("--symbol", help="Library pair: the entry point (returns an int status; the stream comes last).")
+@click.option("--signature", help="Library pair: its argument types before the stream, e.g. ptr,ptr,i32,f32.")
+@click.option("--base-so", type=click.Path(path_type=Path), help="The base build (default: `compare` binds it).")
+@click.option("--candidate-so", type=click.Path(path_type=Path), help="The candidate build (with --base-so).")
+@click.option("--abi-symbol", help="Library pair: a function returning the ABI version.")
+@click.option("--abi-version", type=int, help="The ABI version the plan requires (with --abi-symbol).")
+@click.option("--error-symbol", help="Library pair: const char* f(int status).")
+@click.option("--arch", "archs", multiple=True, default=("sm_90",), show_default=True, help="Architectures (repeat).")
+@click.option("--fidelity", type=click.Choice(["bytes", "ulp", "abs", "rel"]), default="bytes", show_default=True)
+@click.option("--bound", type=float, help="The fidelity bound (ulp, abs, rel); a placeholder when left out.")
+@click.option("--name", help="The plan's (and record's) name (default: from PLAN's folder).")
+def plan_new(plan_path: Path, source, kernel, cand_source, cand_kernel, library_pair, symbol, signature, base_so,
+             candidate_so, abi_symbol, abi_version, error_symbol, archs, fidelity, bound, name) -> None:  # fmt: skip
+    """Write a skeleton PLAN for a kernel pair (--cuda, --kernel) or a library pair (--library,
+    --symbol, --signature) that passes `plan check` as written; then edit what it lists."""
+    from qualify import scaffold
+
+    name = name or scaffold.default_name(plan_path)
+    archs = list(dict.fromkeys(archs))
+    if library_pair == (source is not None):
+        raise UsageError("give --cuda FILE --kernel NAME for a kernel pair, or --library for a library pair")
+    if library_pair:
+        if not symbol or not signature:
+            raise UsageError("a library pair needs --symbol NAME and --signature TYPES (e.g. ptr,ptr,i32,f32)")
+        if (base_so is None) != (candidate_so is None):
+            raise UsageError("give both --base-so and --candidate-so, or neither (then `compare` binds them)")
+        if (abi_symbol is None) != (abi_version is None):
+            raise UsageError("--abi-symbol and --abi-version go together")
+        skeleton = scaffold.library_skeleton(
+            plan_path, name, symbol, [t.strip() for t in signature.split(",")],
+            (base_so, candidate_so) if base_so is not None else None, archs, fidelity, bound,
+            (abi_symbol, abi_version) if abi_symbol else None, error_symbol)  # fmt: skip
+    else:
+        if not kernel:
+            raise UsageError("a kernel pair needs --kernel NAME")
+        cand_source, cand_kernel = cand_source or source, cand_kernel or kernel
+        if not Path(source).is_file() or not Path(cand_source).is_file():
+            raise UsageError("no such file", file=source if not Path(source).is_file() else cand_source)
+        sizes, _ = scaffold.compiled_sizes(source, kernel, archs[0])
+        cand_sizes, _ = scaffold.compiled_sizes(cand_source, cand_kernel, archs[0])
+        if cand_sizes != sizes:
+            raise UsageError(f"the candidate {cand_kernel} takes byte sizes {cand_sizes}, the base {kernel} "
+                             f"{sizes}: one launch serves both arms", file=cand_source)  # fmt: skip
+        params = scaffold.declared_params(Path(source).read_text(encoding="utf-8", errors="replace"), kernel)
+        if params is None:
+            raise UsageError(f"no __global__ declaration of {kernel.split('<')[0]} found", file=source)
+        skeleton = scaffold.kernel_skeleton(plan_path, name, (source, kernel), (cand_source, cand_kernel),
+                                            params, sizes, archs, fidelity, bound)  # fmt: skip
+    scaffold.write_new_plan(plan_path, skeleton)
+    out.print(f"wrote {plan_path} (plan check passes); edit before `qualify plan freeze`:", soft_wrap=True)
+    for item in skeleton.todo:
+        out.print(f"  - {item}", soft_wrap=True)
 
 
 @plan.command("schema")
@@ -139,7 +225,7 @@ def compare_cmd(base_lib: Path, cand_lib: Path, plan_path: Path | None, record_d
 
 def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> None:
     """`run` and `compare`: one code path from the frozen plan to the record and the exit code."""
-    from qualify.pipeline import bind_libraries, default_record_dir, exit_code, load_frozen, run_plan
+    from qualify.pipeline import bind_libraries, check_libraries, default_record_dir, exit_code, load_frozen, run_plan
     from qualify.render.terminal import run_summary
     from qualify.run.device import CudaDevice
     from qualify.run.engine import samples_per_trial
@@ -151,6 +237,7 @@ def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> 
     loaded = load_frozen(plan_path)
     if libraries is not None:
         libraries = bind_libraries(loaded, libraries)  # a frozen build cannot be swapped (exit 3)
+    check_libraries(loaded, libraries)  # before the driver: a wrong file is named as such
     folder = record_dir or default_record_dir(loaded)
     device = CudaDevice(ordinal)  # before any output: no GPU is a one-line error, exit 5
     with _progress(samples_per_trial(loaded) * (trials or loaded.plan.schedule.trials)) as advance:
@@ -166,6 +253,31 @@ def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> 
     out.print(run_summary(outcome, folder, loaded.plan))
     interrupted = any(t.status == "interrupted" for t in outcome.trials)
     raise SystemExit(exit_code(outcome.results, interrupted))
+
+
+@cli.command("probe")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+@click.option("--device", "ordinal", type=int, default=0, show_default=True, help="CUDA device ordinal.")
+@click.option("--base-so", type=click.Path(path_type=Path), help="Library arms: the base build.")
+@click.option("--candidate-so", type=click.Path(path_type=Path), help="Library arms: the candidate build.")
+def probe_cmd(plan_path: Path, ordinal: int, base_so: Path | None, candidate_so: Path | None) -> None:
+    """On a GPU: run each case of PLAN once per arm and print the parity a fidelity gate would see,
+    to choose a bound before freezing. Unfrozen plans are allowed; nothing is recorded."""
+    from qualify.pipeline import check_libraries
+    from qualify.plan.load import load_plan
+    from qualify.run.device import CudaDevice
+    from qualify.run.probe import format_probe, run_probe
+
+    loaded = load_plan(plan_path)
+    libraries = {side: p for side, p in (("base", base_so), ("candidate", candidate_so)) if p is not None}
+    check_libraries(loaded, libraries)
+    device = CudaDevice(ordinal)
+    try:
+        result = run_probe(loaded, device, libraries)
+    finally:
+        device.close()
+    for line in format_probe(result):
+        out.print(line, soft_wrap=True)
 
 
 @cli.command("report")
@@ -334,6 +446,17 @@ def _os_problem(exc: OSError) -> QualifyError:
     return EnvironmentProblem(exc.strerror or str(exc), file=where)
 
 
+def _shown_path(file: str | None) -> str | None:
+    """A path in an error as the user would type it: relative to the working folder when inside
+    it (library code resolves plan paths; messages should not depend on that)."""
+    if file is None or not Path(file).is_absolute():
+        return file
+    try:
+        return str(Path(file).relative_to(Path.cwd()))
+    except ValueError:
+        return file
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and turn every outcome into a documented exit code."""
     verbose = "-v" in (argv or sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:])
@@ -348,6 +471,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail_line(f"qualify: error: {exc.format_message()}")
         sys.exit(ExitCode.BAD_INPUT)
     except QualifyError as exc:
+        exc.file = _shown_path(exc.file)
         _fail_line(f"qualify: error: {exc.one_line()}")
         if isinstance(exc, BuildError) and exc.log:
             _fail_line(exc.log)

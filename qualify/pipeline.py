@@ -23,7 +23,12 @@ def load_frozen(plan_path: Path) -> LoadedPlan:
     if loaded.lock is None:
         raise FrozenInputChanged("the plan is not frozen; run `qualify plan freeze` before measuring",
                                  file=loaded.path)  # fmt: skip
-    verify_frozen(loaded.path, loaded.freeze, loaded.lock)
+    try:
+        verify_frozen(loaded.path, loaded.freeze, loaded.lock)
+    except FrozenInputChanged as exc:
+        from qualify.refreeze import with_remedy
+
+        raise with_remedy(exc) from None
     return loaded
 
 
@@ -59,6 +64,18 @@ def bind_libraries(loaded: LoadedPlan, libraries: dict[str, Path] | None) -> dic
                 file=given, field=field,
             )  # fmt: skip
     return {side: Path(path) for side, path in libraries.items()}
+
+
+def check_libraries(loaded: LoadedPlan, libraries: dict[str, Path] | None) -> None:
+    """Before the driver opens: the .so files given to `compare` (or named by the plan, for `run`)
+    read as ELF and their ABI called, so a wrong file is named as such rather than reported as a
+    device problem."""
+    from qualify.libcheck import check_compare_libraries, check_plan_libraries
+
+    if libraries:
+        check_compare_libraries(loaded, libraries)
+    else:
+        check_plan_libraries(loaded)
 
 
 def default_record_dir(loaded: LoadedPlan) -> Path:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import fcntl
+from contextlib import contextmanager
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,13 +121,27 @@ class Record:
                 found[name] = sha256_file(path)
         return found
 
-    def close_dangling(self) -> list[int]:
+    @contextmanager
+    def locked(self):
+        """Exclusive use of the record among processes (one worker per GPU may share a record):
+        taking a trial index, closing dangling trials and re-rendering happen under it."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / LOCK_FILE, "a+b") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def close_dangling(self, device_uuid: str | None = None) -> list[int]:
         """Trials started but never ended (the process died) are marked interrupted, not dropped.
 
         A trial whose file was written before the process died keeps the status its file holds:
-        the file is written whole, only the end event was lost.
+        the file is written whole, only the end event was lost. With `device_uuid`, only that
+        device's trials: another device's open trial may be running right now in another worker.
         """
-        dangling = [t.index for t in self.trials_in_ledger() if t.status is None]
+        dangling = [t.index for t in self.trials_in_ledger()
+                    if t.status is None and (device_uuid is None or t.device_uuid == device_uuid)]  # fmt: skip
         for index in dangling:
             status = "interrupted"
             if self.trial_path(index).is_file():

@@ -122,7 +122,7 @@ class CudaDevice:
         try:
             (err,) = driver.cuInit(0)
         except RuntimeError as exc:  # libcuda.so is not there at all
-            raise DeviceError(f"no NVIDIA driver on this machine ({exc.__class__.__name__})") from None
+            raise DeviceError("not found: no NVIDIA driver on this machine; run, compare and probe need a GPU host (plan check does not)", file="libcuda.so.1", field="driver") from None
         if int(err) == 100:
             raise DeviceError("the NVIDIA driver reports no CUDA device")
         _check((err,), "cuInit")

@@ -1,0 +1,122 @@
+"""A small ELF reader: headers, sections and dynamic symbols, from bytes, never through the loader.
+
+Two callers need it without a GPU: the launch check reads a CUBIN's `.nv.info.<kernel>` section
+(the kernel's compiled parameter list), and the library check reads a shared object's machine and
+exported symbols. Reading the file rather than dlopen-ing it means a library built for another
+machine, or one whose dependencies are missing here, is still described precisely.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+ELF_MAGIC = b"\x7fELF"
+ET_DYN = 3
+SHT_DYNSYM = 11
+STT_FUNC = 2
+SHN_UNDEF = 0
+
+# e_machine values (System V ABI registry) for the machines qualify runs on, and their names.
+MACHINES = {3: "x86", 62: "x86-64", 40: "arm", 183: "aarch64", 21: "ppc64", 190: "cuda", 243: "riscv"}
+HOST_MACHINES = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183, "ppc64le": 21, "riscv64": 243}
+
+
+class ElfProblem(ValueError):
+    """The bytes are not an ELF file qualify can read; the message says why."""
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    type: int
+    offset: int
+    size: int
+    link: int
+    entsize: int
+
+
+@dataclass(frozen=True)
+class Elf:
+    data: bytes
+    is64: bool
+    endian: str  # "<" or ">"
+    type: int
+    machine: int
+    sections: tuple[Section, ...]
+
+    def section(self, name: str) -> Section | None:
+        return next((s for s in self.sections if s.name == name), None)
+
+    def contents(self, section: Section) -> bytes:
+        return self.data[section.offset : section.offset + section.size]
+
+    def dynamic_symbols(self) -> dict[str, int]:
+        """Defined (not imported) dynamic symbols: name → symbol type (STT_FUNC, STT_OBJECT...)."""
+        dynsym = next((s for s in self.sections if s.type == SHT_DYNSYM), None)
+        if dynsym is None:
+            return {}
+        if not 0 <= dynsym.link < len(self.sections):
+            raise ElfProblem("the dynamic symbol table links to no string table")
+        strings = self.contents(self.sections[dynsym.link])
+        fmt = self.endian + ("IBBHQQ" if self.is64 else "IIIBBH")
+        size = struct.calcsize(fmt)
+        table = self.contents(dynsym)
+        out = {}
+        for start in range(size, len(table) - size + 1, size):  # entry 0 is the null symbol
+            fields = struct.unpack_from(fmt, table, start)
+            if self.is64:
+                name_at, info, _, shndx = fields[0], fields[1], fields[2], fields[3]
+            else:
+                name_at, info, shndx = fields[0], fields[3], fields[5]
+            if shndx == SHN_UNDEF:
+                continue
+            end = strings.find(b"\x00", name_at)
+            if end < 0:
+                raise ElfProblem("a symbol name runs past its string table")
+            out[strings[name_at:end].decode(errors="replace")] = info & 0xF
+        return out
+
+
+def parse(data: bytes) -> Elf:
+    if data[:4] != ELF_MAGIC:
+        raise ElfProblem("not an ELF file")
+    if len(data) < 52 or data[4] not in (1, 2) or data[5] not in (1, 2):
+        raise ElfProblem("a truncated or malformed ELF header")
+    is64 = data[4] == 2
+    endian = "<" if data[5] == 1 else ">"
+    if is64:
+        if len(data) < 64:
+            raise ElfProblem("a truncated ELF header")
+        e_type, machine = struct.unpack_from(endian + "HH", data, 16)
+        (shoff,) = struct.unpack_from(endian + "Q", data, 40)
+        shentsize, shnum, shstrndx = struct.unpack_from(endian + "HHH", data, 58)
+        sh_fmt = endian + "IIQQQQIIQQ"
+    else:
+        e_type, machine = struct.unpack_from(endian + "HH", data, 16)
+        (shoff,) = struct.unpack_from(endian + "I", data, 32)
+        shentsize, shnum, shstrndx = struct.unpack_from(endian + "HHH", data, 46)
+        sh_fmt = endian + "IIIIIIIIII"
+    raw = []
+    if shoff and shnum:
+        if shentsize < struct.calcsize(sh_fmt) or shoff + shnum * shentsize > len(data):
+            raise ElfProblem("the section header table lies outside the file")
+        for i in range(shnum):
+            name, stype, _, _, offset, size, link, _, _, entsize = struct.unpack_from(sh_fmt, data, shoff + i * shentsize)
+            if stype != 8 and offset + size > len(data):  # SHT_NOBITS occupies no file bytes
+                raise ElfProblem(f"section {i} lies outside the file")
+            raw.append((name, stype, offset, size, link, entsize))
+    names = b""
+    if raw and 0 <= shstrndx < len(raw):
+        _, _, off, size, _, _ = raw[shstrndx]
+        names = data[off : off + size]
+    sections = []
+    for name_at, stype, offset, size, link, entsize in raw:
+        end = names.find(b"\x00", name_at)
+        name = names[name_at:end].decode(errors="replace") if end >= 0 else ""
+        sections.append(Section(name, stype, offset, size, link, entsize))
+    return Elf(data, is64, endian, e_type, machine, tuple(sections))
+
+
+def machine_name(machine: int) -> str:
+    return MACHINES.get(machine, f"machine {machine}")

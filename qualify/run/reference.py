@@ -1,0 +1,91 @@
+"""The float64 reference of `acceptance.fidelity.against: float64`: loading it and calling it.
+
+The contract (docs/plan.md, "Fidelity"): `reference` is `file.py:function`, relative to the plan,
+called once per case as `function(params, inputs)`; `params` holds the case's parameters
+(`workload.params` and the case's keys — not the arms' own, which differ), `inputs` each input
+buffer as a read-only float64 array of its shape (integers as int64). It returns every output
+buffer's values as float64, which are rounded to the output's dtype before comparison, so one
+comparison function (`qualify.run.fidelity.compare`) serves every `against`, and "identical" means
+correctly rounded.
+
+Used by `qualify probe` today; `run` and `compare` do not evaluate `against: float64` yet.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from qualify.errors import PlanError
+from qualify.run.fidelity import _as_float
+from qualify.run.inputs import NUMPY_DTYPES, to_bf16_bits
+
+FIELD = "acceptance.fidelity.reference"
+
+
+def load_reference(plan_path: Path, spec: str) -> Callable:
+    script, _, name = spec.partition(":")
+    path = (plan_path.parent / script).resolve()
+    if not name:
+        raise PlanError(f"{spec!r}: give the function as file.py:function", file=plan_path, field=FIELD)
+    module_spec = importlib.util.spec_from_file_location(f"qualify_reference_{abs(hash(path))}", path)
+    if module_spec is None or module_spec.loader is None:
+        raise PlanError(f"{script!r} cannot be imported as Python", file=plan_path, field=FIELD)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - the user's file: report it, do not crash
+        raise PlanError(f"importing {script} failed: {type(exc).__name__}: {exc}", file=plan_path, field=FIELD) from None
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise PlanError(f"{script} defines no function {name!r}", file=plan_path, field=FIELD)
+    return function
+
+
+def host_values(dtype: str, data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """An input's bytes as the reference sees them: float64 (int64 for integers), read-only."""
+    if dtype in ("bf16", "f16", "f32", "f64"):
+        values = _as_float(data, dtype)
+    else:
+        values = data.view(NUMPY_DTYPES[dtype]).astype(np.int64)
+    values = values.reshape(shape)
+    values.flags.writeable = False
+    return values
+
+
+def rounded(dtype: str, values: np.ndarray) -> np.ndarray:
+    """float64 values rounded to nearest even in `dtype`, as a flat uint8 array (bf16 through
+    float32, as qualify's input generator does)."""
+    if dtype == "bf16":
+        return to_bf16_bits(values.astype(np.float32)).view(np.uint8)
+    target = np.dtype(NUMPY_DTYPES[dtype])
+    if target.kind in "iu":
+        info = np.iinfo(target)
+        values = np.clip(np.rint(values), info.min, info.max)
+    return values.astype(target).view(np.uint8)
+
+
+def reference_outputs(function: Callable, params: dict, inputs: dict[str, np.ndarray],
+                      outputs: dict[str, tuple[str, int]], plan_path: Path, case: str) -> dict[str, np.ndarray]:  # fmt: skip
+    """Call the reference for one case; outputs maps name → (dtype, elements). Returns each
+    output's rounded bytes. PlanError (naming the case) for a result that breaks the contract."""
+    try:
+        result = function(dict(params), dict(inputs))
+    except Exception as exc:  # noqa: BLE001
+        raise PlanError(f"case {case}: the reference raised {type(exc).__name__}: {exc}", file=plan_path,
+                        field=FIELD) from None  # fmt: skip
+    if not isinstance(result, dict) or set(result) != set(outputs):
+        got = sorted(result) if isinstance(result, dict) else type(result).__name__
+        raise PlanError(f"case {case}: the reference must return a dict of the outputs {sorted(outputs)}, got {got}",
+                        file=plan_path, field=FIELD)  # fmt: skip
+    out = {}
+    for name, (dtype, elements) in outputs.items():
+        values = np.asarray(result[name], dtype=np.float64).reshape(-1)
+        if values.size != elements:
+            raise PlanError(f"case {case}: output {name!r} has {values.size} values, the buffer {elements}",
+                            file=plan_path, field=FIELD)  # fmt: skip
+        out[name] = rounded(dtype, values)
+    return out

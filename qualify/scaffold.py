@@ -1,0 +1,291 @@
+"""`qualify plan new`: a working skeleton plan for a kernel pair or a library pair.
+
+The skeleton is meant to pass `plan check` as written, so that a team starts from a plan that
+works and edits it, rather than from a blank page and a list of errors. What qualify can know is
+filled in: for a kernel, its parameters — count and byte sizes from the compiled CUBIN
+(`qualify.build.params`), names and C types from the `__global__` declaration — become the
+launch's arguments and the buffers; for a library, the signature given becomes the call. What
+only the team can know (hypothesis, cases, shapes, gates, the bound) gets a placeholder, and
+`todo` lists each one for the terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qualify.errors import UsageError
+
+SCALAR_TYPES = {
+    "int": "i32", "int32_t": "i32", "signed": "i32", "signed int": "i32",
+    "unsigned": "u32", "unsigned int": "u32", "uint32_t": "u32",
+    "long long": "i64", "long long int": "i64", "int64_t": "i64", "long": "i64", "ptrdiff_t": "i64",
+    "unsigned long long": "u64", "unsigned long": "u64", "uint64_t": "u64", "size_t": "u64",
+    "float": "f32", "double": "f64",
+}  # fmt: skip
+ELEMENT_TYPES = {
+    "float": "f32", "double": "f64", "__half": "f16", "half": "f16", "__nv_bfloat16": "bf16",
+    "nv_bfloat16": "bf16", "int8_t": "i8", "char": "i8", "signed char": "i8", "uint8_t": "u8",
+    "unsigned char": "u8", "int16_t": "i16", "short": "i16", "uint16_t": "u16", "unsigned short": "u16",
+    "int": "i32", "int32_t": "i32", "unsigned": "u32", "unsigned int": "u32", "uint32_t": "u32",
+    "long long": "i64", "int64_t": "i64", "unsigned long long": "u64", "uint64_t": "u64",
+}  # fmt: skip
+# A mantissa bit of each float type (or the low bit of an integer): flipping it in the first
+# input element must change the output, which is what the skeleton's negative control asks.
+FLIP_BIT = {"f32": 22, "f64": 51, "f16": 9, "bf16": 6}
+SIGNATURE_TYPES = ("ptr", "i32", "u32", "i64", "u64", "f32", "f64")
+FIDELITY_PLACEHOLDER = {"ulp": 4, "abs": 1e-3, "rel": 1e-3}
+
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+_QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict|__grid_constant__|struct)\b")
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    ctype: str  # the declared type without qualifiers: "float*", "int"
+    pointer: bool
+    const: bool  # pointer to const: an input
+
+
+def declared_params(source: str, kernel: str) -> list[Param] | None:
+    """The parameters of `__global__ ... kernel(...)` as declared in `source`; None if not found.
+
+    A reading of the declaration, not a C++ parser: enough to name arguments and buffers. The
+    count and sizes are then checked against the CUBIN, so a misreading cannot reach a plan.
+    """
+    name = kernel.split("<", 1)[0].split("::")[-1]
+    text = _COMMENTS.sub(" ", source)
+    match = re.search(r"__global__[^;{}]*?\b" + re.escape(name) + r"\s*\(", text)
+    if match is None:
+        return None
+    depth, start = 1, match.end()
+    for end in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[end], 0)
+        if depth == 0:
+            break
+    else:
+        return None
+    inside, parts, depth, current = text[start:end], [], 0, ""
+    for ch in inside:
+        depth += {"(": 1, "<": 1, ")": -1, ">": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    out = []
+    for k, part in enumerate(p.split("=", 1)[0].strip() for p in parts):
+        if not part or part == "void":
+            continue
+        const = bool(re.search(r"\bconst\b", part.split("*", 1)[0])) if "*" in part else False
+        bare = " ".join(_QUALIFIERS.sub(" ", part).split())
+        found = re.match(r"^(.*?)([A-Za-z_]\w*)\s*$", bare)
+        if found is None or not found.group(1).strip():
+            ctype, pname = bare, f"arg{k}"
+        else:
+            ctype, pname = found.group(1).strip(), found.group(2)
+        pointer = "*" in ctype
+        out.append(Param(pname, " ".join(ctype.replace("*", " * ").split()).replace(" *", "*"), pointer, const))
+    return out
+
+
+@dataclass
+class Skeleton:
+    plan: dict
+    todo: list[str] = field(default_factory=list)
+
+
+def _common(name: str, archs: list[str], fidelity: str, bound: float | None, todo: list[str]) -> dict:
+    if fidelity != "bytes" and bound is None:
+        bound = FIDELITY_PLACEHOLDER[fidelity]
+        todo.append(f"acceptance.fidelity.bound: {bound} is a placeholder; choose it from `qualify probe PLAN` "
+                    "on a GPU before freezing")  # fmt: skip
+    todo += [
+        "hypothesis, independent_variable, revisions: say what the candidate changes and what you expect",
+        "workload.cases and buffers[].shape: the sizes to qualify (placeholders: N)",
+        "acceptance.gates: the speed-up (or the regression) that counts as success",
+    ]
+    # every device of each architecture; a plan for one GPU model names it ('NVIDIA H200*')
+    devices = [{"compute_capability": f"{a[3:-1]}.{a[-1]}"} for a in archs]
+    fid: dict = {"mode": fidelity}
+    if fidelity != "bytes":
+        fid["bound"] = bound
+    return {
+        "schema_version": 1,
+        "name": name,
+        "hypothesis": "TODO: the candidate is faster because ...",
+        "independent_variable": "TODO: the one thing that differs between the arms",
+        "revisions": {"base": "TODO-base", "candidate": "TODO-candidate"},
+        "hardware": {"devices": devices, "architectures": archs},
+        "arms": {},
+        "workload": {},
+        "seeds": {"base": 1},
+        "schedule": {"warmup": 10, "samples_per_block": 10, "blocks": 10, "trials": 2, "cache": "cold"},
+        "budget": {"max_trials": 3, "max_samples": 200, "max_wall_seconds": 900},
+        "stop": {"rule": "fixed"},
+        "acceptance": {
+            "gates": [{"name": "faster", "where": "N >= 1048576", "min_speedup_pct": 5.0}],
+            "fidelity": fid,
+            "sanitizer": [{"tool": "memcheck", "cases": ["N=4096"]}],
+        },
+        "controls": {"aa": True, "negative": []},
+    }
+
+
+def _buffers_and_controls(pointers: list[tuple[str, str, bool]], plan: dict, todo: list[str]) -> list[dict]:
+    """Buffers from (name, dtype, is_input); the last pointer is the output when none is
+    marked an input (a library's signature says nothing about constness)."""
+    buffers = []
+    for bname, dtype, is_input in pointers:
+        buf = {"name": bname, "dtype": dtype, "shape": ["N"], "role": "input" if is_input else "output"}
+        if is_input:
+            buf["init"] = {"kind": "normal", "mean": 0.0, "std": 1.0}
+        buffers.append(buf)
+    first_input = next((b for b in buffers if b["role"] == "input"), None)
+    if first_input is not None:
+        plan["controls"]["negative"].append({
+            "kind": "input", "name": f"flip_{first_input['name']}", "buffer": first_input["name"],
+            "mutation": {"op": "flip_bit", "index": 0, "bit": FLIP_BIT.get(first_input["dtype"], 0)},
+        })  # fmt: skip
+        todo.append("controls.negative: the flipped element must change an output, or the control stays green")
+    return buffers
+
+
+def _scalar_value(kind: str):
+    """Integers default to the case's size N, floats to 1.0: placeholders that resolve."""
+    return 1.0 if kind.startswith("f") else "N"
+
+
+def kernel_skeleton(plan_path: Path, name: str, base: tuple[Path, str], candidate: tuple[Path, str],
+                    params: list[Param], sizes: list[int], archs: list[str], fidelity: str,
+                    bound: float | None) -> Skeleton:  # fmt: skip
+    """A plan for two CUDA arms whose kernel takes `params` (read from the source, checked
+    against `sizes`, the compiled byte sizes)."""
+    from qualify.build.params import ARG_BYTES
+
+    todo: list[str] = []
+    plan = _common(name, archs, fidelity, bound, todo)
+    args, pointers = [], []
+    for k, p in enumerate(params):
+        if p.pointer:
+            element = p.ctype.rstrip("*").strip()
+            dtype = ELEMENT_TYPES.get(element)
+            if dtype is None:
+                raise UsageError(f"parameter {k} ({p.ctype} {p.name}): qualify has no buffer type for {element!r} "
+                                 f"(it knows {', '.join(sorted(ELEMENT_TYPES))})", file=base[0])  # fmt: skip
+            pointers.append((p.name, dtype, p.const))
+            args.append({"kind": "buffer", "name": p.name})
+        else:
+            kind = SCALAR_TYPES.get(p.ctype)
+            if kind is None:
+                raise UsageError(f"parameter {k} ({p.ctype} {p.name}): qualify passes pointers and the scalars "
+                                 f"{', '.join(sorted(set(SCALAR_TYPES.values())))}, not {p.ctype!r}",
+                                 file=base[0])  # fmt: skip
+            args.append({"kind": kind, "value": _scalar_value(kind)})
+    planned = [ARG_BYTES[a["kind"]] for a in args]
+    if planned != sizes:
+        raise UsageError(f"the declaration reads as byte sizes {planned} but the compiled kernel takes {sizes}; "
+                         "write workload.launch.args by hand", file=base[0])  # fmt: skip
+    if not any(not is_input for _, _, is_input in pointers):
+        raise UsageError("the kernel has no non-const pointer parameter: nothing to compare", file=base[0])
+    folder = plan_path.parent
+    for side, (source, kernel) in (("base", base), ("candidate", candidate)):
+        plan["arms"][side] = {"kind": "cuda", "source": _relative(source, folder), "kernel": kernel}
+    plan["workload"] = {
+        "params": {"THREADS": 256},
+        "cases": [{"N": 4096}, {"N": 1048576}],
+        "buffers": _buffers_and_controls(pointers, plan, todo),
+        "launch": {"grid": ["cdiv(N, THREADS)"], "block": ["THREADS"], "shared_bytes": 0, "args": args},
+    }
+    todo.append("workload.launch: grid, block, shared_bytes and the scalar arguments (placeholders: N, 1.0)")
+    return Skeleton(plan, todo)
+
+
+def library_skeleton(plan_path: Path, name: str, symbol: str, signature: list[str], libraries: tuple[Path, Path] | None,
+                     archs: list[str], fidelity: str, bound: float | None, abi: tuple[str, int] | None = None,
+                     error_symbol: str | None = None) -> Skeleton:  # fmt: skip
+    todo: list[str] = []
+    for t in signature:
+        if t not in SIGNATURE_TYPES:
+            raise UsageError(f"--signature: unknown type {t!r} (types: {', '.join(SIGNATURE_TYPES)})")
+    n_ptr = signature.count("ptr")
+    if n_ptr == 0:
+        raise UsageError("--signature: no 'ptr' argument, so no output buffer to compare")
+    plan = _common(name, archs, fidelity, bound, todo)
+    todo.append("hardware.architectures: for library arms, the architectures the .so files were built for "
+                "(qualify compiles nothing); hardware.devices still gates which GPU may run the plan")  # fmt: skip
+    pointers = [(f"buf{k}", "f32", k < n_ptr - 1) for k in range(n_ptr)]
+    call, ptr_index = [], 0
+    for t in signature:
+        if t == "ptr":
+            call.append({"kind": "buffer", "name": pointers[ptr_index][0]})
+            ptr_index += 1
+        else:
+            call.append({"kind": t, "value": _scalar_value(t)})
+    folder = plan_path.parent
+    for k, side in enumerate(("base", "candidate")):
+        arm: dict = {"kind": "library", "symbol": symbol, "signature": list(signature)}
+        if libraries is not None:
+            arm = {"kind": "library", "library": _relative(libraries[k], folder), **{x: y for x, y in arm.items() if x != "kind"}}
+        if abi is not None:
+            arm["abi_symbol"], arm["abi_version"] = abi
+        if error_symbol is not None:
+            arm["error_symbol"] = error_symbol
+        plan["arms"][side] = arm
+    plan["workload"] = {
+        "cases": [{"N": 4096}, {"N": 1048576}],
+        "buffers": _buffers_and_controls(pointers, plan, todo),
+        "call": call,
+    }
+    todo.append("workload.buffers: names, dtypes (placeholders: f32) and which pointers the entry point writes")
+    if libraries is None:
+        todo.append("arms.*.library is left out: `qualify compare BASE.so CAND.so --plan PLAN` binds the two builds")
+    return Skeleton(plan, todo)
+
+
+def _relative(path: Path, folder: Path) -> str:
+    return Path(os.path.relpath(Path(path).resolve(), folder.resolve())).as_posix()
+
+
+def compiled_sizes(source: Path, kernel: str, arch: str) -> tuple[list[int], str]:
+    """Byte sizes of the kernel's parameters as NVRTC compiles them, and its lowered name."""
+    from qualify.build.elf import ElfProblem
+    from qualify.build.nvrtc import KernelSpec, compile_kernel
+    from qualify.build.params import kernel_params
+    from qualify.errors import ToolError
+
+    compiled = compile_kernel(KernelSpec(source.resolve(), kernel, arch))
+    try:
+        return [p.size for p in kernel_params(compiled.cubin, compiled.lowered_name)], compiled.lowered_name
+    except ElfProblem as exc:
+        raise ToolError(f"cannot read {kernel}'s parameter list from its CUBIN: {exc}", file=source) from None
+
+
+def default_name(plan_path: Path) -> str:
+    stem = plan_path.parent.name if plan_path.stem == "plan" else plan_path.stem
+    name = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-._")
+    return name or "my-plan"
+
+
+def write_new_plan(plan_path: Path, skeleton: Skeleton) -> None:
+    """Write the skeleton, then prove it: a skeleton that fails `plan check` is removed again and
+    the check's error is reported (a bug in the skeleton, or a source outside the repository)."""
+    import json
+
+    from qualify.check import check_plan
+    from qualify.errors import FrozenInputChanged, QualifyError
+    from qualify.io import atomic_write_text
+
+    if plan_path.exists():
+        raise FrozenInputChanged("exists; `plan new` never overwrites a plan", file=plan_path)
+    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(plan_path, json.dumps(skeleton.plan, indent=2) + "\n", replace=False)
+    try:
+        check_plan(plan_path)
+    except QualifyError:
+        plan_path.unlink()
+        raise
