@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import click
+from rich.text import Text
 from qualify.render.terminal import console
 
 from qualify import __version__
@@ -187,6 +188,8 @@ _RUN_OPTIONS = [
     click.option("--record", "record_dir", type=click.Path(path_type=Path),
                  help="Record folder (default: records/<plan name> in the plan's repository)."),
     click.option("--device", "ordinal", type=int, default=0, show_default=True, help="CUDA device ordinal."),
+    click.option("--devices", metavar="all|N,M,...",
+                 help="Run on several GPUs of this host at once, one worker process each, into one record."),
     click.option("--trials", type=click.IntRange(min=1), help="Run at most this many of the planned trials now."),
     click.option("--exploratory", is_flag=True,
                  help="Allow a device the plan does not list; the record is marked unplanned."),
@@ -202,8 +205,11 @@ def _run_options(fn):
 @cli.command("run")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
 @_run_options
-def run_cmd(plan_path: Path, record_dir: Path | None, ordinal: int, trials: int | None, exploratory: bool) -> None:
-    """Run PLAN's remaining trials on this GPU and update its record."""
+def run_cmd(plan_path: Path, record_dir: Path | None, ordinal: int, devices: str | None, trials: int | None,
+            exploratory: bool) -> None:  # fmt: skip
+    """Run PLAN's remaining trials on this GPU (or on --devices) and update its record."""
+    if devices is not None:
+        _execute_on_devices(["run", str(plan_path)], plan_path, record_dir, devices, trials, exploratory, None)
     _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries=None)
 
 
@@ -214,13 +220,56 @@ def run_cmd(plan_path: Path, record_dir: Path | None, ordinal: int, trials: int 
               help="Frozen plan with shared-library arms: symbol, C signature, workload.call.")
 @_run_options
 def compare_cmd(base_lib: Path, cand_lib: Path, plan_path: Path | None, record_dir: Path | None,
-                ordinal: int, trials: int | None, exploratory: bool) -> None:  # fmt: skip
+                ordinal: int, devices: str | None, trials: int | None, exploratory: bool) -> None:  # fmt: skip
     """Qualify two builds of a shared library's public C entry point under PLAN."""
     if plan_path is None:
         raise UsageError("qualify compare needs --plan PLAN: a frozen plan whose arms are shared-library "
                          "arms (symbol, signature) and whose workload.call lists the arguments")  # fmt: skip
+    if devices is not None:
+        _execute_on_devices(["compare", str(base_lib), str(cand_lib), "--plan", str(plan_path)], plan_path,
+                            record_dir, devices, trials, exploratory, {"base": base_lib, "candidate": cand_lib})
     _execute(plan_path, record_dir, ordinal, trials, exploratory,
              libraries={"base": base_lib, "candidate": cand_lib})  # fmt: skip
+
+
+def _execute_on_devices(command, plan_path, record_dir, devices, trials, exploratory, libraries) -> None:
+    """`--devices`: one `qualify run/compare --device N` worker per GPU, in parallel, into one record;
+    then one re-render, and the most severe worker code or the record's verdict as the exit code."""
+    import subprocess
+    import tempfile
+
+    from qualify.pipeline import bind_libraries, check_libraries, default_record_dir, exit_code, load_frozen
+    from qualify.record.assemble import write_record
+    from qualify.results.store import Record
+    from qualify.run.device import device_count
+    from qualify.run.fleet import combined_exit_code, parse_devices, run_devices
+
+    terminate_as_interrupt()
+    loaded = load_frozen(plan_path)  # refused here once, not once per worker
+    if libraries is not None:
+        bind_libraries(loaded, libraries)
+    check_libraries(loaded, libraries)
+    ordinals = parse_devices(devices, device_count())
+    folder = Path(record_dir or default_record_dir(loaded))
+    extra = (["--trials", str(trials)] if trials else []) + (["--exploratory"] if exploratory else [])
+    logs = Path(tempfile.mkdtemp(prefix="qualify-devices-"))
+
+    def start(n: int):
+        log = open(logs / f"device-{n}.log", "w")  # noqa: SIM115 - closed with the process
+        return subprocess.Popen([sys.executable, "-m", "qualify", *command, "--record", str(folder),
+                                 "--device", str(n), *extra], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+
+    outcomes = run_devices(ordinals, start)
+    for o in outcomes:
+        tail = (logs / f"device-{o.ordinal}.log").read_text(errors="replace").strip().splitlines()[-1:]
+        out.print(Text(f"device {o.ordinal}: exit {o.exit_code}" + (f": {tail[0]}" if tail else "")))
+    record = Record(folder)
+    verdict = None
+    if record.trials():
+        with record.locked():
+            results = write_record(record, loaded.plan, loaded.lock)
+        verdict = int(exit_code(results))
+    raise SystemExit(combined_exit_code(outcomes, verdict))
 
 
 def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> None:

@@ -138,7 +138,8 @@ def run_plan(
     finally:
         device.close()
     if record.trials():
-        results = write_record(record, loaded.plan, loaded.lock)
+        with record.locked():  # other devices' workers may be re-rendering the same record
+            results = write_record(record, loaded.plan, loaded.lock)
     else:
         results = None
     if failure is not None:

@@ -34,6 +34,8 @@ from qualify.plan.digest import sha256_file
 from qualify.results.model import RESULTS_VERSION, Results, Trial
 
 LEDGER = "ledger.jsonl"
+# Taken while a trial index is chosen or the record re-rendered; not part of the evidence.
+LOCK_FILE = ".lock"
 
 
 def now_iso() -> str:

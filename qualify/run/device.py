@@ -114,6 +114,19 @@ def _uuid_string(raw) -> str:
     return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
+def device_count() -> int:
+    """How many CUDA devices the driver sees (for `--devices all`); no context is created."""
+    driver = _driver()
+    try:
+        (err,) = driver.cuInit(0)
+    except RuntimeError as exc:
+        raise DeviceError(f"no NVIDIA driver on this machine ({exc.__class__.__name__})") from None
+    if int(err) == 100:
+        return 0
+    _check((err,), "cuInit")
+    return int(_check(driver.cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
 class CudaDevice:
     """One GPU, its primary context, qualify's stream, and the timing machinery."""
 

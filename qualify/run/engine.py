@@ -146,18 +146,22 @@ class TrialRunner:
         if info.arch not in self.plan.hardware.architectures and not self.options.exploratory:
             raise DeviceError(f"{info.arch} is not among the plan's architectures")
         self._check_library_binding()  # before anything is written to the record
-        self.record.close_dangling()
-        self.record.bind(self.loaded.path, self.loaded.digest)
-        used = self.record.trials_on_device(info.uuid)
-        if len(used) >= self.plan.budget.max_trials:
-            raise BudgetExhausted(
-                f"budget spent: {len(used)} of {self.plan.budget.max_trials} trials already ran on "
-                f"{info.name} {info.uuid} (failed and interrupted ones count)",
-                file=self.record.folder,
-            )
-        index = self.record.next_trial_index()
-        self.record.append({"event": "trial_started", "trial": index, "digest": self.loaded.digest,
-                            "device_uuid": info.uuid, "device": info.name})  # fmt: skip
+        # One worker per GPU may share the record (`--devices`): the index is taken, and this
+        # device's dangling trials closed, under the record's lock; another device's open trial
+        # may be running now and is left alone.
+        with self.record.locked():
+            self.record.close_dangling(info.uuid)
+            self.record.bind(self.loaded.path, self.loaded.digest)
+            used = self.record.trials_on_device(info.uuid)
+            if len(used) >= self.plan.budget.max_trials:
+                raise BudgetExhausted(
+                    f"budget spent: {len(used)} of {self.plan.budget.max_trials} trials already ran on "
+                    f"{info.name} {info.uuid} (failed and interrupted ones count)",
+                    file=self.record.folder,
+                )
+            index = self.record.next_trial_index()
+            self.record.append({"event": "trial_started", "trial": index, "digest": self.loaded.digest,
+                                "device_uuid": info.uuid, "device": info.name})  # fmt: skip
         return index, planned
 
     # -- the trial --------------------------------------------------------------------------
