@@ -257,6 +257,13 @@ def find_mutants(source: str, module: str) -> list[Mutant]:
     return valid
 
 
+def sample_mutants(every: list[Mutant], sample: int, seed: int, module: str) -> list[Mutant]:
+    """`sample` of the mutants (all when 0), the same ones for the same seed and source, in source order."""
+    rng = random.Random(f"{seed}:{module}")
+    chosen = rng.sample(every, min(sample, len(every))) if sample > 0 else every
+    return sorted(chosen, key=lambda m: (m.start, m.end, m.description))
+
+
 def _is_elif(source: str, pos: _Positions, node: ast.AST) -> bool:
     return isinstance(node, ast.If) and source.startswith("elif", pos.span(node)[0])
 
@@ -302,14 +309,14 @@ def _pytest(copy: Path, tests: list[str], timeout: float) -> tuple[str, float, s
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the whole session: tests may have spawned workers
         proc.communicate()
-        return "timeout", time.monotonic() - start, None  # type: ignore[return-value]
+        return "timeout", time.monotonic() - start, ""
     seconds = time.monotonic() - start
     failing = next((ln.split(" - ")[0].split(" ", 1)[1] for ln in out.splitlines()
                     if ln.startswith(("FAILED ", "ERROR "))), "")  # fmt: skip
     # pytest: 0 all passed, 1 a test failed, 2 interrupted (a collection error under -x: the
     # mutant broke an import, which the suite did notice); 3-5 are pytest's own trouble.
     result = {0: "pass", 1: "fail", 2: "fail"}.get(proc.returncode, "error")
-    return result, seconds, failing or out[-2000:] if result != "pass" else ""
+    return result, seconds, (failing or out[-2000:]) if result != "pass" else ""
 
 
 def _check_import(copy: Path, module: str) -> None:
@@ -329,7 +336,7 @@ def _equivalence(config: dict, key: dict[str, str]) -> str | None:
 
 
 def mutate_module(root: Path, copy: Path, module: str, tests: list[str], *, sample: int, seed: int,
-                  timeout: float, config: dict, log=print) -> dict:  # fmt: skip
+                  timeout: float | None, config: dict, log=print) -> dict:  # fmt: skip
     """Run a sample of one module's mutants against `tests`; the module's section of the report."""
     for t in tests:
         if not (root / t.split("::")[0]).exists():
@@ -337,14 +344,14 @@ def mutate_module(root: Path, copy: Path, module: str, tests: list[str], *, samp
     target = copy / module
     original = target.read_text(encoding="utf-8")
     every = find_mutants(original, module)
-    rng = random.Random(f"{seed}:{module}")
-    chosen = sorted(rng.sample(every, min(sample, len(every))) if sample > 0 else every,
-                    key=lambda m: (m.start, m.description))  # fmt: skip
+    chosen = sample_mutants(every, sample, seed, module)
     _check_import(copy, module)
-    result, baseline, failing = _pytest(copy, tests, timeout=max(timeout, 600))
+    result, baseline, failing = _pytest(copy, tests, timeout=max(timeout or 0, 600))
     if result != "pass":
         raise ToolError(f"{module}: the tests fail without any mutant ({failing.strip()[:300]})")
-    limit = max(timeout, 3 * baseline + 10)
+    # a mutant that makes the tests three times slower than the clean run has most likely made
+    # them loop; an explicit --timeout is taken as given
+    limit = timeout if timeout else 3 * baseline + 10
     outcomes: list[Outcome] = []
     for i, m in enumerate(chosen, 1):
         key = m.key(original)
@@ -452,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", nargs="+", help="test files to run (default: the configuration's)")
     parser.add_argument("--sample", type=int, default=40, help="mutants per module; 0 for all (default 40)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=60, help="seconds per mutant, at least 3× the clean run")
+    parser.add_argument("--timeout", type=float, help="seconds per mutant (default: 3× the clean run + 10)")
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
     parser.add_argument("--config", type=Path, default=CONFIG)
     parser.add_argument("--out", type=Path, help="folder for report.json and report.md")
@@ -484,10 +491,9 @@ def _main(args: argparse.Namespace) -> int:
         for module, _ in plan:
             source = (root / module).read_text(encoding="utf-8")
             every = find_mutants(source, module)
-            rng = random.Random(f"{args.seed}:{module}")
-            chosen = rng.sample(every, min(args.sample, len(every))) if args.sample > 0 else every
+            chosen = sample_mutants(every, args.sample, args.seed, module)
             print(f"{module}: {len(every)} mutants, {len(chosen)} sampled")
-            for m in sorted(chosen, key=lambda m: m.start):
+            for m in chosen:
                 print(f"  {m.line}: {m.description}: {m.key(source)['mutated']}")
         return 0
     report = {"format": REPORT_FORMAT, "seed": args.seed, "sample": args.sample, "commit": _commit(root), "modules": []}
