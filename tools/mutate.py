@@ -398,7 +398,7 @@ def format_markdown(report: dict) -> list[str]:
     lines = [
         "# Mutation report",
         "",
-        f"Seed {report['seed']}, up to {report['sample']} mutants per module, commit `{report['commit']}`. "
+        f"Seed {report['seed']}, up to {report['sample']} mutants per module, code: {report['commit']}. "
         "Score = (killed + timeout) / (sampled − equivalent − errors).",
         "",
         "| module | mutants | sampled | killed | timeout | survived | equivalent | errors | score | raw |",
@@ -465,6 +465,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="folder for report.json and report.md")
     parser.add_argument("--list", action="store_true", help="list the sampled mutants and run nothing")
     parser.add_argument("--fail-under", type=float, help="exit 1 when a module's score is below this")
+    parser.add_argument("--merge", nargs="+", type=Path, metavar="REPORT",
+                        help="combine report.json files of earlier runs into one report (with --out)")
+    parser.add_argument("--label", help="what was mutated, e.g. 'before: commit abc1234' (default: the commit)")
     args = parser.parse_args(argv)
     try:
         return _main(args)
@@ -476,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
 def _main(args: argparse.Namespace) -> int:
     root = args.root.resolve()
     config = load_config(args.config)
+    if args.merge:
+        return _merge(args)
     modules = list(config["targets"]) if args.all_targets else args.modules
     if not modules:
         raise ToolError("name a module, or --all-targets")
@@ -496,7 +501,8 @@ def _main(args: argparse.Namespace) -> int:
             for m in chosen:
                 print(f"  {m.line}: {m.description}: {m.key(source)['mutated']}")
         return 0
-    report = {"format": REPORT_FORMAT, "seed": args.seed, "sample": args.sample, "commit": _commit(root), "modules": []}
+    report = {"format": REPORT_FORMAT, "seed": args.seed, "sample": args.sample,
+              "commit": args.label or _commit(root), "modules": []}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="qualify-mutate-") as tmp:
         copy = Path(tmp) / "repo"
         _copy_repository(root, copy)
@@ -505,6 +511,10 @@ def _main(args: argparse.Namespace) -> int:
             report["modules"].append(mutate_module(
                 root, copy, module, tests, sample=args.sample, seed=args.seed, timeout=args.timeout,
                 config=config, log=lambda s: print(s, flush=True)))  # fmt: skip
+    return _finish(report, args)
+
+
+def _finish(report: dict, args: argparse.Namespace) -> int:
     lines = format_markdown(report)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -513,6 +523,23 @@ def _main(args: argparse.Namespace) -> int:
     print("\n".join(lines[:6 + len(report["modules"])]))
     low = [m for m in report["modules"] if args.fail_under is not None and (m["score"] or 0) < args.fail_under]
     return 1 if low else 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    reports = []
+    for path in args.merge:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ToolError(f"{path}: {exc}") from None
+        if data.get("format") != REPORT_FORMAT:
+            raise ToolError(f"{path}: not a {REPORT_FORMAT} report")
+        reports.append(data)
+    if len({(r["seed"], r["sample"]) for r in reports}) != 1:
+        raise ToolError("the reports were sampled with different seeds or sizes")
+    commit = args.label or " + ".join(dict.fromkeys(r["commit"] for r in reports))
+    merged = {**reports[0], "commit": commit, "modules": [m for r in reports for m in r["modules"]]}
+    return _finish(merged, args)
 
 
 if __name__ == "__main__":
