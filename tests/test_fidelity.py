@@ -13,6 +13,10 @@ from qualify.results.model import BufferParity
 from qualify.run.fidelity import compare
 from qualify.run.inputs import NUMPY_DTYPES
 
+# a comparison prints nothing: numpy's overflow or division warnings would land in the middle of
+# a run's terminal output
+pytestmark = pytest.mark.filterwarnings("error")
+
 F32_MAX = float(np.finfo(np.float32).max)
 F64_MAX = float(np.finfo(np.float64).max)
 F32_TINY = 2.0**-149  # the smallest f32 subnormal

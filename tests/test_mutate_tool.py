@@ -188,3 +188,19 @@ def test_the_score_sets_equivalents_and_errors_aside_and_counts_timeouts_as_dete
     assert (s["mutants_total"], s["sampled"], s["killed"], s["timeout"], s["survived"], s["equivalent"], s["error"]) \
         == (9, 5, 1, 1, 2, 1, 1)  # fmt: skip
     assert (s["score"], s["raw_score"]) == (66.7, 40.0)
+
+
+def test_merging_reports_applies_the_equivalence_list_as_it_stands(tmp_path, capsys):
+    key = {"module": "m.py", "description": "`1` → `2`", "line": "x = 1", "mutated": "x = 2"}
+    mutants = [mutate.asdict(mutate.Outcome("survived", 1.0, key=key)), mutate.asdict(mutate.Outcome("killed", 1.0))]
+    run = {"format": mutate.REPORT_FORMAT, "seed": 3, "sample": 2, "commit": "abc",
+           "modules": [mutate.summarize("m.py", ["t.py"], 7, 1.0, [mutate.Outcome(**o) for o in mutants])]}  # fmt: skip
+    (tmp_path / "r.json").write_text(json.dumps(run))
+    config = tmp_path / "mutation.json"
+    config.write_text(json.dumps({"targets": {}, "equivalents": [{**key, "reason": "same value"}]}))
+    out = tmp_path / "merged"
+    args = ["--merge", str(tmp_path / "r.json"), "--config", str(config), "--label", "after", "--out", str(out)]
+    assert mutate.main(args) == 0
+    (module,) = json.loads((out / "report.json").read_text())["modules"]
+    assert (module["survived"], module["equivalent"], module["score"], module["raw_score"]) == (1, 1, 100.0, 50.0)
+    assert "code: after." in (out / "report.md").read_text()

@@ -477,10 +477,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    root = args.root.resolve()
-    config = load_config(args.config)
     if args.merge:
         return _merge(args)
+    root = args.root.resolve()
+    config = load_config(args.config)
     modules = list(config["targets"]) if args.all_targets else args.modules
     if not modules:
         raise ToolError("name a module, or --all-targets")
@@ -538,8 +538,15 @@ def _merge(args: argparse.Namespace) -> int:
     if len({(r["seed"], r["sample"]) for r in reports}) != 1:
         raise ToolError("the reports were sampled with different seeds or sizes")
     commit = args.label or " + ".join(dict.fromkeys(r["commit"] for r in reports))
-    merged = {**reports[0], "commit": commit, "modules": [m for r in reports for m in r["modules"]]}
-    return _finish(merged, args)
+    config = load_config(args.config)
+    modules = []
+    for m in (m for r in reports for m in r["modules"]):
+        # the equivalence list as it stands now: a survivor judged after the run is set aside
+        outcomes = [Outcome(**o) for o in m["mutants"]]
+        for o in outcomes:
+            o.equivalent = _equivalence(config, o.key) if o.status == "survived" else None
+        modules.append(summarize(m["module"], m["tests"], m["mutants_total"], m["baseline_seconds"], outcomes))
+    return _finish({**reports[0], "commit": commit, "modules": modules}, args)
 
 
 if __name__ == "__main__":
