@@ -36,11 +36,9 @@ from pathlib import Path
 REPORT_FORMAT = "qualify-mutation/1"
 CONFIG = Path(__file__).with_name("mutation.json")
 NO_MUTATE = "pragma: no mutate"
-# Copying these into the scratch repository would be slow (.venv) or wrong (.git of a worktree is a
-# file pointing elsewhere; stale __pycache__ could be imported instead of the mutant).
-_SKIP_COPY = {".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache",
-              ".ruff_cache", "build", "dist", ".gpu", ".whl"}  # fmt: skip
-
+# Outside git, these are left out of the scratch copy: slow to copy (.venv), or wrong to import
+# (a stale __pycache__ could be imported instead of the mutant).
+_SKIP_COPY = {".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache"}
 _BINOP_SWAP = {
     ast.Add: ("+", "-"), ast.Sub: ("-", "+"), ast.Mult: ("*", "/"), ast.Div: ("/", "*"),
     ast.FloorDiv: ("//", "/"), ast.Mod: ("%", "//"), ast.Pow: ("**", "*"),
@@ -285,7 +283,22 @@ class Outcome:
 
 
 def _copy_repository(root: Path, dest: Path) -> None:
-    shutil.copytree(root, dest, ignore=lambda d, names: [n for n in names if n in _SKIP_COPY or n.endswith(".egg-info")])
+    """Copy what the tests can see: in a git checkout, every file git does not ignore.
+
+    A missing file is worse than a slow copy: a package left out of the copy (say qualify/build,
+    whose name .gitignore also uses for build output at the root) would be imported from the
+    installed qualify instead, and the tests would run against a mixture of two versions.
+    """
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=root, capture_output=True)  # fmt: skip
+    if listed.returncode != 0:  # not a git checkout (an exported tree, a test's project)
+        shutil.copytree(root, dest, ignore=lambda d, names: [n for n in names if n in _SKIP_COPY or n.endswith(".egg-info")])
+        return
+    for rel in filter(None, listed.stdout.decode().split("\0")):
+        src = root / rel
+        if src.is_file():  # a deleted but still tracked file is listed too
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
 
 
 def _environment(copy: Path) -> dict[str, str]:
