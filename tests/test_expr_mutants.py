@@ -87,10 +87,25 @@ def test_a_forbidden_node_is_refused_when_parsed_even_in_an_untaken_branch(sourc
         expr.parse(source)
 
 
-def test_evaluate_int_returns_an_int_for_an_integral_float():
+def test_evaluate_int_returns_an_int_for_an_integral_float_or_an_int():
     value = expr.evaluate_int("T / 2", {"T": 8})
     assert value == 4 and type(value) is int
     assert type(expr.evaluate_int(4.0, {})) is int
+    assert expr.evaluate_int("T * 2", {"T": 3}) == 6
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("foo(1)", "unknown function 'foo' (allowed: abs, cdiv, ceil, floor"),
+        ("cdiv(T, b=2)", "keyword arguments are not allowed"),
+        ("2 ** 62 + 1", "result 4.61e+18 exceeds 4.61e+18"),
+    ],
+)
+def test_messages_say_exactly_what_is_wrong(source, message):
+    with pytest.raises(expr.ExprError) as exc:
+        expr.evaluate(source, {"T": 1})
+    assert str(exc.value).startswith(message)
 
 
 def test_source_length_limit_is_exact():
