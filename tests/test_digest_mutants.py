@@ -223,3 +223,10 @@ def test_a_lock_whose_file_hashes_are_not_strings_is_malformed(tmp_path):
     with pytest.raises(PlanError) as exc:
         read_lock(_write_lock(tmp_path, json.dumps(lock)))
     assert exc.value.field == "files"
+
+
+def test_a_freeze_cannot_be_changed_once_made():
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        FROZEN.digest = "0" * 64  # type: ignore[misc]

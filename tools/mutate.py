@@ -552,14 +552,14 @@ def _merge(args: argparse.Namespace) -> int:
         raise ToolError("the reports were sampled with different seeds or sizes")
     commit = args.label or " + ".join(dict.fromkeys(r["commit"] for r in reports))
     config = load_config(args.config)
-    modules = []
+    modules: dict[str, dict] = {}  # a module run again in a later report replaces its earlier run
     for m in (m for r in reports for m in r["modules"]):
         # the equivalence list as it stands now: a survivor judged after the run is set aside
         outcomes = [Outcome(**o) for o in m["mutants"]]
         for o in outcomes:
             o.equivalent = _equivalence(config, o.key) if o.status == "survived" else None
-        modules.append(summarize(m["module"], m["tests"], m["mutants_total"], m["baseline_seconds"], outcomes))
-    return _finish({**reports[0], "commit": commit, "modules": modules}, args)
+        modules[m["module"]] = summarize(m["module"], m["tests"], m["mutants_total"], m["baseline_seconds"], outcomes)
+    return _finish({**reports[0], "commit": commit, "modules": list(modules.values())}, args)
 
 
 if __name__ == "__main__":
