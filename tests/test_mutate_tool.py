@@ -8,11 +8,10 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
 
-_SPEC = importlib.util.spec_from_file_location("mutate", Path(__file__).resolve().parents[1] / "tools" / "mutate.py")
+_SPEC = importlib.util.spec_from_file_location("qualify_tools_mutate", Path(__file__).resolve().parents[1] / "tools" / "mutate.py")
 mutate = importlib.util.module_from_spec(_SPEC)
-sys.modules["mutate"] = mutate  # dataclasses look their module up by name
+sys.modules["qualify_tools_mutate"] = mutate  # dataclasses look their module up by name
 _SPEC.loader.exec_module(mutate)
 
 SMALL = '''"""A module docstring: "never mutated"."""

@@ -79,7 +79,9 @@ def compare(name: str, dtype: str, expected: np.ndarray, actual: np.ndarray) -> 
     """Compare two flat uint8 arrays holding elements of `dtype`."""
     size = ITEMSIZE[dtype]
     if expected.nbytes != actual.nbytes or expected.nbytes % size:
-        raise ValueError(f"{name}: {expected.nbytes} and {actual.nbytes} bytes are not two {dtype} buffers of one length")
+        raise ValueError(
+            f"{name}: {expected.nbytes} and {actual.nbytes} bytes are not two {dtype} buffers of one length"
+        )
     a = expected.view(_UINT[size])
     b = actual.view(_UINT[size])
     differ = np.flatnonzero(a != b)
