@@ -65,6 +65,11 @@ _BINARY = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
+_UNARY = {
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Not: lambda value: int(not value),
+}
 _COMPARE = {
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
@@ -111,8 +116,15 @@ def _vet(node: ast.AST) -> None:
         isinstance(node.value, bool) or not isinstance(node.value, (int, float))
     ):
         raise ExprError(f"only numbers are allowed as constants, not {node.value!r}")
+    # operators are vetted here, not when evaluated, so that an untaken branch cannot hide one
     if isinstance(node, ast.BinOp) and type(node.op) not in _BINARY:
         raise ExprError(f"operator {type(node.op).__name__} is not allowed")
+    if isinstance(node, ast.UnaryOp) and type(node.op) not in _UNARY:
+        raise ExprError(f"operator {type(node.op).__name__} is not allowed")
+    if isinstance(node, ast.Compare):
+        for op in node.ops:
+            if type(op) not in _COMPARE:
+                raise ExprError(f"comparison {type(op).__name__} is not allowed")
     if isinstance(node, ast.Call):
         if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
             name = getattr(node.func, "id", ast.dump(node.func))
@@ -161,14 +173,7 @@ def _eval(node: ast.expr, params: Mapping[str, Number]) -> Number:
             raise ExprError(f"unknown name {node.id!r} (parameters: {known})")
         return _bounded(params[node.id])
     if isinstance(node, ast.UnaryOp):
-        value = _eval(node.operand, params)
-        if isinstance(node.op, ast.USub):
-            return -value
-        if isinstance(node.op, ast.UAdd):
-            return +value
-        if isinstance(node.op, ast.Not):
-            return int(not value)
-        raise ExprError(f"operator {type(node.op).__name__} is not allowed")
+        return _UNARY[type(node.op)](_eval(node.operand, params))
     if isinstance(node, ast.BinOp):
         left, right = _eval(node.left, params), _eval(node.right, params)
         if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and right == 0:
@@ -183,17 +188,17 @@ def _eval(node: ast.expr, params: Mapping[str, Number]) -> Number:
         left = _eval(node.left, params)
         for op, comparator in zip(node.ops, node.comparators):
             right = _eval(comparator, params)
-            if type(op) not in _COMPARE:
-                raise ExprError(f"comparison {type(op).__name__} is not allowed")
             if not _COMPARE[type(op)](left, right):
                 return 0
             left = right
         return 1
     if isinstance(node, ast.BoolOp):
-        values = [_eval(v, params) for v in node.values]
-        if isinstance(node.op, ast.And):
-            return int(all(values))
-        return int(any(values))
+        # short-circuit as Python does, so that `T > 0 and N / T > 2` guards its division
+        decisive = not isinstance(node.op, ast.And)  # the value that ends an `or`, or an `and` if false
+        for v in node.values:
+            if bool(_eval(v, params)) == decisive:
+                return int(decisive)
+        return int(not decisive)
     if isinstance(node, ast.IfExp):
         return _eval(node.body if _eval(node.test, params) else node.orelse, params)
     if isinstance(node, ast.Call):

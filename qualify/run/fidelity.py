@@ -1,22 +1,44 @@
-"""Byte parity of two outputs, with the element counts and ulp distances a reviewer wants."""
+"""Byte parity of two outputs, with the element counts and distances a reviewer wants.
+
+Equality is decided on bytes. For the elements that differ, three distances are reported: ulp
+(how many representable values apart: for floats the distance between the ordered bit patterns,
+for integers the difference itself, their quantum being 1), absolute, and relative to the expected
+value. A distance with no finite value is None: a NaN or an infinity among the differing elements,
+a relative difference from an expected zero, an absolute difference beyond float64. The fidelity
+gate reads None as outside every bound, and None survives results.json where an infinity would
+not (pydantic writes it as null).
+"""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from qualify.results.model import BufferParity
 from qualify.run.inputs import NUMPY_DTYPES, bf16_bits_to_f32
 
+FLOAT_DTYPES = ("bf16", "f16", "f32", "f64")
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _INT = {2: np.int16, 4: np.int32, 8: np.int64}
 ITEMSIZE = {"bf16": 2, **{k: np.dtype(v).itemsize for k, v in NUMPY_DTYPES.items()}}
 
 
 def _ordered(bits: np.ndarray, size: int) -> np.ndarray:
-    """Map float bit patterns to integers whose difference is the distance in ulps."""
+    """Float bit patterns → int64 keys, in the order of the values, one apart per ulp (±0 → 0)."""
     signed = bits.view(_INT[size]).astype(np.int64)
-    sign_mask = np.int64(1) << (8 * size - 1)
-    return np.where(signed < 0, -(signed & (sign_mask - 1)) if size < 8 else -(signed & 0x7FFFFFFFFFFFFFFF), signed)
+    magnitude = signed & np.int64((1 << (8 * size - 1)) - 1)
+    return np.where(signed < 0, -magnitude, magnitude)
+
+
+def _distance(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """|p − q| of two int64 or uint64 arrays, exactly, as uint64.
+
+    The difference of two f64 keys (or two i64 values) can exceed int64; taken in uint64, the
+    larger minus the smaller is exact because the true difference lies in [0, 2**64).
+    """
+    pu, qu = p.view(np.uint64), q.view(np.uint64)
+    return np.where(p >= q, pu - qu, qu - pu)
 
 
 def _as_float(data: np.ndarray, dtype: str) -> np.ndarray:
@@ -25,9 +47,41 @@ def _as_float(data: np.ndarray, dtype: str) -> np.ndarray:
     return data.view(NUMPY_DTYPES[dtype]).astype(np.float64)
 
 
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _relative(diff: np.ndarray, expected: np.ndarray) -> float | None:
+    # an expected zero with an equal actual (+0 against -0) is no relative error at all
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(diff == 0, 0.0, diff / np.abs(expected))
+    return _finite(float(rel.max()))
+
+
+def _distances(dtype: str, size: int, a: np.ndarray, b: np.ndarray) -> tuple[int | None, float | None, float | None]:
+    """(max ulp, max abs, max rel) over differing elements `a` (expected) and `b` (actual), as raw bits."""
+    if dtype in FLOAT_DTYPES:
+        x, y = _as_float(a.view(np.uint8), dtype), _as_float(b.view(np.uint8), dtype)
+        if not (np.isfinite(x) & np.isfinite(y)).all():
+            return None, None, None
+        ulp = int(_distance(_ordered(a, size), _ordered(b, size)).max())
+        with np.errstate(over="ignore"):  # f64 extremes: the difference is infinite, reported as None
+            diff = np.abs(x - y)
+        return ulp, _finite(float(diff.max())), _relative(diff, x)
+    values = NUMPY_DTYPES[dtype]
+    x, y = a.view(values), b.view(values)
+    wide = np.uint64 if np.dtype(values).kind == "u" else np.int64
+    dist = _distance(x.astype(wide), y.astype(wide))
+    return int(dist.max()), float(dist.max()), _relative(dist.astype(np.float64), x.astype(np.float64))
+
+
 def compare(name: str, dtype: str, expected: np.ndarray, actual: np.ndarray) -> BufferParity:
     """Compare two flat uint8 arrays holding elements of `dtype`."""
     size = ITEMSIZE[dtype]
+    if expected.nbytes != actual.nbytes or expected.nbytes % size:
+        raise ValueError(
+            f"{name}: {expected.nbytes} and {actual.nbytes} bytes are not two {dtype} buffers of one length"
+        )
     a = expected.view(_UINT[size])
     b = actual.view(_UINT[size])
     differ = np.flatnonzero(a != b)
@@ -35,20 +89,7 @@ def compare(name: str, dtype: str, expected: np.ndarray, actual: np.ndarray) -> 
     if differ.size == 0:
         return BufferParity(buffer=name, equal=True, elements=n, differing_elements=0,
                             first_difference=None, max_ulp=0, max_abs=0.0, max_rel=0.0)  # fmt: skip
-    max_ulp = max_abs = max_rel = None
-    if dtype in ("bf16", "f16", "f32", "f64"):
-        x, y = _as_float(a[differ].view(np.uint8), dtype), _as_float(b[differ].view(np.uint8), dtype)
-        finite = np.isfinite(x) & np.isfinite(y)
-        if finite.all():
-            ulp = np.abs(_ordered(a[differ], size) - _ordered(b[differ], size))
-            max_ulp = int(ulp.max())
-            diff = np.abs(x - y)
-            max_abs = float(diff.max())
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rel = np.where(x != 0, diff / np.abs(x), np.inf)
-            max_rel = float(rel.max())
-    else:
-        max_abs = float(np.abs(a[differ].astype(np.float64) - b[differ].astype(np.float64)).max())
+    max_ulp, max_abs, max_rel = _distances(dtype, size, a[differ], b[differ])
     return BufferParity(
         buffer=name,
         equal=False,

@@ -1,0 +1,167 @@
+"""Parity of two outputs: every dtype a plan allows, the edge values, and the gate on each side of its bound."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from qualify.evaluate.verdict import fidelity_passes
+from qualify.plan.model import Fidelity
+from qualify.results.model import BufferParity
+from qualify.run.fidelity import compare
+from qualify.run.inputs import NUMPY_DTYPES
+
+# a comparison prints nothing: numpy's overflow or division warnings would land in the middle of
+# a run's terminal output
+pytestmark = pytest.mark.filterwarnings("error")
+
+F32_MAX = float(np.finfo(np.float32).max)
+F64_MAX = float(np.finfo(np.float64).max)
+F32_TINY = 2.0**-149  # the smallest f32 subnormal
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
+
+
+def raw(dtype: str, values) -> np.ndarray:
+    """A flat uint8 buffer of `values`; bf16 values are given as their 16-bit patterns."""
+    kind = np.uint16 if dtype == "bf16" else NUMPY_DTYPES[dtype]
+    return np.asarray(values, dtype=kind).view(np.uint8)
+
+
+def from_bits(dtype: str, pattern: int) -> float:
+    uint = {"f16": np.uint16, "f32": np.uint32, "f64": np.uint64}[dtype]
+    return float(np.asarray([pattern], dtype=uint).view(NUMPY_DTYPES[dtype])[0])
+
+
+def one(dtype: str, expected, actual) -> BufferParity:
+    return compare("out", dtype, raw(dtype, [expected]), raw(dtype, [actual]))
+
+
+# dtype, expected, actual, (max_ulp, max_abs, max_rel); None where no finite value exists
+TABLE = [
+    ("f32", 1.0, float(np.nextafter(np.float32(1), np.float32(2))), (1, 2.0**-23, 2.0**-23)),
+    ("f32", 1.0, from_bits("f32", 0x3F800003), (3, 3 * 2.0**-23, 3 * 2.0**-23)),
+    ("f32", -1.0, -from_bits("f32", 0x3F800001), (1, 2.0**-23, 2.0**-23)),
+    ("f32", 2.0, 3.0, (0x400000, 1.0, 0.5)),  # relative to the expected value, not the actual
+    ("f32", 0.0, -0.0, (0, 0.0, 0.0)),  # bytes differ, values do not
+    ("f32", 0.0, F32_TINY, (1, F32_TINY, None)),  # nothing is relative to an expected zero
+    ("f32", F32_TINY, -F32_TINY, (2, 2 * F32_TINY, 2.0)),  # across zero through the subnormals
+    ("f32", F32_MAX, -F32_MAX, (2 * 0x7F7FFFFF, 2 * F32_MAX, 2.0)),
+    ("f32", F32_MAX, math.inf, (None, None, None)),
+    ("f32", math.nan, 1.0, (None, None, None)),
+    ("f32", 1.0, math.nan, (None, None, None)),
+    ("f64", 1.0, float(np.nextafter(1.0, 2.0)), (1, 2.0**-52, 2.0**-52)),
+    ("f64", -2.0, -3.0, (1 << 51, 1.0, 0.5)),
+    ("f64", F64_MAX, -F64_MAX, (2 * 0x7FEFFFFFFFFFFFFF, None, None)),  # beyond int64 ulps, beyond float64
+    ("f64", 5e-324, 0.0, (1, 5e-324, 1.0)),
+    ("f64", -math.inf, math.inf, (None, None, None)),
+    ("f16", 1.0, 1.0 + 2.0**-10, (1, 2.0**-10, 2.0**-10)),
+    ("f16", -1.0, 1.0, (2 * 0x3C00, 2.0, 2.0)),
+    ("f16", 65504.0, math.inf, (None, None, None)),
+    ("f16", from_bits("f16", 0x0001), from_bits("f16", 0x0003), (2, 2 * 2.0**-24, 2.0)),
+    ("bf16", 0x3F80, 0x3F81, (1, 2.0**-7, 2.0**-7)),  # 1.0 and the next bf16
+    ("bf16", 0xBF80, 0x3F80, (2 * 0x3F80, 2.0, 2.0)),  # -1.0 and 1.0
+    ("bf16", 0x3F80, 0x7FC0, (None, None, None)),  # NaN
+    ("bf16", 0x8000, 0x0000, (0, 0.0, 0.0)),  # -0 and +0
+    ("i8", -128, 127, (255, 255.0, 255 / 128)),
+    ("u8", 200, 100, (100, 100.0, 0.5)),
+    ("i16", -1, 0, (1, 1.0, 1.0)),
+    ("u16", 0, 65535, (65535, 65535.0, None)),
+    ("i32", -(2**31), 2**31 - 1, (2**32 - 1, float(2**32 - 1), (2**32 - 1) / 2**31)),
+    ("u32", 4, 3, (1, 1.0, 0.25)),
+    ("i64", 2**53, 2**53 + 1, (1, 1.0, 2.0**-53)),  # float64 would see no difference
+    ("i64", I64_MIN, I64_MAX, (2**64 - 1, float(2**64 - 1), 2.0)),
+    ("u64", 2**64 - 1, 0, (2**64 - 1, float(2**64 - 1), 1.0)),
+]
+
+
+@pytest.mark.parametrize("dtype, expected, actual, distances", TABLE, ids=lambda v: repr(v)[:24])
+def test_distances_of_one_differing_element(dtype, expected, actual, distances):
+    p = one(dtype, expected, actual)
+    assert (p.equal, p.elements, p.differing_elements, p.first_difference) == (False, 1, 1, 0)
+    assert (p.max_ulp, p.max_abs, p.max_rel) == distances
+
+
+def test_every_dtype_of_the_plan_schema_is_in_the_table():
+    from qualify.plan.model import Buffer
+
+    allowed = set(Buffer.model_fields["dtype"].annotation.__args__)
+    assert allowed == {row[0] for row in TABLE}
+
+
+@pytest.mark.parametrize("dtype", sorted({row[0] for row in TABLE}))
+def test_identical_buffers_are_equal_whatever_they_hold(dtype):
+    values = {"bf16": [0x7FC0, 0x8000, 0x0001]}.get(dtype, [0, 1, 2] if dtype[0] in "iu" else [math.nan, -0.0, math.inf])
+    p = compare("out", dtype, raw(dtype, values), raw(dtype, values))
+    assert p == BufferParity(buffer="out", equal=True, elements=3, differing_elements=0,
+                             first_difference=None, max_ulp=0, max_abs=0.0, max_rel=0.0)  # fmt: skip
+
+
+def test_counts_and_maxima_over_several_differing_elements():
+    expected = [1.0, 2.0, 3.0, 4.0, 8.0, 0.5]
+    actual = [1.0, 2.5, 3.0, 5.0, 8.0, 0.5]
+    p = compare("y", "f32", raw("f32", expected), raw("f32", actual))
+    assert (p.buffer, p.equal, p.elements, p.differing_elements, p.first_difference) == ("y", False, 6, 2, 1)
+    # 2.0 → 2.5 is 0x100000 ulps, 4.0 → 5.0 is 0x200000; abs 0.5 and 1.0; rel 0.25 both
+    assert (p.max_ulp, p.max_abs, p.max_rel) == (0x200000, 1.0, 0.25)
+
+
+def test_the_first_difference_is_an_element_index_not_a_byte_offset():
+    p = compare("y", "f64", raw("f64", [0.0, 0.0, 0.0, 1.0]), raw("f64", [0.0, 0.0, 0.0, 2.0]))
+    assert (p.first_difference, p.elements) == (3, 4)
+
+
+def test_one_non_finite_element_leaves_every_distance_unbounded():
+    p = compare("y", "f32", raw("f32", [1.0, 2.0, math.nan]), raw("f32", [1.5, 2.0, 7.0]))
+    assert (p.differing_elements, p.max_ulp, p.max_abs, p.max_rel) == (2, None, None, None)
+
+
+@pytest.mark.parametrize("expected, actual", [(b"\0" * 8, b"\0" * 12), (b"\0" * 6, b"\0" * 6)], ids=["lengths", "partial"])
+def test_buffers_that_are_not_two_arrays_of_one_length_are_refused(expected, actual):
+    with pytest.raises(ValueError, match="not two f32 buffers"):
+        compare("y", "f32", np.frombuffer(expected, np.uint8), np.frombuffer(actual, np.uint8))
+
+
+@pytest.mark.parametrize("row", TABLE, ids=lambda r: f"{r[0]}-{r[1]!r}"[:24])
+def test_parity_survives_the_results_file(row):
+    """What a record stores reads back the same: no infinity turned into null on the way."""
+    p = one(*row[:3])
+    assert BufferParity.model_validate_json(p.model_dump_json()) == p
+
+
+# --- the gate on each side of its bound ------------------------------------------------------------
+
+
+def gate(mode: str, bound: float | None, p: BufferParity) -> bool:
+    return fidelity_passes([p], Fidelity(mode=mode, bound=bound))
+
+
+NEXT_AFTER_ONE = float(np.nextafter(np.float32(1), np.float32(2)))
+
+
+@pytest.mark.parametrize(
+    "mode, at, below",
+    [("ulp", 3, 2), ("abs", 3 * 2.0**-23, 2.9 * 2.0**-23), ("rel", 3 * 2.0**-23, 2.9 * 2.0**-23)],
+)
+def test_each_tolerance_mode_passes_at_its_bound_and_fails_below_it(mode, at, below):
+    p = one("f32", 1.0, from_bits("f32", 0x3F800003))  # three ulps, 3·2**-23 apart, from 1.0
+    assert gate(mode, at, p) and not gate(mode, below, p)
+
+
+def test_bytes_mode_fails_on_any_difference_even_one_between_equal_values():
+    assert gate("bytes", None, one("f32", 1.0, 1.0))
+    assert not gate("bytes", None, one("f32", 0.0, -0.0))
+    assert gate("ulp", 0, one("f32", 0.0, -0.0))  # ±0 are zero ulps apart
+
+
+@pytest.mark.parametrize("mode", ["ulp", "abs", "rel"])
+@pytest.mark.parametrize("actual", [math.nan, math.inf])
+def test_a_nan_or_infinity_never_passes_a_tolerance(mode, actual):
+    p = compare("y", "f32", raw("f32", [1.0, 2.0]), raw("f32", [NEXT_AFTER_ONE, actual]))
+    assert not gate(mode, 1e30, p)
+
+
+def test_a_relative_bound_is_never_met_by_a_change_from_zero():
+    assert not gate("rel", 1e30, one("f32", 0.0, F32_TINY))
+    assert gate("abs", F32_TINY, one("f32", 0.0, F32_TINY))

@@ -1,0 +1,205 @@
+"""tools/mutate.py on a small module whose mutants are known: what it makes, and how it classifies them."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+
+_SPEC = importlib.util.spec_from_file_location("qualify_tools_mutate", Path(__file__).resolve().parents[1] / "tools" / "mutate.py")
+mutate = importlib.util.module_from_spec(_SPEC)
+sys.modules["qualify_tools_mutate"] = mutate  # dataclasses look their module up by name
+_SPEC.loader.exec_module(mutate)
+
+SMALL = '''"""A module docstring: "never mutated"."""
+
+LIMIT: int = 3
+
+
+def add(a, b):
+    return a + b
+
+
+def positive(x):
+    return x > 0
+
+
+def countdown(n):
+    while n > 0:
+        n -= 1
+    return n
+'''
+
+TESTS = '''from pkg.small import add, positive
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_positive():
+    assert positive(5) and not positive(-5)
+'''
+RUN = SMALL.split("\n\n\ndef countdown")[0] + "\n"  # what the end-to-end run mutates: no loop to time out
+
+# (line, description) → what TESTS do to it (and, for countdown, what `countdown(3) == 0` would):
+# a `0` → `1` in positive() and the boundary `>` → `>=` go unnoticed, since nothing tests
+# positive(0) or positive(1); two countdown mutants keep its loop from ending
+EXPECTED = {
+    (3, "`3` → `4`"): "survived",
+    (7, "`+` → `-`"): "killed",
+    (7, "`Return` statement deleted"): "killed",
+    (11, "`>` → `>=`"): "survived",
+    (11, "`0` → `1`"): "survived",
+    (11, "`Return` statement deleted"): "killed",
+    (15, "condition → `False`"): "killed",
+    (15, "`>` → `>=`"): "killed",
+    (15, "`0` → `1`"): "killed",
+    (15, "`While` statement deleted"): "killed",
+    (16, "`-=` → `+=`"): "timeout",
+    (16, "`1` → `2`"): "killed",
+    (16, "`AugAssign` statement deleted"): "timeout",
+    (17, "`Return` statement deleted"): "killed",
+}
+
+
+def test_the_mutants_of_a_small_module_are_exactly_the_expected_ones():
+    found = mutate.find_mutants(SMALL, "pkg/small.py")
+    assert {(m.line, m.description) for m in found} == set(EXPECTED)
+    assert len(found) == len(EXPECTED)
+    for m in found:
+        mutated = m.apply(SMALL)
+        assert ast.dump(ast.parse(mutated)) != ast.dump(ast.parse(SMALL))
+        assert mutated.splitlines()[:1] == SMALL.splitlines()[:1]  # the docstring is never touched
+
+
+def test_positions_are_found_after_non_ascii_text_and_across_lines():
+    source = 'def f(x):\n    s = "ü€"; return (len(s)  # a comment\n        + x) >= 0\n'
+    found = {m.description: m for m in mutate.find_mutants(source, "m.py")}
+    assert found["`+` → `-`"].apply(source).splitlines()[2] == "        - x) >= 0"
+    assert found["`>=` → `>`"].apply(source).splitlines()[2] == "        + x) > 0"
+    assert found["string → \"\""].apply(source).splitlines()[1].startswith('    s = ""; return')
+
+
+def test_and_or_not_in_and_is_not_are_swapped_whole():
+    source = "def f(a, b, c):\n    return a and b and c or (a not in b) or a is not c\n"
+    lines = {m.description: m.apply(source).splitlines()[1] for m in mutate.find_mutants(source, "m.py")}
+    assert lines["`and` → `or`"] == "    return a or b or c or (a not in b) or a is not c"
+    assert lines["`or` → `and`"] == "    return a and b and c and (a not in b) and a is not c"
+    assert lines["`not in` → `in`"] == "    return a and b and c or (a in b) or a is not c"
+    assert lines["`is not` → `is`"] == "    return a and b and c or (a not in b) or a is c"
+
+
+def test_lines_marked_no_mutate_and_annotations_are_left_alone():
+    source = "def f(x: int = 1) -> str:\n    y = 2  # pragma: no mutate\n    return x\n"
+    found = mutate.find_mutants(source, "m.py")
+    assert {(m.line, m.description) for m in found} == {(1, "`1` → `2`"), (3, "`Return` statement deleted")}
+
+
+def test_a_sample_is_fixed_by_its_seed_and_kept_in_source_order():
+    every = mutate.find_mutants(SMALL, "pkg/small.py")
+    a = mutate.sample_mutants(every, 5, 1, "pkg/small.py")
+    assert a == mutate.sample_mutants(every, 5, 1, "pkg/small.py") and len(a) == 5
+    assert [m.start for m in a] == sorted(m.start for m in a)
+    assert any(mutate.sample_mutants(every, 5, seed, "pkg/small.py") != a for seed in range(2, 6))
+    assert mutate.sample_mutants(every, 0, 1, "pkg/small.py") == every
+
+
+def _project(tmp_path: Path, tests: str = TESTS) -> tuple[Path, Path]:
+    root = tmp_path / "project"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "small.py").write_text(RUN)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_small.py").write_text(tests)
+    gt = next(m for m in mutate.find_mutants(RUN, "pkg/small.py") if m.line == 11 and m.description == "`>` → `>=`")
+    config = tmp_path / "mutation.json"
+    config.write_text(json.dumps({
+        "targets": {"pkg/small.py": ["tests/test_small.py"]},
+        "equivalents": [{**gt.key(RUN), "reason": "stands in for an equivalent mutant in this test"}],
+    }))  # fmt: skip
+    return root, config
+
+
+def test_a_run_classifies_every_mutant_and_reports_survivors(tmp_path, capsys):
+    root, config = _project(tmp_path)
+    out = tmp_path / "report"
+    args = ["pkg/small.py", "--root", str(root), "--config", str(config), "--sample", "0",
+            "--out", str(out), "--fail-under", "80"]  # fmt: skip
+    assert mutate.main(args) == 1  # 3 of 5 is under 80 %
+    report = json.loads((out / "report.json").read_text())
+    (module,) = report["modules"]
+    got = {(o["line"], o["description"]): o["status"] for o in module["mutants"]}
+    assert got == {key: status for key, status in EXPECTED.items() if key[0] < 14}
+    assert (module["killed"], module["timeout"], module["survived"], module["equivalent"]) == (3, 0, 3, 1)
+    assert module["score"] == 60.0 and module["raw_score"] == 50.0
+    killer = next(o["killed_by"] for o in module["mutants"] if o["description"] == "`+` → `-`")
+    assert killer == "tests/test_small.py::test_add"
+    assert (root / "pkg" / "small.py").read_text() == RUN  # the project itself is never touched
+    markdown = (out / "report.md").read_text()
+    assert "-    return x > 0\n+    return x > 1" in markdown  # a survivor's diff
+    assert "stands in for an equivalent mutant" in markdown
+    assert "return x >= 0" not in markdown.split("equivalent, line 11")[0]  # listed, not shown as a survivor
+
+
+def test_tests_that_fail_without_any_mutant_stop_the_run(tmp_path, capsys):
+    root, config = _project(tmp_path, TESTS + "\n\ndef test_broken():\n    assert False\n")
+    assert mutate.main(["pkg/small.py", "--root", str(root), "--config", str(config), "--sample", "1"]) == 2
+    assert "the tests fail without any mutant" in capsys.readouterr().err
+
+
+def test_a_module_without_configured_tests_is_refused(tmp_path, capsys):
+    root, config = _project(tmp_path)
+    (root / "pkg" / "other.py").write_text("X = 1\n")
+    assert mutate.main(["pkg/other.py", "--root", str(root), "--config", str(config)]) == 2
+    assert "no tests configured" in capsys.readouterr().err
+
+
+def test_the_configuration_names_every_core_module_with_existing_tests():
+    """One command mutates any core module later: each has its tests listed, and they exist."""
+    config = mutate.load_config(mutate.CONFIG)
+    root = Path(__file__).resolve().parents[1]
+    for module in ("qualify/run/fidelity.py", "qualify/expr.py", "qualify/plan/digest.py",
+                   "qualify/evaluate/stats.py", "qualify/evaluate/verdict.py", "qualify/record/check.py"):  # fmt: skip
+        assert (root / module).is_file() and config["targets"][module]
+        for test in config["targets"][module]:
+            assert (root / test).is_file(), test
+    for entry in config["equivalents"]:
+        assert entry["reason"].strip() and (root / entry["module"]).is_file()
+
+
+def test_a_mutant_that_hangs_is_stopped_and_counted_as_detected(tmp_path):
+    root, _ = _project(tmp_path, "import time\n\ndef test_hang():\n    time.sleep(120)\n")
+    result, seconds, _ = mutate._pytest(root, ["tests/test_small.py"], timeout=3)
+    assert result == "timeout" and seconds < 60
+
+
+def test_the_score_sets_equivalents_and_errors_aside_and_counts_timeouts_as_detected():
+    def outcome(status, equivalent=None):
+        return mutate.Outcome(status, 1.0, equivalent=equivalent)
+
+    outcomes = [outcome("killed"), outcome("timeout"), outcome("survived"), outcome("survived", "same value"),
+                outcome("error")]  # fmt: skip
+    s = mutate.summarize("m.py", ["t.py"], 9, 1.0, outcomes)
+    assert (s["mutants_total"], s["sampled"], s["killed"], s["timeout"], s["survived"], s["equivalent"], s["error"]) \
+        == (9, 5, 1, 1, 2, 1, 1)  # fmt: skip
+    assert (s["score"], s["raw_score"]) == (66.7, 40.0)
+
+
+def test_merging_reports_applies_the_equivalence_list_as_it_stands(tmp_path, capsys):
+    key = {"module": "m.py", "description": "`1` → `2`", "line": "x = 1", "mutated": "x = 2"}
+    mutants = [mutate.asdict(mutate.Outcome("survived", 1.0, key=key)), mutate.asdict(mutate.Outcome("killed", 1.0))]
+    run = {"format": mutate.REPORT_FORMAT, "seed": 3, "sample": 2, "commit": "abc",
+           "modules": [mutate.summarize("m.py", ["t.py"], 7, 1.0, [mutate.Outcome(**o) for o in mutants])]}  # fmt: skip
+    (tmp_path / "r.json").write_text(json.dumps(run))
+    config = tmp_path / "mutation.json"
+    config.write_text(json.dumps({"targets": {}, "equivalents": [{**key, "reason": "same value"}]}))
+    out = tmp_path / "merged"
+    args = ["--merge", str(tmp_path / "r.json"), "--config", str(config), "--label", "after", "--out", str(out)]
+    assert mutate.main(args) == 0
+    (module,) = json.loads((out / "report.json").read_text())["modules"]
+    assert (module["survived"], module["equivalent"], module["score"], module["raw_score"]) == (1, 1, 100.0, 50.0)
+    assert "code: after." in (out / "report.md").read_text()

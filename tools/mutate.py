@@ -1,0 +1,565 @@
+#!/usr/bin/env python3
+"""Mutation testing for qualify's core: would the tests notice if this code were wrong?
+
+Each mutant is one small, deliberate bug (an operator swapped, a comparison moved by one, a
+constant changed, a statement or a branch deleted). The tool copies the repository to a temporary
+folder, writes one mutant at a time into the copy, runs the tests that cover the module there
+with `-x` and a timeout, and restores the original. A failing test kills the mutant; a green run
+means the suite cannot tell the bug from the real code. See docs/mutation.md.
+
+    python tools/mutate.py qualify/expr.py                   # tests from tools/mutation.json
+    python tools/mutate.py --all-targets --out benchmarks/mutation/run
+    python tools/mutate.py --list qualify/run/fidelity.py    # the mutants, nothing run
+
+The mutations are made on the source text, at the positions `ast` gives, so the module keeps its
+comments and layout and a surviving mutant's diff names the real line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPORT_FORMAT = "qualify-mutation/1"
+CONFIG = Path(__file__).with_name("mutation.json")
+NO_MUTATE = "pragma: no mutate"
+# Outside git, these are left out of the scratch copy: slow to copy (.venv), or wrong to import
+# (a stale __pycache__ could be imported instead of the mutant).
+_SKIP_COPY = {".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache"}
+_BINOP_SWAP = {
+    ast.Add: ("+", "-"), ast.Sub: ("-", "+"), ast.Mult: ("*", "/"), ast.Div: ("/", "*"),
+    ast.FloorDiv: ("//", "/"), ast.Mod: ("%", "//"), ast.Pow: ("**", "*"),
+    ast.LShift: ("<<", ">>"), ast.RShift: (">>", "<<"), ast.BitAnd: ("&", "|"),
+    ast.BitOr: ("|", "&"), ast.BitXor: ("^", "|"),
+}  # fmt: skip
+_CMP_SWAP = {
+    ast.Lt: ("<", "<="), ast.LtE: ("<=", "<"), ast.Gt: (">", ">="), ast.GtE: (">=", ">"),
+    ast.Eq: ("==", "!="), ast.NotEq: ("!=", "=="), ast.In: ("in", "not in"),
+    ast.NotIn: ("not in", "in"), ast.Is: ("is", "is not"), ast.IsNot: ("is not", "is"),
+}  # fmt: skip
+
+
+class ToolError(Exception):
+    """A problem with the command line, the configuration or the unmutated test run."""
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One text replacement in a module: source[start:end] becomes `replacement`."""
+
+    module: str
+    operator: str  # binop, compare, boolop, unary, constant, condition, delete
+    description: str
+    line: int
+    start: int
+    end: int
+    replacement: str
+
+    def apply(self, source: str) -> str:
+        return source[: self.start] + self.replacement + source[self.end :]
+
+    def key(self, source: str) -> dict[str, str]:
+        """What identifies the mutant across edits elsewhere in the file (line numbers move)."""
+        before = source.splitlines()[self.line - 1].strip()
+        after = self.apply(source).splitlines()[self.line - 1].strip()
+        return {"module": self.module, "description": self.description, "line": before, "mutated": after}
+
+    def diff(self, source: str) -> str:
+        lines = difflib.unified_diff(
+            source.splitlines(keepends=True), self.apply(source).splitlines(keepends=True),
+            fromfile=f"a/{self.module}", tofile=f"b/{self.module}", n=1,
+        )  # fmt: skip
+        return "".join(lines)
+
+
+class _Positions:
+    """ast gives (line, UTF-8 byte column); the mutator works on str offsets."""
+
+    def __init__(self, source: str):
+        self.lines = source.splitlines(keepends=True)
+        self.starts = [0]
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
+
+    def offset(self, lineno: int, col: int) -> int:
+        line = self.lines[lineno - 1]
+        return self.starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8"))
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return (self.offset(node.lineno, node.col_offset),  # type: ignore[attr-defined]
+                self.offset(node.end_lineno, node.end_col_offset))  # type: ignore[attr-defined]  # fmt: skip
+
+
+def _token_span(source: str, start: int, end: int, words: str) -> tuple[int, int] | None:
+    """Find the operator `words` ('<=', 'not in') in source[start:end], the text between two operands.
+
+    Between two operands there can only be blanks, brackets, comments, line continuations and the
+    operator itself, so the operator is what remains once those are set aside.
+    """
+    gap = source[start:end]
+    significant: list[int] = []
+    in_comment = False
+    for i, ch in enumerate(gap):
+        if ch == "#":
+            in_comment = True
+        elif ch == "\n":
+            in_comment = False
+        elif not in_comment and not ch.isspace() and ch not in "()\\":
+            significant.append(i)
+    if "".join(gap[i] for i in significant) != words.replace(" ", ""):
+        return None
+    return start + significant[0], start + significant[-1] + 1
+
+
+def _skipped_nodes(tree: ast.AST) -> set[int]:
+    """Ids of nodes never mutated: docstrings, annotations and f-string parts."""
+    skip: set[int] = set()
+
+    def mark(node: ast.AST | None) -> None:
+        if node is not None:
+            skip.update(id(n) for n in ast.walk(node))
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):  # fmt: skip
+                mark(body[0])
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            mark(node.returns)
+        if isinstance(node, ast.arg):
+            mark(node.annotation)
+        if isinstance(node, ast.AnnAssign):
+            mark(node.annotation)
+        if isinstance(node, ast.JoinedStr):  # f-string pieces have unreliable positions in 3.10/3.11
+            mark(node)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            mark(node)
+    return skip
+
+
+def _inside_function(tree: ast.AST) -> set[int]:
+    """Ids of statements inside a function body: deleting a module-level statement only breaks imports."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for stmt in ast.walk(node):
+                if stmt is not node and isinstance(stmt, ast.stmt):
+                    inside.add(id(stmt))
+    return inside
+
+
+def find_mutants(source: str, module: str) -> list[Mutant]:
+    """Every mutant of a module, in source order; each one parses and changes the module's AST."""
+    tree = ast.parse(source)
+    pos = _Positions(source)
+    skip = _skipped_nodes(tree)
+    in_function = _inside_function(tree)
+    lines = source.splitlines()
+    original_dump = ast.dump(tree)
+    found: list[Mutant] = []
+
+    def add(operator: str, description: str, node: ast.AST, start: int, end: int, text: str) -> None:
+        found.append(Mutant(module, operator, description, node.lineno, start, end, text))  # type: ignore[attr-defined]
+
+    for node in ast.walk(tree):
+        if id(node) in skip or not hasattr(node, "lineno"):
+            continue
+        if NO_MUTATE in lines[node.lineno - 1]:  # type: ignore[attr-defined]
+            continue
+        if isinstance(node, (ast.BinOp, ast.AugAssign)):
+            swap = _BINOP_SWAP.get(type(node.op))
+            if swap:
+                left, right = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.target, node.value)
+                token = swap[0] + ("=" if isinstance(node, ast.AugAssign) else "")
+                span = _token_span(source, pos.span(left)[1], pos.span(right)[0], token)
+                if span:
+                    new = swap[1] + ("=" if isinstance(node, ast.AugAssign) else "")
+                    add("binop", f"`{token}` → `{new}`", node, *span, new)
+        elif isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            for i, op in enumerate(node.ops):
+                old, new = _CMP_SWAP[type(op)]
+                span = _token_span(source, pos.span(operands[i])[1], pos.span(operands[i + 1])[0], old)
+                if span:
+                    add("compare", f"`{old}` → `{new}`", node, *span, new)
+        elif isinstance(node, ast.BoolOp):
+            old, new = ("and", "or") if isinstance(node.op, ast.And) else ("or", "and")
+            spans = [_token_span(source, pos.span(a)[1], pos.span(b)[0], old) for a, b in zip(node.values, node.values[1:])]
+            if all(spans):
+                # one mutant flips every keyword of the chain: `a and b and c` → `a or b or c`
+                first, last = spans[0], spans[-1]  # type: ignore[index]
+                text = source[first[0] : last[1]]
+                for s in reversed(spans):  # type: ignore[union-attr]
+                    text = text[: s[0] - first[0]] + new + text[s[1] - first[0] :]
+                add("boolop", f"`{old}` → `{new}`", node, first[0], last[1], text)
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub, ast.Invert)):
+            symbol = {ast.Not: "not", ast.USub: "-", ast.Invert: "~"}[type(node.op)]
+            start, end = pos.span(node)
+            inner = source[slice(*pos.span(node.operand))]
+            add("unary", f"`{symbol}` removed", node, start, end, f"({inner})")
+        elif isinstance(node, ast.Constant):
+            value = node.value
+            start, end = pos.span(node)
+            if isinstance(value, bool):
+                add("constant", f"`{value}` → `{not value}`", node, start, end, str(not value))
+            elif isinstance(value, int):
+                add("constant", f"`{source[start:end]}` → `{value + 1}`", node, start, end, str(value + 1))
+            elif isinstance(value, float):
+                add("constant", f"`{source[start:end]}` → `{value + 1.0!r}`", node, start, end, repr(value + 1.0))
+            elif isinstance(value, str):
+                new = '""' if value else '"mutant"'
+                add("constant", f"string → {new}", node, start, end, new)
+        if isinstance(node, (ast.If, ast.While)) and not _is_elif(source, pos, node):
+            start, end = pos.span(node.test)
+            add("condition", "condition → `False`", node, start, end, "False")
+            if isinstance(node, ast.If):
+                add("condition", "condition → `True`", node, start, end, "True")
+        elif isinstance(node, ast.If):  # an elif: its test, not the whole chain
+            start, end = pos.span(node.test)
+            add("condition", "elif condition → `False`", node.test, start, end, "False")
+            add("condition", "elif condition → `True`", node.test, start, end, "True")
+        if isinstance(node, ast.IfExp):
+            start, end = pos.span(node)
+            for label, branch in (("if-branch", node.body), ("else-branch", node.orelse)):
+                text = source[slice(*pos.span(branch))]
+                add("condition", f"conditional expression → its {label}", node, start, end, f"({text})")
+        if isinstance(node, ast.stmt) and id(node) in in_function and not isinstance(node, ast.Pass) \
+                and not _is_elif(source, pos, node):  # fmt: skip
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Global, ast.Nonlocal)):
+                start, end = pos.span(node)
+                add("delete", f"`{type(node).__name__}` statement deleted", node, start, end, "pass")
+
+    valid = []
+    for m in found:
+        try:
+            mutated = ast.parse(m.apply(source))
+        except SyntaxError:
+            continue  # a position the mutator got wrong: never reported as a mutant
+        if ast.dump(mutated) != original_dump:
+            valid.append(m)
+    valid.sort(key=lambda m: (m.start, m.end, m.description))
+    return valid
+
+
+def sample_mutants(every: list[Mutant], sample: int, seed: int, module: str) -> list[Mutant]:
+    """`sample` of the mutants (all when 0), the same ones for the same seed and source, in source order."""
+    rng = random.Random(f"{seed}:{module}")
+    chosen = rng.sample(every, min(sample, len(every))) if sample > 0 else every
+    return sorted(chosen, key=lambda m: (m.start, m.end, m.description))
+
+
+def _is_elif(source: str, pos: _Positions, node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and source.startswith("elif", pos.span(node)[0])
+
+
+# --- running -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    status: str  # killed, timeout, survived, error
+    seconds: float
+    killed_by: str | None = None
+    diff: str = ""
+    key: dict[str, str] = field(default_factory=dict)
+    line: int = 0
+    operator: str = ""
+    description: str = ""
+    equivalent: str | None = None  # the reason, when the equivalence list names this survivor
+
+
+def _copy_repository(root: Path, dest: Path) -> None:
+    """Copy what the tests can see: in a git checkout, every file git does not ignore.
+
+    A missing file is worse than a slow copy: a package left out of the copy (say qualify/build,
+    whose name .gitignore also uses for build output at the root) would be imported from the
+    installed qualify instead, and the tests would run against a mixture of two versions.
+    """
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=root, capture_output=True)  # fmt: skip
+    if listed.returncode != 0:  # not a git checkout (an exported tree, a test's project)
+        shutil.copytree(root, dest, ignore=lambda d, names: [n for n in names if n in _SKIP_COPY or n.endswith(".egg-info")])
+        return
+    for rel in filter(None, listed.stdout.decode().split("\0")):
+        src = root / rel
+        if src.is_file():  # a deleted but still tracked file is listed too
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+def _environment(copy: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(copy), *filter(None, [env.get("PYTHONPATH")])])
+    # No bytecode cache: a mutant of the same size written within the same second as the original
+    # would otherwise be shadowed by the original's .pyc (its check is mtime in seconds + size).
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def _pytest(copy: Path, tests: list[str], timeout: float) -> tuple[str, float, str]:
+    """Run the tests in the copy; (result, seconds, first failing test). result: pass, fail, timeout, error."""
+    shutil.rmtree(copy / ".hypothesis", ignore_errors=True)  # no examples carried over between mutants
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-rfE", *tests]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=copy, env=_environment(copy), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole session: tests may have spawned workers
+        proc.communicate()
+        return "timeout", time.monotonic() - start, ""
+    seconds = time.monotonic() - start
+    failing = next((ln.split(" - ")[0].split(" ", 1)[1] for ln in out.splitlines()
+                    if ln.startswith(("FAILED ", "ERROR "))), "")  # fmt: skip
+    # pytest: 0 all passed, 1 a test failed, 2 interrupted (a collection error under -x: the
+    # mutant broke an import, which the suite did notice); 3-5 are pytest's own trouble.
+    result = {0: "pass", 1: "fail", 2: "fail"}.get(proc.returncode, "error")
+    return result, seconds, (failing or out[-2000:]) if result != "pass" else ""
+
+
+def _check_import(copy: Path, module: str) -> None:
+    name = module.removesuffix(".py").replace("/", ".")
+    code = f"import importlib; print(importlib.import_module({name!r}).__file__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=copy, env=_environment(copy),
+                         capture_output=True, text=True)  # fmt: skip
+    if out.returncode != 0 or not Path(out.stdout.strip()).resolve().is_relative_to(copy.resolve()):
+        raise ToolError(f"{module}: importing it from the scratch copy gives {out.stdout.strip() or out.stderr.strip()!r}")
+
+
+def _equivalence(config: dict, key: dict[str, str]) -> str | None:
+    for entry in config.get("equivalents", []):
+        if all(entry.get(k) == v for k, v in key.items()):
+            return entry["reason"]
+    return None
+
+
+def mutate_module(root: Path, copy: Path, module: str, tests: list[str], *, sample: int, seed: int,
+                  timeout: float | None, config: dict, log=print) -> dict:  # fmt: skip
+    """Run a sample of one module's mutants against `tests`; the module's section of the report."""
+    for t in tests:
+        if not (root / t.split("::")[0]).exists():
+            raise ToolError(f"{module}: test file {t} does not exist")
+    target = copy / module
+    original = target.read_text(encoding="utf-8")
+    every = find_mutants(original, module)
+    chosen = sample_mutants(every, sample, seed, module)
+    _check_import(copy, module)
+    result, baseline, failing = _pytest(copy, tests, timeout=max(timeout or 0, 600))
+    if result != "pass":
+        raise ToolError(f"{module}: the tests fail without any mutant ({failing.strip()[:300]})")
+    # a mutant that makes the tests three times slower than the clean run has most likely made
+    # them loop; an explicit --timeout is taken as given
+    limit = timeout if timeout else 3 * baseline + 10
+    outcomes: list[Outcome] = []
+    for i, m in enumerate(chosen, 1):
+        key = m.key(original)
+        target.write_text(m.apply(original), encoding="utf-8")
+        try:
+            result, seconds, failing = _pytest(copy, tests, limit)
+        finally:
+            target.write_text(original, encoding="utf-8")
+        status = {"pass": "survived", "fail": "killed", "timeout": "timeout", "error": "error"}[result]
+        o = Outcome(status, round(seconds, 2), failing if status == "killed" else None, m.diff(original),
+                    key, m.line, m.operator, m.description)  # fmt: skip
+        if status == "survived":
+            o.equivalent = _equivalence(config, key)
+        outcomes.append(o)
+        log(f"  [{i}/{len(chosen)}] {module}:{m.line} {m.description}: {status}"
+            + (" (listed as equivalent)" if o.equivalent else ""))  # fmt: skip
+    return summarize(module, tests, len(every), baseline, outcomes)
+
+
+def summarize(module: str, tests: list[str], total: int, baseline: float, outcomes: list[Outcome]) -> dict:
+    """Counts and the score. Timeouts count as killed; equivalent survivors and errors are set aside."""
+    count = {s: sum(o.status == s for o in outcomes) for s in ("killed", "timeout", "survived", "error")}
+    equivalent = sum(o.equivalent is not None for o in outcomes)
+    detected = count["killed"] + count["timeout"]
+    scored = len(outcomes) - equivalent - count["error"]
+    return {
+        "module": module,
+        "tests": tests,
+        "mutants_total": total,
+        "sampled": len(outcomes),
+        **count,
+        "equivalent": equivalent,
+        "score": round(100 * detected / scored, 1) if scored else None,
+        "raw_score": round(100 * detected / len(outcomes), 1) if outcomes else None,
+        "baseline_seconds": round(baseline, 2),
+        "mutants": [asdict(o) for o in outcomes],
+    }
+
+
+# --- reports -------------------------------------------------------------------------------------
+
+
+def format_markdown(report: dict) -> list[str]:
+    lines = [
+        "# Mutation report",
+        "",
+        f"Seed {report['seed']}, up to {report['sample']} mutants per module, code: {report['commit']}. "
+        "Score = (killed + timeout) / (sampled − equivalent − errors).",
+        "",
+        "| module | mutants | sampled | killed | timeout | survived | equivalent | errors | score | raw |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for m in report["modules"]:
+        lines.append(
+            f"| `{m['module']}` | {m['mutants_total']} | {m['sampled']} | {m['killed']} | {m['timeout']} | "
+            f"{m['survived']} | {m['equivalent']} | {m['error']} | {_pct(m['score'])} | {_pct(m['raw_score'])} |"
+        )
+    for m in report["modules"]:
+        survivors = [o for o in m["mutants"] if o["status"] == "survived" and not o["equivalent"]]
+        equivalents = [o for o in m["mutants"] if o["equivalent"]]
+        errors = [o for o in m["mutants"] if o["status"] == "error"]
+        lines += ["", f"## `{m['module']}`", "", "Tests: " + ", ".join(f"`{t}`" for t in m["tests"]), ""]
+        if not survivors:
+            lines.append("No surviving mutant outside the equivalence list.")
+        for o in survivors:
+            lines += [f"### survived: line {o['line']}, {o['description']}", "", "```diff", o["diff"].rstrip(), "```", ""]
+        for o in equivalents:
+            lines.append(f"- equivalent, line {o['line']} ({o['description']}): {o['equivalent']}")
+        for o in errors:
+            lines.append(f"- error (pytest's own failure), line {o['line']} ({o['description']})")
+    return lines
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f} %"
+
+
+def _commit(root: Path) -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return (out.stdout.strip() or "unknown") + ("+changes" if dirty else "")
+
+
+def load_config(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {"targets": {}, "equivalents": []}
+    except (OSError, ValueError) as exc:
+        raise ToolError(f"{path}: {exc}") from None
+    if not isinstance(data.get("targets"), dict) or not isinstance(data.get("equivalents", []), list):
+        raise ToolError(f"{path}: needs 'targets' (module → test files) and 'equivalents' (a list)")
+    for entry in data.get("equivalents", []):
+        missing = {"module", "description", "line", "mutated", "reason"} - set(entry)
+        if missing:
+            raise ToolError(f"{path}: equivalents: an entry lacks {', '.join(sorted(missing))}")
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tools/mutate.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", help="repository-relative module paths, e.g. qualify/expr.py")
+    parser.add_argument("--all-targets", action="store_true", help="every module in the configuration")
+    parser.add_argument("--tests", nargs="+", help="test files to run (default: the configuration's)")
+    parser.add_argument("--sample", type=int, default=40, help="mutants per module; 0 for all (default 40)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, help="seconds per mutant (default: 3× the clean run + 10)")
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--config", type=Path, default=CONFIG)
+    parser.add_argument("--out", type=Path, help="folder for report.json and report.md")
+    parser.add_argument("--list", action="store_true", help="list the sampled mutants and run nothing")
+    parser.add_argument("--fail-under", type=float, help="exit 1 when a module's score is below this")
+    parser.add_argument("--merge", nargs="+", type=Path, metavar="REPORT",
+                        help="combine report.json files of earlier runs into one report (with --out)")
+    parser.add_argument("--label", help="what was mutated, e.g. 'before: commit abc1234' (default: the commit)")
+    args = parser.parse_args(argv)
+    try:
+        return _main(args)
+    except ToolError as exc:
+        print(f"mutate: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(args: argparse.Namespace) -> int:
+    if args.merge:
+        return _merge(args)
+    root = args.root.resolve()
+    config = load_config(args.config)
+    modules = list(config["targets"]) if args.all_targets else args.modules
+    if not modules:
+        raise ToolError("name a module, or --all-targets")
+    plan: list[tuple[str, list[str]]] = []
+    for module in modules:
+        tests = args.tests or config["targets"].get(module)
+        if not tests:
+            raise ToolError(f"{module}: no tests configured in {args.config.name}; give --tests")
+        if not (root / module).is_file():
+            raise ToolError(f"{module}: no such file under {root}")
+        plan.append((module, tests))
+    if args.list:
+        for module, _ in plan:
+            source = (root / module).read_text(encoding="utf-8")
+            every = find_mutants(source, module)
+            chosen = sample_mutants(every, args.sample, args.seed, module)
+            print(f"{module}: {len(every)} mutants, {len(chosen)} sampled")
+            for m in chosen:
+                print(f"  {m.line}: {m.description}: {m.key(source)['mutated']}")
+        return 0
+    report = {"format": REPORT_FORMAT, "seed": args.seed, "sample": args.sample,
+              "commit": args.label or _commit(root), "modules": []}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="qualify-mutate-") as tmp:
+        copy = Path(tmp) / "repo"
+        _copy_repository(root, copy)
+        for module, tests in plan:
+            print(f"{module}: running {', '.join(tests)}", flush=True)
+            report["modules"].append(mutate_module(
+                root, copy, module, tests, sample=args.sample, seed=args.seed, timeout=args.timeout,
+                config=config, log=lambda s: print(s, flush=True)))  # fmt: skip
+    return _finish(report, args)
+
+
+def _finish(report: dict, args: argparse.Namespace) -> int:
+    lines = format_markdown(report)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (args.out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines[:6 + len(report["modules"])]))
+    low = [m for m in report["modules"] if args.fail_under is not None and (m["score"] or 0) < args.fail_under]
+    return 1 if low else 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    reports = []
+    for path in args.merge:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ToolError(f"{path}: {exc}") from None
+        if data.get("format") != REPORT_FORMAT:
+            raise ToolError(f"{path}: not a {REPORT_FORMAT} report")
+        reports.append(data)
+    if len({(r["seed"], r["sample"]) for r in reports}) != 1:
+        raise ToolError("the reports were sampled with different seeds or sizes")
+    commit = args.label or " + ".join(dict.fromkeys(r["commit"] for r in reports))
+    config = load_config(args.config)
+    modules: dict[str, dict] = {}  # a module run again in a later report replaces its earlier run
+    for m in (m for r in reports for m in r["modules"]):
+        # the equivalence list as it stands now: a survivor judged after the run is set aside
+        outcomes = [Outcome(**o) for o in m["mutants"]]
+        for o in outcomes:
+            o.equivalent = _equivalence(config, o.key) if o.status == "survived" else None
+        modules[m["module"]] = summarize(m["module"], m["tests"], m["mutants_total"], m["baseline_seconds"], outcomes)
+    return _finish({**reports[0], "commit": commit, "modules": list(modules.values())}, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
