@@ -1,0 +1,24 @@
+"""A device worker for the fleet tests: a whole run of a plan on a fake device with its own UUID,
+in a process of its own (spawned), writing into a record shared with other workers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def run_on_fake_device(plan_path: str, record: str, ordinal: int, fail: bool = False) -> None:
+    import fakes
+    from qualify.pipeline import run_plan
+    from qualify.plan.load import load_plan
+    from qualify.run.fake import FAKE_INFO, FakeDevice, FakeTelemetry
+
+    info = FAKE_INFO.model_copy(update={"ordinal": ordinal, "uuid": f"GPU-0000000{ordinal}-0000-0000-0000-000000000000"})
+    if fail:
+        raise SystemExit(5)  # a device the worker could not open
+    loaded = load_plan(plan_path)
+    device = FakeDevice({"axpy": fakes.axpy}, durations={"base": 300_000.0, "candidate": 270_000.0},
+                        info=info, seed=ordinal)  # fmt: skip
+    run_plan(loaded, Path(record), lambda: device, lambda uuid: FakeTelemetry())
