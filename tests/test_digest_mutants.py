@@ -206,7 +206,6 @@ def test_freeze_over_a_different_lock_is_refused_and_leaves_it(tmp_path):
 # --- gaps found, for the owner of qualify/plan/digest.py -------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="read_lock compares lock_version with ==, so true and 1.0 pass as 1")
 @pytest.mark.parametrize("version", ["true", "1.0"])
 def test_a_lock_version_that_only_equals_one_is_refused(tmp_path, version):
     text = json.dumps(_valid()).replace('"lock_version": 1', f'"lock_version": {version}')
@@ -215,14 +214,12 @@ def test_a_lock_version_that_only_equals_one_is_refused(tmp_path, version):
     assert exc.value.field == "lock_version"
 
 
-@pytest.mark.xfail(strict=True, reason="read_lock checks that files is an object, not that its values are "
-                   "sha256 strings: a malformed lock is reported as a changed file (exit 3, not 2)")
 def test_a_lock_whose_file_hashes_are_not_strings_is_malformed(tmp_path):
     lock = _valid()
     lock["files"] = {"k.cu": 5}
     with pytest.raises(PlanError) as exc:
         read_lock(_write_lock(tmp_path, json.dumps(lock)))
-    assert exc.value.field == "files"
+    assert exc.value.field == 'files["k.cu"]'  # a PlanError (exit 2) naming the entry, not a changed file
 
 
 def test_a_freeze_cannot_be_changed_once_made():

@@ -85,7 +85,8 @@ def read_lock(plan_path: Path) -> dict | None:
         raise PlanError(f"unreadable lock file: {exc.message}", file=path, field=exc.field) from None
     except UnreadableFile as exc:
         raise PlanError(f"unreadable lock file: {exc.message}", file=path) from None
-    if not isinstance(data, dict) or data.get("lock_version") != LOCK_VERSION:
+    # `type(...) is int`: true and 1.0 equal 1 in Python but are not what qualify writes
+    if not isinstance(data, dict) or type(data.get("lock_version")) is not int or data["lock_version"] != LOCK_VERSION:
         raise PlanError(f"not a version-{LOCK_VERSION} lock file", file=path, field="lock_version")
     for key, kind in (("plan_sha256", str), ("files", dict), ("digest", str)):
         if not isinstance(data.get(key), kind):
