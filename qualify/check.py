@@ -13,6 +13,7 @@ from qualify.build.arms import FitRow, compile_arms, shared_memory_fit
 from qualify.build.nvrtc import CompiledKernel, nvrtc_version
 from qualify.errors import PlanError
 from qualify.plan.digest import verify_frozen
+from qualify.plan.golden import load_golden
 from qualify.plan.load import LoadedPlan, load_plan
 
 
@@ -34,6 +35,9 @@ def check_plan(path: str | Path, archs: list[str] | None = None, compile: bool =
     loaded = load_plan(path)
     if loaded.lock is not None:
         verify_frozen(loaded.path, loaded.freeze, loaded.lock)
+    if loaded.plan.acceptance.fidelity.golden is not None:
+        # provenance and every tensor are checked on the CPU, before any device is involved
+        load_golden(loaded.plan, loaded.path, loaded.files.root, loaded.cases)
     declared = loaded.plan.hardware.architectures
     chosen = archs or declared
     for arch in chosen:
