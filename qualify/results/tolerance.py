@@ -46,9 +46,11 @@ class ControlOutcome(_Model):
 
     control: str
     case: str
-    expected: Literal["pass", "fail"]
-    worst_bound_fraction: dict[str, float | None] = Field(description="per output")
-    passed_gate: bool
+    expected: dict[str, Literal["pass", "fail"]] = Field(description="per output, as the plan declared")
+    passed: dict[str, bool] = Field(description="per output, whether the fidelity gate held")
+    worst_bound_fraction: dict[str, float | None] = Field(
+        description="per output; None when infinite (a difference where the gate is bit-exact)"
+    )
     as_declared: bool
 
 
