@@ -9,7 +9,7 @@ from safetensors.numpy import save_file
 from qualify.cli import main
 from qualify.plan.golden import config_digest, load_golden, write_golden
 from qualify.plan.load import load_plan
-from tests.plans import KERNEL, HEADER, make_repo, plan_copy
+from plans import HEADER, KERNEL, make_repo, plan_copy
 
 PRODUCER = "protocols/tiny/make_golden.py"
 

@@ -440,6 +440,9 @@ class Fidelity(AddedFields):
             raise ValueError(f"mode {self.mode!r} needs a bound")
         if (self.against == "golden") != (self.golden is not None):
             raise ValueError("golden is required with against 'golden' and only then")
+        if self.against != "golden" and (self.mode == "tolerance" or self.exact or self.calibration):
+            # the base-arm comparison has no counts to judge them by: they would pass vacuously
+            raise ValueError("mode 'tolerance', exact and calibration need against 'golden'")
         if self.golden_script is not None and self.golden is None:
             # optional with a golden (older plans have none); when given it is frozen with the golden
             raise ValueError("golden_script is the script that wrote the golden: give the golden too")

@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from qualify.results.tolerance import CaseTolerance, ControlOutcome
+
 RESULTS_VERSION = 1
 
 Side = Literal["base", "candidate"]
@@ -116,6 +118,10 @@ class CaseTrial(Model):
         description="host wait for device idle after qualify's stream finished one call; large "
         "values mean work escaped the stream (an entry point launching on a stream of its own)",
     )
+    tolerance: CaseTolerance | None = Field(
+        default=None, description="plans with a golden: both arms' parity counts against it and the "
+        "gate's resolution (absent otherwise)"
+    )
 
 
 class LibraryInfo(Model):
@@ -181,6 +187,10 @@ class Trial(Model):
     samples_sha256: str
     cost: TrialCost | None = Field(default=None, description="wall time, GPU-busy time and stage times "
                                    "(absent in trials made before they were recorded)")
+    control_outcomes: list[ControlOutcome] | None = Field(
+        default=None, description="plans with a golden: each negative control per case against its "
+        "declared expectation, with its bound fraction per output"
+    )
 
 
 class GateResult(Model):

@@ -69,3 +69,10 @@ class MutationResolution(_Model):
     steps: list[MutationStep]
     smallest_caught: MutationStep | None
     vacuous: bool = Field(description="no perturbation up to the plan's ceiling was caught")
+
+
+class CaseTolerance(_Model):
+    """A case judged against the golden: each arm's counts per output, and the gate's resolution."""
+
+    counts: dict[Literal["base", "candidate"], list[ParityCounts]]
+    calibration: list[MutationResolution] = Field(default_factory=list)
