@@ -60,17 +60,27 @@ def test_reference_rounds_float64_to_bf16_once():
 
 
 def test_reference_semantics_on_a_hand_case():
-    """Two keys, one masked: the visible key takes all the weight; out = v · sigmoid(gate) rounded."""
+    """Two keys, one masked: the visible key takes all the weight; out = v · sigmoid(0) = v / 2."""
     ref = _reference()
-    D = 4
+    D = 256
     q = np.ones((1, 1, D))
     k = np.ones((1, 2, D))
-    v = np.array([[[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]])
+    v = np.stack([np.full(D, 1.0), np.full(D, 5.0)])[None]
     gate = np.zeros((1, 1, D))
-    mask = np.array([[0, 1]], dtype=np.uint8)  # row at position 1 sees key 1 only
-    weights, out = ref.forward(q, k, v, gate, mask, S=2, R=1, HQ=1, HK=1, scale=0.25)
+    mask = np.array([[0, 1]], dtype=np.uint8)  # the row at position 1 sees key 1 only
+    weights, out = ref.forward(q, k, v, gate, mask, S=2, R=1, HQ=1, HK=1, scale=0.0625)
     assert weights.tolist() == [[[0.0, 1.0]]]
-    assert out.tolist() == [[[2.5, 3.0, 3.5, 4.0]]]
+    assert np.all(out == 2.5)
+
+
+def test_kernel_order_dot_sums_like_the_kernel():
+    """Lane partials in sequence, then the butterfly: differs from a float64 dot when the order matters."""
+    ref = _reference()
+    q = np.zeros((1, 256))
+    q[0, 0], q[0, 1], q[0, 8] = 2.0**24, 1.0, -(2.0**24)  # lane 0: 2^24 + 1 rounds to 2^24 in float32
+    k = np.ones((1, 256))
+    assert ref.kernel_order_dot(q, k)[0, 0] == 0.0
+    assert (q @ k.T)[0, 0] == 1.0
 
 
 def test_seed_shapes_and_sparse_case():

@@ -8,9 +8,13 @@ cases see every causal key (their masks are all ones); the 2055-token case drops
 per row (never the row's own block), like the seed's sparse budget; the timing case sees all keys.
 
 The arithmetic is float64 with the kernel's bf16 rounding points (score, weights, context,
-sigmoid, product), each rounded once from float64 to nearest-even. The kernel computes between
-those points in fp32, so a rounding point can land one bf16 quantum apart: the plan's tolerance
-covers that, and its mutation calibration says how fine the gate still is.
+sigmoid, product), each rounded once to nearest-even, with one exception: the q·k dot product is
+summed in float32 in the kernel's order (each lane's eight dims in sequence, then the warp's
+butterfly). A score computed in float64 lands one bf16 quantum (0.4 %) away from the kernel's
+about once in two thousand scores, and that moves every output element of its row and head by up
+to 1e-2 — far outside any tolerance that still catches a dropped key. Elsewhere the kernel's fp32
+and this float64 differ by less than a bf16 quantum of the result, which the plan's tolerance
+covers, and its mutation calibration says how fine the gate still is.
 """
 
 from __future__ import annotations
@@ -61,14 +65,30 @@ def selection_mask(S: int, R: int) -> np.ndarray:
     return mask
 
 
+def kernel_order_dot(q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """q [R, D] · k [S, D] → [R, S] in float32, summed as qsa.cu sums: lane l holds dims 8l..8l+7
+    and adds their products in order (bf16 × bf16 is exact in float32, so fmaf rounds only the
+    sum), then lanes combine by xor butterfly (16, 8, 4, 2, 1)."""
+    products = (q.astype(np.float32)[:, None, :] * k.astype(np.float32)[None, :, :])  # exact
+    lanes = products.reshape(q.shape[0], k.shape[0], 32, 8)
+    acc = lanes[..., 0]
+    for i in range(1, 8):
+        acc = acc + lanes[..., i]  # float32 + float32: rounded once, like fmaf's sum
+    width = 32
+    while width > 1:
+        width //= 2
+        acc = acc[..., :width] + acc[..., width:2 * width]
+    return acc[..., 0]
+
+
 def forward(q, k, v, gate, mask, S, R, HQ, HK, scale):
     """q, gate [R, HQ, D]; k, v [HK, S, D]; mask [R, S] → weights [HQ, R, S], out [R, HQ, D]."""
     group = HQ // HK
     pos = S - R + np.arange(R)
     used = (np.arange(S)[None, :] <= pos[:, None]) & (mask != 0)  # [R, S]
     kv_of = np.arange(HQ) // group
-    scores = np.einsum("rhd,hsd->hrs", q, k[kv_of]) * scale  # [HQ, R, S]
-    scores = np.where(used[None], round_bf16(scores), -np.inf)
+    scores = np.stack([kernel_order_dot(q[:, h], k[kv_of[h]]) for h in range(HQ)]) * np.float32(scale)
+    scores = np.where(used[None], round_bf16(scores.astype(np.float64)), -np.inf)  # [HQ, R, S]
     p = np.exp(scores - scores.max(axis=-1, keepdims=True))
     weights = round_bf16(p / p.sum(axis=-1, keepdims=True))
     context = round_bf16(np.einsum("hrs,hsd->rhd", weights, v[kv_of]))
