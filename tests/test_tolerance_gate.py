@@ -16,8 +16,11 @@ def bf16(values):
     return np.asarray(values, dtype=np.uint16).view(np.uint8)
 
 
+GOLDEN = {"against": "golden", "golden": "golden.safetensors"}
+
+
 def fidelity(**extra):
-    return Fidelity.model_validate({"mode": "tolerance", "atol": 0.0, "rtol": 2**-7, **extra})
+    return Fidelity.model_validate({"mode": "tolerance", "atol": 0.0, "rtol": 2**-7, **GOLDEN, **extra})
 
 
 SEEDLIKE = fidelity(exact=[{"cases": ["S=8"]}, {"where": "S <= 64", "outputs": ["weights"]}])
@@ -39,6 +42,11 @@ def test_exact_output_fails_on_one_quantum_that_tolerance_accepts():
     loose = judge_output(SEEDLIKE, "S=2055", {"S": 2055}, "out", "bf16", expected, actual)
     assert not passes(exact) and passes(loose)
     assert loose.worst_bound_fraction == 1.0
+
+
+def test_tolerance_without_a_golden_is_refused():
+    with pytest.raises(ValueError, match="need against 'golden'"):
+        Fidelity.model_validate({"mode": "tolerance", "atol": 0.0, "rtol": 0.1})
 
 
 def test_bytes_mode_treats_signed_zeros_as_a_difference():
@@ -133,7 +141,7 @@ def test_exact_case_catches_one_quantum():
 
 def test_gate_too_loose_for_the_ceiling_is_vacuous():
     cal = Calibration(ceiling_quanta=16, elements=[1, 8])
-    loose = Fidelity.model_validate({"mode": "tolerance", "atol": 1.0, "rtol": 0.0})
+    loose = Fidelity.model_validate({"mode": "tolerance", "atol": 1.0, "rtol": 0.0, **GOLDEN})
     expected = bf16([ONE] * 8)
     r = calibrate(loose, cal, "S=8", {"S": 8}, "out", "bf16", expected, expected.copy())
     assert r.vacuous and r.smallest_caught is None and len(r.steps) == 10
