@@ -82,11 +82,13 @@ def test_golden_trial_counts_controls_and_calibration(tmp_path):
     assert outcomes[("noop", "N=4096")].as_declared and outcomes[("noop", "N=4096")].passed["out"]
     assert not outcomes[("misdeclared", "N=1024")].as_declared
     assert {(c.name, c.case): c.caught for c in trial.controls}[("misdeclared", "N=1024")] is False
-    assert not [f for f in trial.failures if f.kind == "fidelity"]
+    messages = [f.message for f in trial.failures if f.kind == "fidelity"]
+    assert messages == ["negative control misdeclared is not as declared: out declared pass but failed "
+                        f"(worst bound fraction {outcomes[('misdeclared', 'N=1024')].worst_bound_fraction['out']:.3g})"]
 
 
 def test_candidate_outside_the_golden_is_a_fidelity_failure(tmp_path):
     loaded = frozen_golden_repo(tmp_path)
     trial = run(loaded, fakes.axpy_one_wrong, tmp_path)
-    messages = [f.message for f in trial.failures if f.kind == "fidelity"]
-    assert messages and messages[0].startswith("out: 1 of 1024 differ from the golden"), messages
+    messages = [f.message for f in trial.failures if f.kind == "fidelity" and f.case == "N=1024"]
+    assert "out: 1 of 1024 differ from the golden, worst bound fraction 1.05e+06 at index 512" in messages, messages

@@ -489,6 +489,9 @@ class TrialRunner:
             if self.golden is not None:
                 outcome = golden_stage.control(self.plan, self.golden, case, control, out, dtypes)
                 self.control_outcomes.append(outcome)
+                problem = golden_stage.control_problem(outcome)
+                if problem:
+                    self.failures.append(Failure(kind="fidelity", case=case.id, message=problem))
                 # `caught` reads "behaved as declared" here: a control declared to pass must pass
                 self.controls.append(ControlResult(name=control.name, kind=control.kind, case=case.id,
                                                    caught=outcome.as_declared,

@@ -70,5 +70,15 @@ def control(plan: Plan, golden: Golden, case: ResolvedCase, control_spec, out: d
     return control_outcome(control_spec, case.id, params, judge_case(fid, case.id, params, dtypes, expected, out))
 
 
+def control_problem(outcome: ControlOutcome) -> str | None:
+    """Why a control is not as declared, per output, or None when it is."""
+    if outcome.as_declared:
+        return None
+    wrong = [f"{o} declared {outcome.expected[o]} but {'passed' if outcome.passed[o] else 'failed'} "
+             f"(worst bound fraction {_fraction(outcome.worst_bound_fraction[o])})"
+             for o in outcome.expected if outcome.passed[o] != (outcome.expected[o] == "pass")]  # fmt: skip
+    return f"negative control {outcome.control} is not as declared: " + "; ".join(wrong)
+
+
 def _fraction(value: float | None) -> str:
     return "infinite" if value is None else f"{value:.3g}"
