@@ -23,6 +23,7 @@ def golden_plan() -> dict:
     plan["schedule"] = {"warmup": 2, "samples_per_block": 3, "blocks": 2, "trials": 2, "cache": "cold"}
     plan["budget"] = {"max_trials": 3, "max_samples": 12, "max_wall_seconds": 60}
     plan["acceptance"]["sanitizer"] = []
+    plan["stop"] = {"rule": "fixed", "fail_fast": ["fault"]}  # a fidelity miss keeps its counts in the trial
     plan["workload"]["buffers"][1]["init"] = {"kind": "golden"}
     plan["acceptance"]["fidelity"] = {
         "mode": "tolerance", "atol": 0.0, "rtol": 1e-6, "against": "golden",
@@ -92,3 +93,26 @@ def test_candidate_outside_the_golden_is_a_fidelity_failure(tmp_path):
     trial = run(loaded, fakes.axpy_one_wrong, tmp_path)
     messages = [f.message for f in trial.failures if f.kind == "fidelity" and f.case == "N=1024"]
     assert "out: 1 of 1024 differ from the golden, worst bound fraction 1.05e+06 at index 512" in messages, messages
+
+
+def test_record_tables_from_a_golden_trial(tmp_path):
+    from qualify.plan.model import Mutation
+    from qualify.record.tolerance_text import controls_table, counts_table, fidelity_text, mutation_text, resolution_lines
+
+    loaded = frozen_golden_repo(tmp_path)
+    trial = run(loaded, fakes.axpy_one_wrong, tmp_path)
+    table = counts_table(trial)
+    assert table[0] == "| case | `out` |"
+    assert table[2].startswith("| N=1024 | 1023/1024 bit-identical (1 over one, 1 over two, max abs 1")
+    assert table[3].startswith("| N=4096 | 4095/4096 bit-identical (1 over one, 1 over two, max abs 1, max rel 1.9")
+    assert counts_table(run(loaded, fakes.axpy, tmp_path / "good"))[3] == "| N=4096 | 4096/4096 bit-identical (bound 0) |"
+    rows = controls_table(trial)
+    noop = next(r for r in rows if r.startswith("| noop | N=1024 |"))
+    assert noop.startswith("| noop | N=1024 | `out` | pass | fail |") and noop.endswith("| **no** |")
+    assert rows[2].startswith("| bump_y | N=1024 | `out` | fail | fail |") and rows[2].endswith("| yes |")
+    resolution = resolution_lines(trial)
+    assert len(resolution) == 2 and resolution[0].startswith("- N=1024, `out`: caught from ")
+    assert fidelity_text(loaded.plan.acceptance.fidelity) == (
+        "outputs within |err| ≤ 0 + 1e-06·|expected| of the golden file `golden.safetensors` (written by `make_golden.py`)")
+    assert mutation_text(Mutation(op="swap", index=0, other="S * D", length="S * D")) == \
+        "S * D elements at 0 exchanged with those at S * D"
