@@ -16,6 +16,7 @@ from qualify.errors import PlanError
 from qualify.libcheck import check_plan_libraries
 from qualify.plan.digest import compute_freeze, freeze, verify_frozen
 from qualify.plan.files import PlanFiles
+from qualify.plan.golden import load_golden
 from qualify.plan.load import LoadedPlan, load_plan
 
 
@@ -37,6 +38,9 @@ def check_plan(path: str | Path, archs: list[str] | None = None, compile: bool =
     loaded = load_plan(path)
     if loaded.lock is not None:
         verify_frozen(loaded.path, loaded.freeze, loaded.lock)
+    if loaded.plan.acceptance.fidelity.golden is not None:
+        # provenance and every tensor are checked on the CPU, before any device is involved
+        load_golden(loaded.plan, loaded.path, loaded.files.root, loaded.cases)
     declared = loaded.plan.hardware.architectures
     chosen = archs or declared
     for arch in chosen:

@@ -167,6 +167,8 @@ def collect_files(plan: Plan, plan_path: Path, frozen: tuple[str, ...] = ()) -> 
     fid = plan.acceptance.fidelity
     if fid.golden is not None:
         add(_resolve(plan_path, root, fid.golden, "acceptance.fidelity.golden"))
+    if fid.golden_script is not None:
+        add(_resolve(plan_path, root, fid.golden_script, "acceptance.fidelity.golden_script"))
     if fid.reference is not None:
         script = fid.reference.split(":", 1)[0]
         add(_resolve(plan_path, root, script, "acceptance.fidelity.reference"))

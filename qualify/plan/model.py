@@ -12,7 +12,7 @@ Field-by-field documentation: docs/plan.md (kept next to the generated JSON Sche
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
@@ -41,6 +41,27 @@ MAX_WARMUP = 10_000  # warm-up settles clocks and caches within tens of launches
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class AddedFields(Strict):
+    """A model that gained fields after plans were frozen under schema version 1.
+
+    The plan's digest hashes its dump, defaults included; the fields named in `_added` are left out
+    of the dump while they hold their defaults, so a plan frozen before they existed keeps its digest
+    (and its records stay checkable) while a plan that sets them is bound to them.
+    """
+
+    _added: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _omit_added_defaults(self, handler):
+        data = handler(self)
+        for name in self._added:
+            if name in data and getattr(self, name) == type(self).model_fields[name].get_default(
+                call_default_factory=True
+            ):
+                del data[name]
+        return data
 
 
 def _check_expr(value: object) -> object:
@@ -252,8 +273,15 @@ class ZerosInit(Strict):
     kind: Literal["zeros"]
 
 
+class GoldenInit(Strict):
+    """The input's values are the golden file's tensor '<case id>/<buffer>' (a mask, positions: inputs
+    no random init can express). Needs acceptance.fidelity.golden."""
+
+    kind: Literal["golden"]
+
+
 Init = Annotated[
-    Union[NormalInit, UniformInit, ConstantInit, ZerosInit], Field(discriminator="kind")
+    Union[NormalInit, UniformInit, ConstantInit, ZerosInit, GoldenInit], Field(discriminator="kind")
 ]
 
 
@@ -473,23 +501,68 @@ class SpeedGate(CaseSelector):
         return self
 
 
-class Fidelity(Strict):
-    mode: Literal["bytes", "ulp", "abs", "rel"] = "bytes"
+class ExactSelector(CaseSelector):
+    outputs: list[Identifier] | None = Field(
+        default=None, description="Outputs held bit-exact in the selected cases (None: all)."
+    )
+
+
+class Calibration(Strict):
+    """Mutation calibration: the candidate's outputs perturbed by k quanta on n elements (seeded)."""
+
+    ceiling_quanta: int = Field(ge=1, le=2**20, description="Largest k tried (k doubles from 1).")
+    elements: list[int] = Field(min_length=1, max_length=8, description="Values of n tried.")
+    seed: int = Field(default=0, ge=0, lt=2**63)
+
+    @field_validator("elements")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if any(n < 1 for n in value) or len(set(value)) != len(value):
+            raise ValueError("element counts must be distinct and at least 1")
+        return sorted(value)
+
+
+class Fidelity(AddedFields):
+    _added = frozenset({"atol", "rtol", "rel_floor", "exact", "golden_script", "calibration"})
+    mode: Literal["bytes", "ulp", "abs", "rel", "tolerance"] = "bytes"
     bound: float | None = Field(default=None, ge=0, description="ulp count or tolerance.")
+    atol: float | None = Field(default=None, ge=0, description="tolerance: |err| <= atol + rtol·|expected|")
+    rtol: float | None = Field(default=None, ge=0)
+    rel_floor: float = Field(
+        default=1e-6, gt=0, description="Relative error is reported only where |expected| reaches this."
+    )
+    exact: list[ExactSelector] = Field(
+        default_factory=list, description="Cases (and outputs) held bit-exact whatever the mode."
+    )
     against: Literal["base", "float64", "golden"] = "base"
     golden: PathText | None = Field(default=None, description="Golden file, relative to the plan.")
+    golden_script: PathText | None = Field(
+        default=None, description="The script that wrote the golden, relative to the plan; frozen with it."
+    )
     reference: PathText | None = Field(
         default=None, description="float64 reference: 'file.py:function', relative to the plan."
     )
+    calibration: Calibration | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Fidelity:
         if self.mode == "bytes" and self.bound is not None:
             raise ValueError("mode 'bytes' takes no bound")
-        if self.mode != "bytes" and self.bound is None:
+        if self.mode == "tolerance":
+            if self.bound is not None or self.atol is None or self.rtol is None:
+                raise ValueError("mode 'tolerance' takes atol and rtol, not bound")
+        elif self.atol is not None or self.rtol is not None:
+            raise ValueError("atol and rtol belong to mode 'tolerance'")
+        elif self.mode != "bytes" and self.bound is None:
             raise ValueError(f"mode {self.mode!r} needs a bound")
         if (self.against == "golden") != (self.golden is not None):
             raise ValueError("golden is required with against 'golden' and only then")
+        if self.against != "golden" and (self.mode == "tolerance" or self.exact or self.calibration):
+            # the base-arm comparison has no counts to judge them by: they would pass vacuously
+            raise ValueError("mode 'tolerance', exact and calibration need against 'golden'")
+        if self.golden_script is not None and self.golden is None:
+            # optional with a golden (older plans have none); when given it is frozen with the golden
+            raise ValueError("golden_script is the script that wrote the golden: give the golden too")
         if (self.against == "float64") != (self.reference is not None):
             raise ValueError("reference is required with against 'float64' and only then")
         if self.against == "float64" and self.mode == "bytes":
@@ -509,27 +582,44 @@ class Acceptance(Strict):
     sanitizer: list[SanitizerCheck] = Field(default_factory=list)
 
 
-class Mutation(Strict):
-    op: Literal["flip_bit", "set", "scale", "zero"]
-    index: Expr = Field(default=0, description="Flat element index (flip_bit, set).")
+class Mutation(AddedFields):
+    _added = frozenset({"other", "length"})
+    op: Literal["flip_bit", "set", "scale", "zero", "fill", "swap"]
+    index: Expr = Field(default=0, description="Flat element index (flip_bit, set; swap: first slice).")
     bit: int = Field(default=0, ge=0, le=63)
-    value: float = 0.0
+    value: float = Field(default=0.0, description="set, scale, fill (every element).")
+    other: Expr = Field(default=0, description="swap: start of the second slice.")
+    length: Expr = Field(default=0, description="swap: elements in each slice.")
 
 
 
-class InputControl(Strict):
+class Expectation(CaseSelector):
+    """What a control must do to the fidelity gate in the selected cases (and outputs)."""
+
+    outputs: list[Identifier] | None = Field(default=None, description="None: every output.")
+    outcome: Literal["pass", "fail"]
+
+
+class InputControl(AddedFields):
+    _added = frozenset({"expect"})
     kind: Literal["input"]
     name: Identifier
     buffer: Identifier
     mutation: Mutation
     cases: list[str] | None = None
+    expect: list[Expectation] = Field(
+        default_factory=list,
+        description="Per case and output; the first matching entry rules; none matching: 'fail'.",
+    )
 
 
-class BuildControl(Strict):
+class BuildControl(AddedFields):
+    _added = frozenset({"expect"})
     kind: Literal["build"]
     name: Identifier
     defines: dict[Identifier, DefineValue] = Field(min_length=1)
     cases: list[str] | None = None
+    expect: list[Expectation] = Field(default_factory=list)
 
 
 NegativeControl = Annotated[Union[InputControl, BuildControl], Field(discriminator="kind")]
@@ -565,6 +655,13 @@ class Plan(Strict):
     stop: Stop = Field(default_factory=Stop)
     acceptance: Acceptance = Field(default_factory=Acceptance)
     controls: Controls = Field(default_factory=Controls)
+
+    @model_validator(mode="after")
+    def _golden_inputs_need_golden(self) -> Plan:
+        for buffer in self.workload.buffers:
+            if isinstance(buffer.init, GoldenInit) and self.acceptance.fidelity.golden is None:
+                raise ValueError(f"buffer {buffer.name!r} takes its values from a golden, and the plan names none")
+        return self
 
     def arm(self, side: str) -> CudaArm | LibraryArm:
         return getattr(self.arms, side)

@@ -364,6 +364,10 @@ def fidelity_text(plan: Plan) -> Md:
                "golden": f"the golden file {code(f.golden)}" if f.golden else ""}[f.against]  # fmt: skip
     if f.mode == "bytes":
         return Md(f"outputs byte-identical to {against}")
+    if f.mode == "tolerance":
+        text = f"outputs within |err| ≤ {f.atol:g} + {f.rtol:g}·|expected| of {against}"
+        text += f" (written by {code(f.golden_script)})" if f.golden_script else ""
+        return Md(text + ("; bit-exact where selected" if f.exact else ""))
     unit = {"ulp": "ulp", "abs": "absolute", "rel": "relative"}[f.mode]
     return Md(f"outputs within {f.bound:g} ({unit}) of {against}")
 
@@ -377,6 +381,8 @@ def control_text(control) -> Md:
         "set": f"element {md(m.index)} set to {m.value:g}",
         "scale": f"scaled by {m.value:g}",
         "zero": "zeroed",
+        "fill": f"every element set to {m.value:g}" if m.op == "fill" else "",
+        "swap": f"{m.length} elements at {md(m.index)} exchanged with those at {md(m.other)}" if m.op == "swap" else "",
     }[m.op]
     return Md(f"input {code(control.buffer)} {what}")
 

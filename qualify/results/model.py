@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from qualify.results.tolerance import CaseTolerance, ControlOutcome
+
 RESULTS_VERSION = 1
 
 Side = Literal["base", "candidate"]
@@ -126,6 +128,10 @@ class CaseTrial(Model):
         description="why each pair's timing stopped (qualify.evaluate.stopping): target met, blocks "
         "done, block cap, sample cap or wall cap",
     )
+    tolerance: CaseTolerance | None = Field(
+        default=None, description="plans with a golden: both arms' parity counts against it and the "
+        "gate's resolution (absent otherwise)"
+    )
 
 
 class LibraryInfo(Model):
@@ -191,6 +197,10 @@ class Trial(Model):
     samples_sha256: str
     cost: TrialCost | None = Field(default=None, description="wall time, GPU-busy time and stage times "
                                    "(absent in trials made before they were recorded)")
+    control_outcomes: list[ControlOutcome] | None = Field(
+        default=None, description="plans with a golden: each negative control per case against its "
+        "declared expectation, with its bound fraction per output"
+    )
 
 
 class GateResult(Model):

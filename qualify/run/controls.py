@@ -20,6 +20,10 @@ def mutate(data: np.ndarray, dtype: str, mutation: Mutation, params: dict) -> np
     if mutation.op == "zero":
         out[:] = 0
         return out
+    if mutation.op == "fill":
+        return _from_floats(np.full(n, mutation.value), dtype)
+    if mutation.op == "swap":
+        return _swap(out, size, n, mutation, params)
     index = expr.evaluate_int(mutation.index, params)
     if not 0 <= index < n:
         raise ValueError(f"mutation index {index} outside {n} elements")
@@ -32,6 +36,19 @@ def mutate(data: np.ndarray, dtype: str, mutation: Mutation, params: dict) -> np
     values = _floats(out, dtype)
     values[index] = mutation.value if mutation.op == "set" else values[index] * mutation.value
     return _from_floats(values, dtype)
+
+
+def _swap(out: np.ndarray, size: int, n: int, mutation: Mutation, params: dict) -> np.ndarray:
+    """Exchange two equal, non-overlapping slices of elements (two heads of a head-major buffer)."""
+    first, second = (expr.evaluate_int(e, params) for e in (mutation.index, mutation.other))
+    length = expr.evaluate_int(mutation.length, params)
+    first, second = sorted((first, second))
+    if length < 1 or first < 0 or second + length > n or first + length > second:
+        raise ValueError(f"swap of {length} elements at {first} and {second} does not fit {n} elements")
+    words = out.view(_UINT[size])
+    a, b = words[first:first + length].copy(), words[second:second + length].copy()
+    words[first:first + length], words[second:second + length] = b, a
+    return out
 
 
 def _floats(data: np.ndarray, dtype: str) -> np.ndarray:

@@ -33,9 +33,9 @@ from qualify.plan.model import LibraryArm
 from qualify.plan.resolve import ResolvedCase
 from qualify.results.model import CaseTrial, ControlResult, Failure, LibraryInfo, Trial, TrialCost
 from qualify.results.store import Record, now_iso
-from qualify.run import inputs as input_gen
 from qualify.run import provenance
 from qualify.run.arms import ArmExec
+from qualify.run import golden_stage
 from qualify.run.controls import mutate
 from qualify.run.device import MAX_BATCH, KernelFault, LaunchHang, device_matches
 from qualify.run.fidelity import compare
@@ -117,6 +117,10 @@ class TrialRunner:
         self._stage_stack: list[str] = []
         self._input_pool = ThreadPoolExecutor(max_workers=1)  # one case ahead, at most
         self._input_futures: dict[str, Future] = {}
+        # golden-based fidelity (qualify/run/golden_stage.py); None when the plan compares with base
+        self.golden = golden_stage.open_golden(loaded)
+        self.tolerance: dict[str, object] = {}
+        self.control_outcomes: list = []
 
     @contextmanager
     def _stage(self, name: str):
@@ -402,8 +406,7 @@ class TrialRunner:
         out = {}
         for side in SIDES:
             arm = case.arms[side]
-            arrays = input_gen.generate_case(self.plan.seeds, case.id, [(s, arm.buffer(s.name)) for s in specs])
-            out[side] = {s.name: a for s, a in zip(specs, arrays)}
+            out[side] = golden_stage.case_inputs(self.plan, self.golden, case.id, arm)
         return out
 
     def _measure_case(self, case, execs, hashes, host_inputs) -> bool:
@@ -418,9 +421,16 @@ class TrialRunner:
         with self._stage("controls"):
             self._run_controls(case, execs, host_inputs, reference["base"], dtypes)
         fail_fast = set(plan.stop.fail_fast)
-        if not fidelity_passes(facts.parity, plan.acceptance.fidelity) or not all(facts.deterministic.values()):
-            self.failures.append(Failure(kind="fidelity", case=case.id,
-                                         message=_fidelity_message(facts.parity, facts.deterministic)))  # fmt: skip
+        fidelity_ok = fidelity_passes(facts.parity, plan.acceptance.fidelity)
+        if self.golden is not None:  # the gate is the golden's; base-vs-candidate parity stays informative
+            self.tolerance[case.id], problems = golden_stage.judge(plan, self.golden, case, reference, dtypes)
+            fidelity_ok = not problems
+            for problem in problems:
+                self.failures.append(Failure(kind="fidelity", case=case.id, message=problem))
+        if not fidelity_ok or not all(facts.deterministic.values()):
+            if self.golden is None or not all(facts.deterministic.values()):  # golden problems are in already
+                self.failures.append(Failure(kind="fidelity", case=case.id,
+                                             message=_fidelity_message(facts.parity, facts.deterministic)))  # fmt: skip
             if "fidelity" in fail_fast:
                 return False
         with self._stage("timing"):
@@ -493,6 +503,17 @@ class TrialRunner:
                 variant = ArmExec("candidate", kernel, cand.resolved, cand.buffers, cand.outputs, cand.args)
                 out = variant.run_once(self.device)
             parity = [compare(n, dtypes[n], base_ref[n], out[n]) for n in cand.outputs]
+            if self.golden is not None:
+                outcome = golden_stage.control(self.plan, self.golden, case, control, out, dtypes)
+                self.control_outcomes.append(outcome)
+                problem = golden_stage.control_problem(outcome)
+                if problem:
+                    self.failures.append(Failure(kind="fidelity", case=case.id, message=problem))
+                # `caught` reads "behaved as declared" here: a control declared to pass must pass
+                self.controls.append(ControlResult(name=control.name, kind=control.kind, case=case.id,
+                                                   caught=outcome.as_declared,
+                                                   differing_elements=sum(p.differing_elements for p in parity)))  # fmt: skip
+                continue
             self.controls.append(ControlResult(
                 name=control.name, kind=control.kind, case=case.id,
                 caught=not fidelity_passes(parity, self.plan.acceptance.fidelity),
@@ -597,6 +618,7 @@ class TrialRunner:
                 parity=f.parity, deterministic=f.deterministic,
                 timed_outputs_match=f.timed_outputs_match, stream_escape_ns=f.stream_escape_ns,
                 stopped=f.stopped,
+                tolerance=self.tolerance.get(f.case),
                 **derived_fields(arrays, f.case, iterations),  # what `report --check` recomputes
             ))  # fmt: skip
         trial = Trial(
@@ -626,6 +648,7 @@ class TrialRunner:
             },
             cases=cases,
             controls=self.controls,
+            control_outcomes=self.control_outcomes if self.golden is not None else None,
             sanitizer=self.sanitizer,
             libraries=self.libraries,
             failures=self.failures,

@@ -23,7 +23,7 @@ from qualify.build.arms import kernel_spec
 from qualify.build.nvrtc import compile_kernel
 from qualify.errors import QualifyError
 from qualify.plan.load import load_plan
-from qualify.run import inputs as input_gen
+from qualify.run import golden_stage
 from qualify.run.arms import ArmExec
 from qualify.plan.model import LibraryArm
 from qualify.run.device import CudaDevice, KernelFault
@@ -49,6 +49,7 @@ def _load_arm(loaded, side: str, dev, case_ids, by_id, library: str | None):
 
 def run_cases(plan_path: str, case_ids: list[str], side: str, ordinal: int = 0, library: str | None = None) -> int:
     loaded = load_plan(plan_path)
+    golden = golden_stage.open_golden(loaded)  # golden inputs (a mask) come from it
     by_id = {c.id: c for c in loaded.cases}
     unknown = [c for c in case_ids if c not in by_id]
     if unknown:
@@ -62,10 +63,8 @@ def run_cases(plan_path: str, case_ids: list[str], side: str, ordinal: int = 0, 
                 emit(event="start", case=cid)
                 arm = by_id[cid].arms[side]
                 buffers = {b.name: dev.alloc(b.nbytes) for b in arm.buffers}
-                specs = [s for s in loaded.plan.workload.buffers if s.role == "input"]
-                arrays = input_gen.generate_case(loaded.plan.seeds, cid, [(s, arm.buffer(s.name)) for s in specs])
-                for spec, data in zip(specs, arrays):
-                    dev.upload(buffers[spec.name], data)
+                for name, data in golden_stage.case_inputs(loaded.plan, golden, cid, arm).items():
+                    dev.upload(buffers[name], data)
                 for spec in loaded.plan.workload.buffers:
                     if spec.role != "input":
                         dev.poison(buffers[spec.name])

@@ -1,0 +1,170 @@
+"""Golden files: expected outputs (and fixed inputs) of every case, with their provenance.
+
+A golden is a safetensors file. Its tensors are named '<case id>/<buffer>': every output of every
+case, and every input whose init is {"kind": "golden"}. Its metadata (safetensors keeps a
+str → str map in the header) records:
+
+  format          "qualify-golden"
+  format_version  "1" (history: 1 — first version)
+  producer        the repository path of the script that wrote it (the plan's golden_script)
+  config_sha256   `config_digest` of the plan it was written for
+  dtypes          JSON map tensor → qualify dtype; bf16 is stored as U16 bit patterns, since
+                  NumPy (and so safetensors' NumPy API) has no bfloat16
+
+Provenance is checked before any comparison, and every problem is an error naming the golden and
+the tensor: a golden for another configuration (exit 3, the input it was frozen for changed), a
+missing, extra, misshapen, mistyped or non-finite tensor (exit 2). Nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from qualify.errors import FrozenInputChanged, PlanError
+from qualify.plan.digest import canonical_json, sha256_bytes
+from qualify.plan.model import GoldenInit, Plan
+from qualify.plan.resolve import ResolvedCase
+
+FORMAT = "qualify-golden"
+FORMAT_VERSION = 1
+FLOATS = ("bf16", "f16", "f32", "f64")
+# qualify dtype → the safetensors dtype it is stored as
+STORED = {"bf16": "U16", "f16": "F16", "f32": "F32", "f64": "F64", "i8": "I8", "u8": "U8",
+          "i16": "I16", "u16": "U16", "i32": "I32", "u32": "U32", "i64": "I64", "u64": "U64"}  # fmt: skip
+_NUMPY = {"bf16": np.uint16, "f16": np.float16, "f32": np.float32, "f64": np.float64,
+          "i8": np.int8, "u8": np.uint8, "i16": np.int16, "u16": np.uint16,
+          "i32": np.int32, "u32": np.uint32, "i64": np.int64, "u64": np.uint64}  # fmt: skip
+
+
+def config_digest(plan: Plan) -> str:
+    """sha256 of what a golden's values depend on: the seeds and the workload's parameters, cases
+    and buffers (names, dtypes, shapes, inits). Arms, launch, schedule and gates are left out: the
+    same golden serves any kernel pair and any timing schedule of that workload."""
+    workload = plan.workload.model_dump(mode="json", include={"params", "cases", "buffers"})
+    return sha256_bytes(canonical_json({"seeds": plan.seeds.model_dump(mode="json"),
+                                        "workload": workload}).encode())  # fmt: skip
+
+
+def tensor_name(case_id: str, buffer: str) -> str:
+    return f"{case_id}/{buffer}"
+
+
+@dataclass(frozen=True)
+class Golden:
+    path: Path
+    producer: str
+    config_sha256: str
+    tensors: dict[str, np.ndarray]  # name → flat uint8 bytes, in the buffer's dtype
+
+    def expected(self, case_id: str, buffer: str) -> np.ndarray:
+        return self.tensors[tensor_name(case_id, buffer)]
+
+
+def write_golden(path: Path, plan: Plan, tensors: dict[str, tuple[str, np.ndarray]], producer: str,
+                 extra_metadata: dict[str, str] | None = None) -> None:
+    """Write a golden; `tensors` maps name → (qualify dtype, array of that dtype, bf16 as uint16 bits)."""
+    from safetensors.numpy import save_file
+
+    arrays, dtypes = {}, {}
+    for name, (dtype, array) in tensors.items():
+        arrays[name] = np.ascontiguousarray(np.asarray(array).astype(_NUMPY[dtype], copy=False))
+        dtypes[name] = dtype
+    metadata = {**(extra_metadata or {}), "format": FORMAT, "format_version": str(FORMAT_VERSION),
+                "producer": producer, "config_sha256": config_digest(plan),
+                "dtypes": json.dumps(dtypes, sort_keys=True)}  # fmt: skip
+    save_file(arrays, str(path), metadata=metadata)
+
+
+def load_golden(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCase]) -> Golden:
+    """Read the plan's golden and check its provenance and every tensor the plan needs."""
+    fid = plan.acceptance.fidelity
+    assert fid.golden is not None
+    path = (plan_path.parent / fid.golden).resolve()
+    raw, metadata = _read(path)
+
+    def fail(field: str, message: str, error=PlanError):
+        return error(message, file=path, field=field)
+
+    if metadata.get("format") != FORMAT:
+        raise fail("metadata.format", f"expected {FORMAT!r}, found {metadata.get('format')!r}")
+    if metadata.get("format_version") != str(FORMAT_VERSION):
+        raise fail("metadata.format_version",
+                   f"version {metadata.get('format_version')!r} is not supported (this qualify reads {FORMAT_VERSION})")
+    producer = metadata.get("producer")
+    if not producer:
+        raise fail("metadata.producer", "the golden does not say which script wrote it")
+    if fid.golden_script is not None:
+        script = (plan_path.parent / fid.golden_script).resolve()
+        declared = script.relative_to(root).as_posix() if script.is_relative_to(root) else str(script)
+        if producer != declared:
+            raise fail("metadata.producer", f"written by {producer!r}, but the plan's golden_script is {declared!r}")
+    wanted = config_digest(plan)
+    if metadata.get("config_sha256") != wanted:
+        raise fail("metadata.config_sha256",
+                   f"written for configuration {str(metadata.get('config_sha256'))[:12]}…, the plan's is "
+                   f"{wanted[:12]}…: the workload or seeds changed after the golden was written; rerun its script",
+                   FrozenInputChanged)
+    try:
+        dtypes = json.loads(metadata.get("dtypes", ""))
+        assert isinstance(dtypes, dict)
+    except (ValueError, AssertionError):
+        raise fail("metadata.dtypes", "missing or not a JSON object of tensor → dtype") from None
+
+    needed: dict[str, tuple[str, tuple[int, ...], bool]] = {}  # name → (dtype, shape, is an output)
+    golden_inputs = {b.name for b in plan.workload.buffers if isinstance(b.init, GoldenInit)}
+    for case in cases:
+        for buf in case.arms["candidate"].buffers:
+            if buf.role == "output" or buf.name in golden_inputs:
+                needed[tensor_name(case.id, buf.name)] = (buf.dtype, buf.shape, buf.role == "output")
+    for name in raw:
+        if name not in needed:
+            raise fail(name, "a tensor the plan has no use for (a renamed buffer or case?)")
+    tensors = {}
+    for name, (dtype, shape, is_output) in needed.items():
+        if name not in raw:
+            kind = "expected output" if is_output else "golden input"
+            raise fail(name, f"missing: the plan needs this {kind}")
+        stored_dtype, stored_shape, data = raw[name]
+        if dtypes.get(name) != dtype:
+            raise fail(name, f"dtype {dtypes.get(name)!r}, the plan's buffer is {dtype!r}")
+        if stored_dtype != STORED[dtype]:
+            raise fail(name, f"stored as {stored_dtype}, a {dtype} tensor is stored as {STORED[dtype]}")
+        if tuple(stored_shape) != tuple(shape):
+            raise fail(name, f"shape {list(stored_shape)}, the plan's case needs {list(shape)}")
+        if dtype in FLOATS:
+            bad = np.flatnonzero(~np.isfinite(_floats(data, dtype)))
+            if bad.size:
+                raise fail(name, f"{bad.size} non-finite values, the first at flat index {int(bad[0])}")
+        tensors[name] = data
+    return Golden(path=path, producer=producer, config_sha256=wanted, tensors=tensors)
+
+
+def _read(path: Path) -> tuple[dict[str, tuple[str, list[int], np.ndarray]], dict[str, str]]:
+    """name → (stored dtype, shape, flat uint8 bytes), and the metadata; any unreadable file is one error."""
+    from safetensors import safe_open
+
+    try:
+        out = {}
+        with safe_open(str(path), framework="numpy") as f:
+            metadata = f.metadata() or {}
+            for name in f.keys():
+                piece = f.get_slice(name)
+                array = f.get_tensor(name)
+                out[name] = (piece.get_dtype(), list(piece.get_shape()),
+                             np.ascontiguousarray(array).reshape(-1).view(np.uint8))  # fmt: skip
+        return out, metadata
+    except FileNotFoundError:
+        raise PlanError("no such file", file=path, field="acceptance.fidelity.golden") from None
+    except Exception as exc:  # safetensors raises its own error types, and OSError, for a bad header
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise PlanError(f"not a readable safetensors file ({first})", file=path, field="header") from None
+
+
+def _floats(data: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bf16":
+        return (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return data.view(_NUMPY[dtype])

@@ -1,0 +1,100 @@
+"""Markdown for golden-gated records: the seed's count table, control table and gate resolution.
+
+Each function returns lines and never prints; the README template (qualify/record/render.py)
+decides where they go. Nothing is recomputed here: every number comes from the trial files.
+"""
+
+from __future__ import annotations
+
+from qualify.plan.model import Fidelity, Mutation
+from qualify.results.model import Trial
+from qualify.results.tolerance import ParityCounts
+
+
+def fidelity_text(f: Fidelity) -> str:
+    """The tolerance mode's sentence (render.fidelity_text covers bytes/ulp/abs/rel)."""
+    text = f"outputs within |err| ≤ {f.atol:g} + {f.rtol:g}·|expected| of the golden file `{f.golden}`"
+    if f.golden_script:
+        text += f" (written by `{f.golden_script}`)"
+    if f.exact:
+        text += "; bit-exact where selected"
+    return text
+
+
+def mutation_text(m: Mutation) -> str:
+    """The fill and swap mutations' words (render.control_text covers the others)."""
+    if m.op == "fill":
+        return f"every element set to {m.value:g}"
+    if m.op == "swap":
+        return f"{m.length} elements at {m.index} exchanged with those at {m.other}"
+    raise ValueError(m.op)
+
+
+def _fraction(value: float | None) -> str:
+    return "∞" if value is None else f"{value:.3g}"
+
+
+def _counts_cell(c: ParityCounts) -> str:
+    text = f"{c.identical}/{c.elements} bit-identical"
+    extra = []
+    if c.one_quantum:
+        extra.append(f"{c.one_quantum} one-quantum")
+    if c.over_one_quantum:
+        extra.append(f"{c.over_one_quantum} over one")
+    if c.over_two_quanta:
+        extra.append(f"{c.over_two_quanta} over two")
+    if c.non_finite:
+        extra.append(f"{c.non_finite} non-finite")
+    if c.identical != c.elements:
+        extra.append(f"max abs {c.max_abs:.2g}")
+        if c.max_rel is not None:
+            extra.append(f"max rel {c.max_rel:.2g}")
+    extra.append(f"bound {_fraction(c.worst_bound_fraction)}")
+    return text + (f" ({', '.join(extra)})" if extra else "")
+
+
+def counts_table(trial: Trial, side: str = "candidate") -> list[str]:
+    """One row per case, one column per output, as the seed's table."""
+    cases = [c for c in trial.cases if c.tolerance is not None]
+    if not cases:
+        return []
+    outputs = [c.output for c in cases[0].tolerance.counts[side]]
+    lines = ["| case | " + " | ".join(f"`{o}`" for o in outputs) + " |",
+             "|---|" + "---|" * len(outputs)]  # fmt: skip
+    for case in cases:
+        by_output = {c.output: c for c in case.tolerance.counts[side]}
+        lines.append(f"| {case.case} | " + " | ".join(_counts_cell(by_output[o]) for o in outputs) + " |")
+    return lines
+
+
+def controls_table(trial: Trial) -> list[str]:
+    """Each control per case: declared and measured, with the worst bound fraction per output."""
+    if not trial.control_outcomes:
+        return []
+    lines = ["| control | case | output | declared | gate | worst bound fraction | as declared |",
+             "|---|---|---|---|---|---:|---|"]  # fmt: skip
+    for o in trial.control_outcomes:
+        for output, expected in o.expected.items():
+            lines.append(f"| {o.control} | {o.case} | `{output}` | {expected} | "
+                         f"{'pass' if o.passed[output] else 'fail'} | {_fraction(o.worst_bound_fraction[output])} | "
+                         f"{'yes' if o.as_declared else '**no**'} |")  # fmt: skip
+    return lines
+
+
+def resolution_lines(trial: Trial) -> list[str]:
+    """The gate's resolution per case and output: the smallest perturbation it caught."""
+    lines = []
+    for case in trial.cases:
+        if case.tolerance is None:
+            continue
+        for r in case.tolerance.calibration:
+            s = r.smallest_caught
+            if s is None:
+                ceiling = max(step.quanta for step in r.steps)
+                lines.append(f"- {r.case}, `{r.output}`: **vacuous**, no perturbation up to {ceiling} quanta caught")
+            else:
+                lines.append(f"- {r.case}, `{r.output}`: caught from {s.quanta} "
+                             f"{'quantum' if s.quanta == 1 else 'quanta'} on {s.elements} "
+                             f"{'element' if s.elements == 1 else 'elements'} (bound fraction "
+                             f"{_fraction(s.worst_bound_fraction)})")  # fmt: skip
+    return lines

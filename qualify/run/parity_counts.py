@@ -1,0 +1,94 @@
+"""Parity counts of one output against its expected values, in the output's own quanta.
+
+The seed's reviewer reads a tolerance gate through counts: how many elements are bit-identical, how
+many sit exactly one representable step (one quantum) away, how many more than one or two, the
+largest absolute and relative errors, and the worst fraction of the tolerance bound any element
+used. A quantum is counted on the output dtype's grid (the distance between the two bit patterns
+in representable steps), so "one bf16 quantum" means the same at 1e-3 and at 1e3.
+
+Pure functions over arrays; `qualify.run.fidelity.compare` keeps the byte parity of base against
+candidate, this module serves goldens, controls and mutation calibration.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qualify.results.tolerance import ParityCounts
+from qualify.run.inputs import bf16_bits_to_f32
+
+FLOAT_DTYPES = {"bf16": (np.uint16, np.int16), "f16": (np.uint16, np.int16),
+                "f32": (np.uint32, np.int32), "f64": (np.uint64, np.int64)}  # fmt: skip
+_VALUE = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
+
+
+def values(data: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 values of a flat uint8 array of `dtype` elements."""
+    if dtype == "bf16":
+        return bf16_bits_to_f32(data.view(np.uint16)).astype(np.float64)
+    return data.view(_VALUE[dtype]).astype(np.float64)
+
+
+def step_index(data: np.ndarray, dtype: str) -> np.ndarray:
+    """Each element's position on the dtype's grid of representable values (int64, monotonic).
+
+    Sign-magnitude bit patterns become a signed count of steps from zero, so the difference of two
+    positions is the number of representable values between them; +0 and -0 both sit at 0.
+    """
+    unsigned, signed = FLOAT_DTYPES[dtype]
+    bits = data.view(unsigned)
+    magnitude_mask = (1 << (8 * bits.itemsize - 1)) - 1
+    magnitude = (bits & unsigned(magnitude_mask)).astype(np.int64)
+    negative = bits.view(signed) < 0
+    return np.where(negative, -magnitude, magnitude)
+
+
+def count(output: str, dtype: str, expected: np.ndarray, actual: np.ndarray, *,
+          atol: float = 0.0, rtol: float = 0.0, rel_floor: float = 1e-6) -> ParityCounts:
+    """Counts of `actual` against `expected` (flat uint8 arrays of the same float dtype).
+
+    An element is within the bound when |err| <= atol + rtol·|expected|; with atol = rtol = 0 that
+    is exact equality of values (the bit-exact mode). Relative error is reported only where
+    |expected| >= rel_floor: near zero it measures the magnitude of the expectation, not the error.
+    """
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"parity counts need a float dtype, not {dtype!r}")
+    if expected.nbytes != actual.nbytes:
+        raise ValueError(f"{output}: {expected.nbytes} expected bytes against {actual.nbytes}")
+    unsigned = FLOAT_DTYPES[dtype][0]
+    identical = expected.view(unsigned) == actual.view(unsigned)
+    exp, act = values(expected, dtype), values(actual, dtype)
+    finite = np.isfinite(act) & np.isfinite(exp)
+    n = int(exp.size)
+    quanta = np.abs(step_index(actual, dtype) - step_index(expected, dtype))
+    quanta = np.where(finite, quanta, np.iinfo(np.int64).max)
+    err = np.where(finite, np.abs(act - exp), 0.0)
+    bound = atol + rtol * np.abs(exp)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fraction = np.where(err == 0, 0.0, err / bound)  # err > 0 over a zero bound: inf
+    fraction = np.where(finite, fraction, np.inf)
+    outside = fraction > 1.0
+    big = np.abs(exp) >= rel_floor
+    rel = err[big] / np.abs(exp[big])
+    worst = int(np.argmax(fraction)) if n else None
+    worst_value = float(fraction[worst]) if n else 0.0
+    offending = np.flatnonzero(outside)
+    return ParityCounts(
+        output=output,
+        dtype=dtype,
+        elements=n,
+        identical=int(identical.sum()),
+        one_quantum=int((finite & (quanta == 1)).sum()),
+        over_one_quantum=int((quanta > 1).sum()),
+        over_two_quanta=int((quanta > 2).sum()),
+        non_finite=int((~finite).sum()),
+        max_abs=float(err.max()) if n else 0.0,
+        max_rel=float(rel.max()) if rel.size else None,
+        rel_floor=rel_floor,
+        atol=atol,
+        rtol=rtol,
+        worst_bound_fraction=worst_value if np.isfinite(worst_value) else None,
+        worst_index=worst if n and worst_value > 0 else None,
+        first_offending=int(offending[0]) if offending.size else None,
+        within=not offending.size,
+    )

@@ -1,0 +1,124 @@
+"""The tolerance-gated fidelity of one case against its golden: counts, controls, calibration.
+
+Three pure steps over arrays the engine has already read back:
+- `judge_case`: each output's parity counts under the mode the plan gives that case and output
+  (bit-exact where `acceptance.fidelity.exact` selects it, atol + rtol·|expected| elsewhere);
+- `control_outcome`: what a negative control did to the gate, against what the plan declared
+  for that case and output ("must still pass here, must fail there");
+- `calibrate`: the candidate's output perturbed by k quanta on n seeded elements, k doubling up
+  to the plan's ceiling, and the smallest perturbation the gate catches — the gate's resolution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from qualify import expr
+from qualify.plan.model import BuildControl, CaseSelector, Calibration, Fidelity, InputControl
+from qualify.results.tolerance import ControlOutcome, MutationResolution, MutationStep, ParityCounts
+from qualify.run.parity_counts import FLOAT_DTYPES, count
+
+Params = Mapping[str, int | float]
+
+
+def selects(selector: CaseSelector, case_id: str, params: Params) -> bool:
+    """Whether a selector (cases or where; neither: every case) takes this case."""
+    if selector.cases is not None:
+        return case_id in selector.cases
+    if selector.where is not None:
+        return bool(expr.evaluate(selector.where, params))
+    return True
+
+
+def is_exact(fidelity: Fidelity, case_id: str, params: Params, output: str) -> bool:
+    if fidelity.mode == "bytes":
+        return True
+    return any(selects(s, case_id, params) and (s.outputs is None or output in s.outputs) for s in fidelity.exact)
+
+
+def judge_output(fidelity: Fidelity, case_id: str, params: Params, output: str, dtype: str,
+                 expected: np.ndarray, actual: np.ndarray) -> ParityCounts:
+    exact = is_exact(fidelity, case_id, params, output)
+    atol = 0.0 if exact else float(fidelity.atol or 0.0)
+    rtol = 0.0 if exact else float(fidelity.rtol or 0.0)
+    return count(output, dtype, expected, actual, atol=atol, rtol=rtol, rel_floor=fidelity.rel_floor)
+
+
+def passes(counts: ParityCounts) -> bool:
+    """A bit-exact output (zero bound) needs every bit pattern equal: +0 for -0 is a difference there."""
+    if counts.atol == 0.0 and counts.rtol == 0.0:
+        return counts.identical == counts.elements
+    return counts.within
+
+
+def judge_case(fidelity: Fidelity, case_id: str, params: Params, dtypes: Mapping[str, str],
+               expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray]) -> list[ParityCounts]:
+    return [judge_output(fidelity, case_id, params, name, dtypes[name], expected[name], actual[name])
+            for name in expected]  # fmt: skip
+
+
+def expected_outcome(control: InputControl | BuildControl, case_id: str, params: Params, output: str) -> str:
+    """The plan's declaration for this case and output: the first matching entry, else 'fail'."""
+    for entry in control.expect:
+        if selects(entry, case_id, params) and (entry.outputs is None or output in entry.outputs):
+            return entry.outcome
+    return "fail"
+
+
+def control_outcome(control: InputControl | BuildControl, case_id: str, params: Params,
+                    counts: list[ParityCounts]) -> ControlOutcome:
+    """A control behaves as declared when every output passes where it must pass and fails where it
+    must fail. An output declared 'fail' that passes means the gate cannot see that fault (vacuous);
+    one declared 'pass' that fails means the gate, or the declaration, is mis-specified."""
+    expected = {c.output: expected_outcome(control, case_id, params, c.output) for c in counts}
+    passed = {c.output: passes(c) for c in counts}
+    return ControlOutcome(
+        control=control.name,
+        case=case_id,
+        expected=expected,
+        passed=passed,
+        worst_bound_fraction={c.output: c.worst_bound_fraction for c in counts},
+        as_declared=all(passed[o] == (expected[o] == "pass") for o in expected),
+    )
+
+
+def perturb(actual: np.ndarray, dtype: str, quanta: int, elements: int, seed: int) -> np.ndarray:
+    """A copy of `actual` with `elements` seeded elements moved `quanta` steps away from zero on
+    the dtype's grid (magnitude bits + k; saturating below the exponent's all-ones pattern, so the
+    result stays finite)."""
+    unsigned, _ = FLOAT_DTYPES[dtype]
+    words = actual.copy().view(unsigned)
+    n = words.size
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(quanta, elements))))
+    chosen = rng.choice(n, size=min(elements, n), replace=False)
+    bits = 8 * words.itemsize
+    sign = np.uint64(1) << np.uint64(bits - 1)
+    largest_finite = {"bf16": 0x7F7F, "f16": 0x7BFF, "f32": 0x7F7FFFFF, "f64": 0x7FEFFFFFFFFFFFFF}[dtype]
+    w = words[chosen].astype(np.uint64)
+    magnitude = np.minimum(w & (sign - np.uint64(1)), np.uint64(largest_finite)).astype(np.int64)
+    up = magnitude + quanta
+    # near the largest finite value the step goes toward zero instead, to stay finite
+    moved = np.where(up <= largest_finite, up, np.maximum(magnitude - quanta, 0)).astype(np.uint64)
+    words[chosen] = ((w & sign) | moved).astype(unsigned)
+    return words.view(np.uint8)
+
+
+def calibrate(fidelity: Fidelity, calibration: Calibration, case_id: str, params: Params, output: str,
+              dtype: str, expected: np.ndarray, actual: np.ndarray) -> MutationResolution:
+    """Every (k, n) with k = 1, 2, 4 … up to the ceiling and n from the plan; the smallest caught
+    perturbation is the one with the fewest quanta, then the fewest elements."""
+    steps = []
+    k = 1
+    while k <= calibration.ceiling_quanta:
+        for n in calibration.elements:
+            counts = judge_output(fidelity, case_id, params, output, dtype, expected,
+                                  perturb(actual, dtype, k, n, calibration.seed))  # fmt: skip
+            steps.append(MutationStep(quanta=k, elements=n, caught=not passes(counts),
+                                      worst_bound_fraction=counts.worst_bound_fraction))  # fmt: skip
+        k *= 2
+    caught = [s for s in steps if s.caught]
+    smallest = min(caught, key=lambda s: (s.quanta, s.elements)) if caught else None
+    return MutationResolution(output=output, case=case_id, steps=steps, smallest_caught=smallest,
+                              vacuous=smallest is None)  # fmt: skip

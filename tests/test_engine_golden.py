@@ -1,0 +1,118 @@
+"""The engine with a golden, on the fake device: golden inputs reach the kernel, both arms are
+counted against the golden, controls are judged against their declarations, the gate is calibrated."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import fakes
+from plans import HEADER, KERNEL, make_repo, plan_copy
+from qualify.plan.golden import tensor_name, write_golden
+from qualify.plan.load import load_plan
+from qualify.plan.model import Plan
+from qualify.plan.resolve import resolve_cases
+from qualify.run.engine import RunOptions, TrialRunner
+from qualify.run.fake import FakeDevice, FakeTelemetry
+from qualify.run.inputs import generate
+
+A = np.float32(0.5)
+
+
+def golden_plan() -> dict:
+    plan = plan_copy()
+    plan["schedule"] = {"warmup": 2, "samples_per_block": 3, "blocks": 2, "trials": 2, "cache": "cold"}
+    plan["budget"] = {"max_trials": 3, "max_samples": 12, "max_wall_seconds": 60}
+    plan["acceptance"]["sanitizer"] = []
+    plan["stop"] = {"rule": "fixed", "fail_fast": ["fault"]}  # a fidelity miss keeps its counts in the trial
+    plan["workload"]["buffers"][1]["init"] = {"kind": "golden"}
+    plan["acceptance"]["fidelity"] = {
+        "mode": "tolerance", "atol": 0.0, "rtol": 1e-6, "against": "golden",
+        "golden": "golden.safetensors", "golden_script": "make_golden.py",
+        "calibration": {"ceiling_quanta": 64, "elements": [1, 4], "seed": 5},
+    }
+    plan["controls"]["negative"] = [
+        # y[0] + 1000 moves out[0] far outside the bound: must fail everywhere
+        {"kind": "input", "name": "bump_y", "buffer": "y", "mutation": {"op": "set", "index": 0, "value": 1000.0}},
+        # scaling by one changes nothing: declared to pass
+        {"kind": "input", "name": "noop", "buffer": "x", "mutation": {"op": "scale", "index": 0, "value": 1.0},
+         "expect": [{"outcome": "pass"}]},
+        # declared to pass but it cannot: a control that misbehaves must fail the verdict
+        {"kind": "input", "name": "misdeclared", "buffer": "x", "mutation": {"op": "set", "index": 1, "value": 99.0},
+         "cases": ["N=1024"], "expect": [{"outcome": "pass"}]},
+    ]
+    return plan
+
+
+def frozen_golden_repo(tmp_path):
+    plan_json = golden_plan()
+    path = make_repo(tmp_path, plan_json, files={
+        "kernels/k.cu": KERNEL, "kernels/common.cuh": HEADER, "protocols/tiny/make_golden.py": "#\n",
+        "protocols/tiny/golden.safetensors": ""})
+    plan = Plan.model_validate(plan_json)
+    x_spec = plan.workload.buffers[0]
+    tensors = {}
+    for case in resolve_cases(plan):
+        n = case.values["N"]
+        x = generate(plan.seeds, case.id, x_spec, case.arms["candidate"].buffer("x")).view(np.float32)
+        y = np.linspace(-2, 2, n, dtype=np.float32)
+        tensors[tensor_name(case.id, "y")] = ("f32", y)
+        tensors[tensor_name(case.id, "out")] = ("f32", A * x + y)
+    write_golden(path.parent / "golden.safetensors", plan, tensors, "protocols/tiny/make_golden.py")
+    from qualify.plan.digest import freeze
+    loaded = load_plan(path)
+    freeze(loaded.path, loaded.freeze)
+    return load_plan(path)
+
+
+def run(loaded, kernel, tmp_path):
+    device = FakeDevice({"axpy": kernel}, durations={"base": 10_000.0, "candidate": 8_000.0})
+    return TrialRunner(loaded, device, FakeTelemetry(), RunOptions(record_dir=tmp_path / "record")).run()
+
+
+def test_golden_trial_counts_controls_and_calibration(tmp_path):
+    loaded = frozen_golden_repo(tmp_path)
+    trial = run(loaded, fakes.axpy, tmp_path)
+    assert trial.status == "complete"
+    by_case = {c.case: c for c in trial.cases}
+    counts = by_case["N=4096"].tolerance.counts["candidate"][0]
+    assert (counts.output, counts.identical, counts.elements, counts.worst_bound_fraction) == ("out", 4096, 4096, 0.0)
+    resolution = by_case["N=1024"].tolerance.calibration[0]
+    assert not resolution.vacuous and resolution.smallest_caught.quanta >= 4  # 2 f32 quanta < 1e-6 relative
+    outcomes = {(o.control, o.case): o for o in trial.control_outcomes}
+    assert outcomes[("bump_y", "N=1024")].as_declared and not outcomes[("bump_y", "N=1024")].passed["out"]
+    assert outcomes[("noop", "N=4096")].as_declared and outcomes[("noop", "N=4096")].passed["out"]
+    assert not outcomes[("misdeclared", "N=1024")].as_declared
+    assert {(c.name, c.case): c.caught for c in trial.controls}[("misdeclared", "N=1024")] is False
+    messages = [f.message for f in trial.failures if f.kind == "fidelity"]
+    assert messages == ["negative control misdeclared is not as declared: out declared pass but failed "
+                        f"(worst bound fraction {outcomes[('misdeclared', 'N=1024')].worst_bound_fraction['out']:.3g})"]
+
+
+def test_candidate_outside_the_golden_is_a_fidelity_failure(tmp_path):
+    loaded = frozen_golden_repo(tmp_path)
+    trial = run(loaded, fakes.axpy_one_wrong, tmp_path)
+    messages = [f.message for f in trial.failures if f.kind == "fidelity" and f.case == "N=1024"]
+    assert "out: 1 of 1024 differ from the golden, worst bound fraction 1.05e+06 at index 512" in messages, messages
+
+
+def test_record_tables_from_a_golden_trial(tmp_path):
+    from qualify.plan.model import Mutation
+    from qualify.record.tolerance_text import controls_table, counts_table, fidelity_text, mutation_text, resolution_lines
+
+    loaded = frozen_golden_repo(tmp_path)
+    trial = run(loaded, fakes.axpy_one_wrong, tmp_path)
+    table = counts_table(trial)
+    assert table[0] == "| case | `out` |"
+    assert table[2].startswith("| N=1024 | 1023/1024 bit-identical (1 over one, 1 over two, max abs 1")
+    assert table[3].startswith("| N=4096 | 4095/4096 bit-identical (1 over one, 1 over two, max abs 1, max rel 1.9")
+    assert counts_table(run(loaded, fakes.axpy, tmp_path / "good"))[3] == "| N=4096 | 4096/4096 bit-identical (bound 0) |"
+    rows = controls_table(trial)
+    noop = next(r for r in rows if r.startswith("| noop | N=1024 |"))
+    assert noop.startswith("| noop | N=1024 | `out` | pass | fail |") and noop.endswith("| **no** |")
+    assert rows[2].startswith("| bump_y | N=1024 | `out` | fail | fail |") and rows[2].endswith("| yes |")
+    resolution = resolution_lines(trial)
+    assert len(resolution) == 2 and resolution[0].startswith("- N=1024, `out`: caught from ")
+    assert fidelity_text(loaded.plan.acceptance.fidelity) == (
+        "outputs within |err| ≤ 0 + 1e-06·|expected| of the golden file `golden.safetensors` (written by `make_golden.py`)")
+    assert mutation_text(Mutation(op="swap", index=0, other="S * D", length="S * D")) == \
+        "S * D elements at 0 exchanged with those at S * D"
