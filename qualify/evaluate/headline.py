@@ -234,6 +234,8 @@ def contract(plan: Plan) -> str:
     against = {"base": "the base arm", "float64": "the float64 reference", "golden": "the golden file"}[f.against]
     if f.mode == "bytes":
         return f"byte-identical to {against}"
+    if f.mode == "tolerance":
+        return f"within |err| ≤ {f.atol:g} + {f.rtol:g}·|expected| of {against}"
     unit = {"ulp": " ulp", "abs": " (absolute)", "rel": " (relative)"}[f.mode]
     return f"within {f.bound:g}{unit} of {against}"
 

@@ -302,7 +302,15 @@ def _parity_problems(trial: Trial, plan: Plan) -> list[str]:
             if not consistent:
                 out.append(f"{where}: parity of {p.buffer} contradicts itself (equal {p.equal}, "
                            f"{p.differing_elements} of {p.elements} differ, first at {p.first_difference})")  # fmt: skip
-        passes = fidelity_passes(case.parity, plan.acceptance.fidelity) and all(case.deterministic.values())
+        if plan.acceptance.fidelity.against == "golden":
+            # the gate is the golden's: the candidate's counts against it, the controls as declared
+            # at this case (each misbehaving control is a fidelity failure of the case too)
+            counts_pass = case.tolerance is not None and all(c.within for c in case.tolerance.counts.get("candidate", []))
+            vacuous = case.tolerance is not None and any(r.vacuous for r in case.tolerance.calibration)
+            controls_ok = all(o.as_declared for o in (trial.control_outcomes or []) if o.case == where)
+            passes = counts_pass and not vacuous and controls_ok and all(case.deterministic.values())
+        else:
+            passes = fidelity_passes(case.parity, plan.acceptance.fidelity) and all(case.deterministic.values())
         if passes == (where in fidelity_failed):
             out.append(f"{where}: outputs {'pass' if passes else 'fail'} the fidelity gate, but the trial "
                        f"{'records' if passes else 'has no'} fidelity failure for it")  # fmt: skip
@@ -318,6 +326,13 @@ def _control_problems(trial: Trial, plan: Plan) -> list[str]:
             out.append(f"negative control {c.name} ({c.kind}) is not one of the plan's")
         elif spec.cases is not None and c.case not in spec.cases:
             out.append(f"negative control {c.name} ran at {c.case}, which the plan does not give it")
+        if plan.acceptance.fidelity.against == "golden":
+            # 'caught' reads "behaved as declared" (a control may be declared to pass): it must agree
+            # with the recorded outcome against the golden
+            outcome = next((o for o in (trial.control_outcomes or []) if o.control == c.name and o.case == c.case), None)
+            if outcome is None or outcome.as_declared != c.caught:
+                out.append(f"negative control {c.name} at {c.case}: 'caught' disagrees with its outcome against the golden")
+            continue
         if c.caught and c.differing_elements == 0:
             out.append(f"negative control {c.name} at {c.case} is 'caught' with no element differing")
         if plan.acceptance.fidelity.mode == "bytes" and not c.caught and c.differing_elements > 0:

@@ -1,0 +1,51 @@
+"""report --check on a golden-gated record (records/qsa-keyload, made on the H200): the gate is
+the golden's, and a control's 'caught' means "behaved as declared"."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from qualify.record.check import check_record
+
+RECORD = Path(__file__).resolve().parents[1] / "records" / "qsa-keyload"
+
+
+def copy(tmp_path) -> Path:
+    dst = tmp_path / "qsa-keyload"
+    shutil.copytree(RECORD, dst)
+    return dst
+
+
+def edit_trial(folder: Path, edit) -> None:
+    path = folder / "trials" / "trial-1.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def test_the_committed_golden_record_checks():
+    assert check_record(RECORD) == []
+
+
+def test_a_control_relabelled_as_declared_is_refused(tmp_path):
+    folder = copy(tmp_path)
+
+    def flip(data):
+        wrong = next(c for c in data["controls"] if not c["caught"])
+        wrong["caught"] = True
+
+    edit_trial(folder, flip)
+    assert any("'caught' disagrees with its outcome against the golden" in p for p in check_record(folder))
+
+
+def test_a_golden_failure_edited_out_is_refused(tmp_path):
+    folder = copy(tmp_path)
+
+    def drop(data):
+        data["failures"] = [f for f in data["failures"] if "differ from the golden" not in f["message"]
+                            and "not as declared" not in f["message"]]  # fmt: skip
+
+    edit_trial(folder, drop)
+    assert any("outputs fail the fidelity gate, but the trial has no fidelity failure" in p for p in check_record(folder))
