@@ -105,11 +105,29 @@ def run_cli(argv, capsys):
     return exc.value.code, out.out, out.err
 
 
-@pytest.mark.parametrize("name, code", [("vecload", 0), ("attention-wide", 1)])
+@pytest.mark.parametrize("name, code", [("vecload", 1), ("attention-wide", 1)])
 def test_summary_exits_with_the_verdicts_code(capsys, name, code):
     status, out, _ = run_cli(["summary", str(ROOT / "records" / name)], capsys)
     assert status == code
     assert out.startswith("### ")
+
+
+def qualified_copy(tmp_path) -> Path:
+    """A copy of a committed record whose results say "qualified" (none of the committed ones is)."""
+    import json
+    import shutil
+
+    folder = tmp_path / "vecload"
+    shutil.copytree(ROOT / "records" / "vecload", folder)
+    data = json.loads((folder / "results.json").read_text())
+    data["verdict"]["status"] = "qualified"
+    (folder / "results.json").write_text(json.dumps(data, indent=1) + "\n")
+    return folder
+
+
+def test_summary_of_a_qualified_record_exits_0(tmp_path, capsys):
+    status, out, _ = run_cli(["summary", str(qualified_copy(tmp_path))], capsys)
+    assert status == 0 and out.startswith("### ✅ qualify: vecload — QUALIFIED")
 
 
 def test_summary_appends_to_the_step_summary_file(tmp_path, capsys, monkeypatch):
@@ -117,9 +135,9 @@ def test_summary_appends_to_the_step_summary_file(tmp_path, capsys, monkeypatch)
     target = tmp_path / "step-summary.md"
     target.write_text("earlier step\n")
     status, out, _ = run_cli(["summary", "records/vecload", "-o", str(target)], capsys)
-    assert status == 0 and out == ""
+    assert status == 1 and out == ""
     written = target.read_text()
-    assert written.startswith("earlier step\n### ✅ qualify: vecload")
+    assert written.startswith("earlier step\n### ❌ qualify: vecload")
     assert written.endswith((GOLDEN / "vecload.md").read_text())
 
 
