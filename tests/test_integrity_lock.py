@@ -69,7 +69,7 @@ def refused(capsys, argv, code: int, *fragments: str) -> str:
     lines = err.splitlines()
     assert got == code, err
     assert len(lines) == 1, err
-    assert lines[0].startswith("qualify: error: "), lines[0]
+    assert lines[0].startswith(("qualify: error: ", "qualify: check: ")), lines[0]
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
     return lines[0]

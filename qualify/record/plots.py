@@ -341,9 +341,27 @@ def render_plots(folder: Path, results: Results, plan: Plan) -> dict[str, bytes]
     return out
 
 
+def samples_readable(folder: Path, results: Results) -> bool:
+    """Whether every trial's raw samples load and hold well-formed series (report --check names
+    what is wrong otherwise; a plot of damaged evidence would only hide it)."""
+    from qualify.errors import QualifyError
+    from qualify.evaluate.samples import series_problems
+
+    for t in results.trials:
+        try:
+            if series_problems(_load(folder, t)):
+                return False
+        except (QualifyError, OSError, ValueError):
+            return False
+    return True
+
+
 def write_plots(folder: Path, results: Results, plan: Plan) -> list[str]:
-    """(Re)write the record's plots; plots of devices no longer in the record are removed."""
+    """(Re)write the record's plots; plots of devices no longer in the record are removed. Nothing
+    is drawn from raw samples that are not well formed."""
     folder = Path(folder)
+    if not samples_readable(folder, results):
+        return []
     plots = render_plots(folder, results, plan)
     for rel, data in plots.items():
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
