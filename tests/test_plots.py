@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+from qualify.run.schedule import block_halves
 import pytest
 
 from qualify.evaluate.samples import TrialSamples
@@ -143,12 +145,13 @@ def test_under_another_matplotlib_the_declared_data_is_compared(copy):
 
 
 def test_samples_are_put_back_in_the_order_they_were_taken():
-    # values are the running sample number, stored per series as the runner stores them
+    # values are the running sample number, stored per series as the runner stores them, in the
+    # schedule's own order (blocks alternate ABBA and BAAB)
     s = TrialSamples()
     n = 0
-    for pair in (("base", "candidate"), ("aa_a", "aa_b")):
+    for pair in (MAIN, AA):
         for block in range(3):
-            for series in (pair[0], pair[1], pair[1], pair[0]):
+            for series in [h.series for h in block_halves(block, pair)]:
                 for _ in range(4):
                     s.add("N=1", series, ns=float(n), block=block, sm_mhz=1.0, throttle=0, temp_c=1.0)
                     n += 1
@@ -157,7 +160,8 @@ def test_samples_are_put_back_in_the_order_they_were_taken():
     taken = [chunk for pair in (MAIN, AA) for _, chunk in taken_order(arrays, "N=1", pair, values)]
     assert np.concatenate(taken).tolist() == list(range(n))
     series = [name for name, _ in taken_order(arrays, "N=1", MAIN, values)]
-    assert series == ["base", "candidate", "candidate", "base"] * 3
+    abba, baab = ["base", "candidate", "candidate", "base"], ["candidate", "base", "base", "candidate"]
+    assert series == abba + baab + abba
 
 
 def test_hostile_device_names_are_drawn_as_plain_text(tmp_path):

@@ -245,8 +245,8 @@ def test_verdict_headline_and_grouped_reasons_come_before_the_protocol(built):
     assert results.verdict.status == "not_qualified"
     assert head[:4] == ["# vecwidth: vec1 → vec4", "", "**Verdict: NOT QUALIFIED**", ""]
     # the answer in words before any list: one sentence per device, then fidelity, then checks
-    assert head[4].startswith("On NVIDIA H200 (GPU-1111aaaa), the candidate is faster at N=1024, by 5.1 %; "
-                              "the same at N=4096")  # fmt: skip
+    assert head[4].startswith("On NVIDIA H200 (GPU-1111aaaa), the candidate is faster at N=1024, by 5.2 %; "
+                              "inconsistent across trials at N=4096")  # fmt: skip
     assert head[5].startswith("On NVIDIA L40S (GPU-2222bbbb), the candidate is faster at both cases")
     assert head[6] == "Outputs: byte-identical to the base arm in all 9 case-trial checks."
     # the two per-trial misses of gate faster at N=4096 are one line, worded for a speed-up too small
