@@ -173,3 +173,20 @@ def test_hostile_device_names_are_drawn_as_plain_text(tmp_path):
     text = plots["plots/device-1-ratio.svg"].decode()
     assert "<script>" not in text and "\x1b" not in text
     assert "$\\frac{1}{2}$ &lt;/text&gt;&lt;script&gt;x&lt;/script&gt;\\x1b[2J" in text
+
+
+def test_report_check_refuses_an_edited_or_missing_plot(tmp_path):
+    import shutil
+
+    from qualify.record.check import check_record
+
+    root = Path(__file__).resolve().parents[1] / "records" / "vecload"
+    edited, missing = tmp_path / "edited", tmp_path / "missing"
+    shutil.copytree(root, edited)
+    shutil.copytree(root, missing)
+    svg = edited / "plots" / "device-1-ratio.svg"
+    svg.write_bytes(svg.read_bytes().replace(b"<svg", b'<svg data-edited="1"', 1))
+    (missing / "plots" / "device-1-samples.svg").unlink()
+    assert any("plots/device-1-ratio.svg" in p for p in check_record(edited))
+    assert any("plots/device-1-samples.svg" in p for p in check_record(missing))
+    assert check_record(root) == []

@@ -439,7 +439,7 @@ def test_merge_gives_one_record_with_a_table_per_device(two_records, tmp_path):
     assert moved.started_at == source.started_at
     headings = [line for line in readme_lines(dest) if line.startswith("## Results on ")]
     assert headings == ["## Results on NVIDIA H200 (GPU-1111aaaa)", "## Results on NVIDIA L40S (GPU-2222bbbb)"]
-    assert "| case | median of trials | trial 3 | trial 4 | 95 % CI of the ratio | class |" in readme_lines(dest)
+    assert "| case | median of trials | trial 3 | trial 4 | 95 % CI of the ratio | class | resolves | stopped |" in readme_lines(dest)
     ledger = Record(dest).ledger()
     assert [(e["event"], e["trial"]) for e in ledger][-2:] == [("trial_started", 4), ("trial_ended", 4)]
     assert ledger[-1]["merged_from"] == {"record": str(b), "trial": 2}

@@ -227,6 +227,12 @@ def inspect_record(folder: Path) -> list[Problem]:
     # The README must be what the trial files render to, not merely what results.json renders
     # to: a results.json edited to match an edited README must not make the pair pass.
     found.extend(_text_problem(folder, README_FILE, render_readme(derived, plan)))
+    # the plots are drawn from the same evidence: missing, stale or edited ones are problems too
+    # (their bytes under the matplotlib that drew them, their declared data under another)
+    from qualify.record.plots import plot_problems, samples_readable
+
+    if samples_readable(folder, derived):
+        found.extend(plot_problems(folder, derived, plan))
     return ev.problems + [Problem(p) for p in found]
 
 

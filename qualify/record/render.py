@@ -393,6 +393,31 @@ def timer_extra(trial: Trial) -> Md:
     return Md(", ".join(f"{md(k)}={md(v)}" for k, v in sorted(rest.items())) or "none")
 
 
+def golden_tables(results: Results) -> Md:
+    """For plans gated by a golden file: per trial, the candidate's and the base's counts against
+    it, the controls as declared and measured, and the gate's resolution per output."""
+    from qualify.record.tolerance_text import controls_table, counts_table, resolution_lines
+
+    out = []
+    for t in results.trials:
+        for side in ("candidate", "base"):
+            table = counts_table(t, side)
+            if table:
+                out += ["", f"Trial {t.index}, the {side} against the golden:", "", *table]
+        controls = controls_table(t)
+        if controls:
+            out += ["", f"Trial {t.index}, negative controls against the golden:", "", *controls]
+        resolution = resolution_lines(t)
+        if resolution:
+            out += ["", f"Trial {t.index}, the gate's resolution (the smallest perturbation it caught):", "", *resolution]
+    return Md("\n".join(out))
+
+
+def stage_text(stages: dict[str, float]) -> Md:
+    """The stages that took measurable time, in the engine's order, with their seconds."""
+    return Md(", ".join(f"{md(k)} {v:.1f} s" for k, v in stages.items() if v >= 0.05) or "none measurable")
+
+
 def spec_text(spec: DeviceSpec) -> Md:
     parts = [code(spec.name) if spec.name else None,
              f"compute capability {md(spec.compute_capability)}" if spec.compute_capability else None]  # fmt: skip
@@ -518,7 +543,7 @@ FUNCTIONS = {
     for f in (
         device_groups, planned_cases, case_ids, find_case, median_of_trials, samples_per_arm,
         warmups_per_arm, throttled, planned_samples_per_arm, gate_cases, gate_bound, arm_text,
-        buffer_text, fidelity_text, control_text, timer_extra, sanitizer_rows, control_rows,
+        buffer_text, fidelity_text, control_text, timer_extra, stage_text, golden_tables, sanitizer_rows, control_rows,
         unverified, failure_rows, commands, headline_text, reasons_text, device_plots,
     )
 }  # fmt: skip
