@@ -241,3 +241,22 @@ def test_interval_covers_the_true_ratio_with_correlated_samples():
         old_hits += olo <= true_ratio <= ohi
     assert new_hits / trials >= 0.93
     assert old_hits / trials < 0.93
+
+
+def test_two_blocks_are_enough_for_an_interval_with_one_degree_of_freedom():
+    # block 0: candidate 1 % slower, block 1: 3 % slower -> mean log ratio of the two, t with 1 df
+    base = np.array([100.0, 100.0, 100.0, 100.0])
+    cand = np.array([101.0, 101.0, 103.0, 103.0])
+    blocks = np.array([0, 0, 1, 1])
+    ratio, lo, hi, n, mde = paired_ratio(base, blocks, cand, blocks)
+    logs = np.log([1.01, 1.03])
+    half = t_quantile(0.975, 1) * float(np.std(logs, ddof=1)) / math.sqrt(2)
+    assert n == 2 and mde is not None
+    assert ratio == pytest.approx(math.exp(logs.mean()))
+    assert (lo, hi) == (pytest.approx(math.exp(logs.mean() - half)), pytest.approx(math.exp(logs.mean() + half)))
+
+
+def test_an_interval_ending_exactly_at_the_band_is_same():
+    edge_lo, edge_hi = 1.0 - SAME_BAND, 1.0 + SAME_BAND
+    assert classify(1.0, edge_lo, edge_hi)[0] == "same"
+    assert classify(1.0, edge_lo, math.nextafter(edge_hi, 2.0))[0] == "cant_tell"

@@ -108,3 +108,23 @@ def test_aa_control_is_judged_by_the_same_rule(tmp_path):
         assert c.aa.case_class == "cant_tell" and "smallest change" in c.aa.reason
         assert c.aa.mde_pct is not None and c.aa.blocks == 6
     assert verdict(plan, [trial]).status == "qualified"
+
+
+def test_a_gate_over_a_case_no_trial_measured_is_skipped_not_a_crash(tmp_path):
+    """A device whose trials never reached a gate's case has nothing to judge there (a median of
+    no trials would raise)."""
+    from qualify.evaluate.verdict import judge_gates
+
+    plan, trial = _trial(tmp_path, _plan([{"name": "median", "min_speedup_pct": 1.0}], every_trial=False),
+                         5_000.0, noise=0.002)  # fmt: skip
+    trial = trial.model_copy(update={"cases": trial.cases[:1]})  # the second case never measured
+    judged, undecided = judge_gates(plan, [trial])
+    assert [g.case for g in judged] == [trial.cases[0].case] and undecided == []
+
+
+def test_an_undecided_gate_names_the_trial_or_the_median_it_judged():
+    from qualify.evaluate.verdict import _undecided
+
+    gate = SpeedGate(name="g", min_speedup_pct=5.0)
+    assert "(trial 3)" in _undecided(gate, "N=1", "H200", 3, 1.0, 9.0, 0.9, 1.1)
+    assert "(median of trials)" in _undecided(gate, "N=1", "H200", None, 1.0, 9.0, None, None)
