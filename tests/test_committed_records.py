@@ -43,3 +43,14 @@ def test_readme_table_states_each_records_verdict():
     for name, stated in rows:
         verdict = json.loads((ROOT / "records" / name / "results.json").read_text())["verdict"]["status"]
         assert stated.strip() == verdict.replace("_", " "), (name, stated, verdict)
+
+
+def test_a_record_missing_its_readme_says_so_by_name(tmp_path):
+    import shutil
+
+    from qualify.record.check import check_record
+
+    copy = tmp_path / "vecload"
+    shutil.copytree(ROOT / "records" / "vecload", copy)
+    (copy / "README.md").unlink()
+    assert "README.md: missing" in check_record(copy)
