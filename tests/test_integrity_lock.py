@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from plans import HEADER, KERNEL, make_repo, plan_copy
 from qualify.build import nvrtc
 from qualify.build.nvrtc import KernelSpec, compile_kernel
-from qualify.cli import main
+from test_hostile_inputs import refused, run_cli  # one CLI-refusal helper for both hostile suites
 from qualify.errors import FrozenInputChanged, PlanError, printable
 from qualify.plan.checks import warmup_launches
 from qualify.plan.files import include_candidates
@@ -53,26 +53,6 @@ def no_hang():
     yield
     signal.alarm(0)
     signal.signal(signal.SIGALRM, previous)
-
-
-def run_cli(argv, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    return exc.value.code, captured.out, captured.err
-
-
-def refused(capsys, argv, code: int, *fragments: str) -> str:
-    """Run the CLI; assert the exit code and exactly one error line holding every fragment."""
-    got, out, err = run_cli(argv, capsys)
-    assert "Traceback" not in err + out
-    lines = err.splitlines()
-    assert got == code, err
-    assert len(lines) == 1, err
-    assert lines[0].startswith(("qualify: error: ", "qualify: check: ")), lines[0]
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 def tuned_repo(tmp_path: Path, include: str, plan: dict | None = None, freeze: bool = False) -> Path:

@@ -158,7 +158,6 @@ class CudaDevice:
         self._kernels: list[Kernel] = []
         self._host_flag = None
         self._helpers_ready = False
-        self._graphs: list[tuple] = []
         self._lost = False
 
     # -- identity ---------------------------------------------------------------------------
@@ -460,23 +459,6 @@ class CudaDevice:
                 out.append(float(_check(d.cuEventElapsedTime(start, stop), "cuEventElapsedTime")) * 1e6)
         return out
 
-    def capture(self, enqueue: Callable[[], None]) -> Callable[[], None]:
-        """Capture enqueue()'s launches into a CUDA graph; returns a function that replays it.
-
-        The alternative timer boundary to the blocking kernel (one graph launch instead of one
-        host call per kernel); measured against ncu in benchmarks/timer.
-        """
-        d = self._driver
-        mode = d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-        _check(d.cuStreamBeginCapture(self.stream, mode), "cuStreamBeginCapture")
-        try:
-            enqueue()
-        finally:
-            graph = _check(d.cuStreamEndCapture(self.stream), "cuStreamEndCapture")
-        executable = _check(d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-        self._graphs.append((graph, executable))
-        return lambda: _check(d.cuGraphLaunch(executable, self.stream), "cuGraphLaunch")
-
     def close(self) -> None:
         d = self._driver
         if self._lost:
@@ -487,9 +469,6 @@ class CudaDevice:
             return  # a lost context cannot be cleaned; the process exit releases it
         for buf in list(self._buffers):
             self.free(buf)
-        for graph, executable in self._graphs:
-            d.cuGraphExecDestroy(executable)
-            d.cuGraphDestroy(graph)
         for kernel in list(self._kernels):
             self.unload_kernel(kernel)
         if self._host_flag is not None:
