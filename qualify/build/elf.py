@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 ELF_MAGIC = b"\x7fELF"
 ET_DYN = 3
+SHT_SYMTAB = 2
+SHT_NOBITS = 8
 SHT_DYNSYM = 11
 STT_FUNC = 2
 SHN_UNDEF = 0
@@ -34,6 +36,18 @@ class Section:
     size: int
     link: int
     entsize: int
+    flags: int = 0
+    info: int = 0
+
+
+@dataclass(frozen=True)
+class Symbol:
+    name: str
+    value: int
+    size: int
+    info: int  # binding << 4 | type
+    other: int
+    shndx: int  # the section it is defined in; SHN_UNDEF when imported
 
 
 @dataclass(frozen=True)
@@ -53,28 +67,31 @@ class Elf:
 
     def dynamic_symbols(self) -> dict[str, int]:
         """Defined (not imported) dynamic symbols: name → symbol type (STT_FUNC, STT_OBJECT...)."""
-        dynsym = next((s for s in self.sections if s.type == SHT_DYNSYM), None)
-        if dynsym is None:
-            return {}
-        if not 0 <= dynsym.link < len(self.sections):
-            raise ElfProblem("the dynamic symbol table links to no string table")
-        strings = self.contents(self.sections[dynsym.link])
+        return {s.name: s.info & 0xF for s in self.symbols(SHT_DYNSYM)[1:] if s.shndx != SHN_UNDEF}
+
+    def symbols(self, table_type: int = SHT_SYMTAB) -> list[Symbol]:
+        """Every entry of the first symbol table of `table_type`, in table order (entry 0 is the
+        null symbol); [] when there is none."""
+        table_section = next((s for s in self.sections if s.type == table_type), None)
+        if table_section is None:
+            return []
+        if not 0 <= table_section.link < len(self.sections):
+            raise ElfProblem("a symbol table links to no string table")
+        strings = self.contents(self.sections[table_section.link])
         fmt = self.endian + ("IBBHQQ" if self.is64 else "IIIBBH")
         size = struct.calcsize(fmt)
-        table = self.contents(dynsym)
-        out = {}
-        for start in range(size, len(table) - size + 1, size):  # entry 0 is the null symbol
+        table = self.contents(table_section)
+        out = []
+        for start in range(0, len(table) - size + 1, size):
             fields = struct.unpack_from(fmt, table, start)
             if self.is64:
-                name_at, info, _, shndx = fields[0], fields[1], fields[2], fields[3]
+                name_at, info, other, shndx, value, sym_size = fields
             else:
-                name_at, info, shndx = fields[0], fields[3], fields[5]
-            if shndx == SHN_UNDEF:
-                continue
+                name_at, value, sym_size, info, other, shndx = fields
             end = strings.find(b"\x00", name_at)
             if end < 0:
                 raise ElfProblem("a symbol name runs past its string table")
-            out[strings[name_at:end].decode(errors="replace")] = info & 0xF
+            out.append(Symbol(strings[name_at:end].decode(errors="replace"), value, sym_size, info, other, shndx))
         return out
 
 
@@ -102,19 +119,19 @@ def parse(data: bytes) -> Elf:
         if shentsize < struct.calcsize(sh_fmt) or shoff + shnum * shentsize > len(data):
             raise ElfProblem("the section header table lies outside the file")
         for i in range(shnum):
-            name, stype, _, _, offset, size, link, _, _, entsize = struct.unpack_from(sh_fmt, data, shoff + i * shentsize)
-            if stype != 8 and offset + size > len(data):  # SHT_NOBITS occupies no file bytes
+            name, stype, flags, _, offset, size, link, info, _, entsize = struct.unpack_from(sh_fmt, data, shoff + i * shentsize)
+            if stype != SHT_NOBITS and offset + size > len(data):
                 raise ElfProblem(f"section {i} lies outside the file")
-            raw.append((name, stype, offset, size, link, entsize))
+            raw.append((name, stype, offset, size, link, entsize, flags, info))
     names = b""
     if raw and 0 <= shstrndx < len(raw):
-        _, _, off, size, _, _ = raw[shstrndx]
+        _, _, off, size, _, _, _, _ = raw[shstrndx]
         names = data[off : off + size]
     sections = []
-    for name_at, stype, offset, size, link, entsize in raw:
+    for name_at, stype, offset, size, link, entsize, flags, info in raw:
         end = names.find(b"\x00", name_at)
         name = names[name_at:end].decode(errors="replace") if end >= 0 else ""
-        sections.append(Section(name, stype, offset, size, link, entsize))
+        sections.append(Section(name, stype, offset, size, link, entsize, flags, info))
     return Elf(data, is64, endian, e_type, machine, tuple(sections))
 
 
