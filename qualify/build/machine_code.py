@@ -174,14 +174,30 @@ def machine_code(cubin: bytes) -> CubinCode:
         elif name in (".nv.global.init", ".nv.global"):
             contents = elf.contents(section).hex() if section.type != SHT_NOBITS else ""
             module.append((name, f"{section.size} bytes {contents}"))
-    if not texts:
-        raise ElfProblem("the CUBIN holds no .text section")
     code = {
         name: FunctionCode(name, texts.get(name, b""), tuple(sorted(facts)))
         for name, facts in functions.items()
         if name in texts  # a .nv.info or relocation section of a function without code is no function
     }
     return CubinCode(sm=_sm(elf), functions=code, module=tuple(sorted(module)))
+
+
+def merged(codes: list[CubinCode]) -> CubinCode:
+    """The CUBINs of one library for one architecture as one identity: nvcc embeds one per
+    translation unit plus the device link's. A name defined in two of them (a `static` function
+    in two files) is told apart by the order of appearance."""
+    functions: dict[str, FunctionCode] = {}
+    module: list[tuple[str, str]] = []
+    for code in codes:
+        module += code.module
+        for name, fn in code.functions.items():
+            key, n = name, 1
+            while key in functions:
+                n += 1
+                key = f"{name} ({n})"
+            functions[key] = fn
+    sms = {c.sm for c in codes}
+    return CubinCode(sm=sms.pop() if len(sms) == 1 else None, functions=functions, module=tuple(sorted(module)))
 
 
 def _header(elf: Elf) -> tuple[str, str]:
