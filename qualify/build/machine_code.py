@@ -87,7 +87,7 @@ class CubinCode:
 @dataclass(frozen=True)
 class FunctionDifference:
     name: str
-    status: str  # "differs", "only in a" or "only in b"
+    status: str  # "differs", or "only in <label>"
     parts: tuple[str, ...] = ()  # which facts differ ("instructions", "attribute 0x2f", ...)
     first_offset: int | None = None  # byte offset of the first differing instruction
 
@@ -239,12 +239,12 @@ def _relocations(elf: Elf, section, symbol_name) -> list[str]:
     return [text for _, text in sorted(out)]
 
 
-def compare(a: CubinCode, b: CubinCode) -> CodeDiff:
+def compare(a: CubinCode, b: CubinCode, labels: tuple[str, str] = ("a", "b")) -> CodeDiff:
     diffs = []
     for name in sorted(set(a.functions) | set(b.functions)):
         fa, fb = a.functions.get(name), b.functions.get(name)
         if fa is None or fb is None:
-            diffs.append(FunctionDifference(name, "only in b" if fa is None else "only in a"))
+            diffs.append(FunctionDifference(name, f"only in {labels[1] if fa is None else labels[0]}"))
             continue
         if fa.digest == fb.digest:
             continue

@@ -100,8 +100,20 @@ def gate_results(plan: Plan, trials: list[Trial]) -> list[GateResult]:
     return judge_gates(plan, trials)[0]
 
 
+# A free A/A (identical machine code and launches): the candidate is the base, its ratio 1 exactly
+# and known without error, whatever the samples say. (ratio, CI low, CI high, MDE in %)
+BY_CONSTRUCTION = (1.0, 1.0, 1.0, 0.0)
+
+
+def free_aa(trial: Trial) -> bool:
+    return trial.code is not None and trial.code.free_aa
+
+
 def judge_gates(plan: Plan, trials: list[Trial]) -> tuple[list[GateResult], list[str]]:
-    """Judged gates, and the reasons of gates the data could not decide (no GateResult for them)."""
+    """Judged gates, and the reasons of gates the data could not decide (no GateResult for them).
+
+    In a free A/A trial the gates see the ratio the construction fixes (BY_CONSTRUCTION), not the
+    measured one: a speed-up gate is missed and a regression bound is met, by construction."""
     complete = [t for t in trials if t.status == "complete"]
     by_device: dict[str, list[Trial]] = defaultdict(list)
     for t in complete:
@@ -110,15 +122,18 @@ def judge_gates(plan: Plan, trials: list[Trial]) -> tuple[list[GateResult], list
     for gate in plan.acceptance.gates:
         for cid in selected_cases(gate, plan):
             for device, dtrials in by_device.items():
-                rows = [(t.index, c.stats) for t in dtrials for c in t.cases if c.case == cid]
+                rows = [(t.index, BY_CONSTRUCTION if free_aa(t) else (c.stats.ratio, c.stats.ci_low, c.stats.ci_high,
+                                                                       c.stats.mde_pct))
+                        for t in dtrials for c in t.cases if c.case == cid]  # fmt: skip
                 if not rows:
                     continue
                 if gate.every_trial:
-                    judged = [(index, s.ratio, s.ci_low, s.ci_high, s.mde_pct) for index, s in rows]
+                    judged = [(index, *s) for index, s in rows]
                 else:
-                    mdes = [s.mde_pct for _, s in rows]
+                    mdes = [s[3] for _, s in rows]
                     mde = None if None in mdes else statistics.median(mdes)
-                    judged = [(None, statistics.median(s.ratio for _, s in rows), None, None, mde)]
+                    lo_hi = (1.0, 1.0) if all(s == BY_CONSTRUCTION for _, s in rows) else (None, None)
+                    judged = [(None, statistics.median(s[0] for _, s in rows), *lo_hi, mde)]
                 for index, ratio, lo, hi, mde in judged:
                     outcome, value, bound = judge_gate(gate, ratio, lo, hi, mde)
                     if outcome == "cant_tell":
@@ -148,11 +163,14 @@ def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
     failed: list[str] = []  # the candidate failed a criterion
     unsure: list[str] = []  # the evidence cannot decide
     gates, undecided = judge_gates(plan, trials)
+    constructed = {t.index for t in trials if free_aa(t)}
     for g in gates:
         if not g.passed:
             trial = f"trial {g.trial}" if g.trial is not None else "median of trials"
+            why = ("; identical machine code and launches: no change by construction"
+                   if (g.trial in constructed if g.trial is not None else bool(constructed)) else "")  # fmt: skip
             failed.append(f"gate {g.gate} missed at {g.case} on {g.device} ({trial}): "
-                          f"speed-up {g.value_pct:+.2f}%, needs {g.bound}")  # fmt: skip
+                          f"speed-up {g.value_pct:+.2f}%, needs {g.bound}{why}")  # fmt: skip
     if not trials:
         unsure.append("no trials")
     devices: dict[str, int] = defaultdict(int)
@@ -168,6 +186,10 @@ def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
             (failed if f.kind in ("fidelity", "fault", "timeout") else unsure).append(line)
         for c in t.cases:
             failed.extend(_case_problems(plan, t, c))
+            if free_aa(t) and c.stats.case_class in ("faster", "slower"):
+                unsure.append(f"trial {t.index}, {c.case}: identical machine code and launches measured "
+                              f"{c.stats.case_class} ({c.stats.delta_pct:+.2f}%): the timer does not resolve "
+                              "this case")  # fmt: skip
             if c.aa is not None and c.aa.case_class in ("faster", "slower"):
                 unsure.append(f"trial {t.index}, {c.case}: A/A control came out {c.aa.case_class} "
                               f"({c.aa.delta_pct:+.2f}%): the timer does not resolve this case")  # fmt: skip

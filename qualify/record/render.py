@@ -26,6 +26,7 @@ from qualify.plan.checks import selected_cases
 from qualify.plan.model import Buffer, CudaArm, DeviceSpec, Plan, SpeedGate
 from qualify.plan.resolve import case_id
 from qualify.results.model import (
+    CodeIdentity,
     CaseStats,
     CaseTrial,
     ControlResult,
@@ -530,6 +531,21 @@ def failure_rows(trials: list[Trial]) -> list[tuple[int, Failure]]:
     return [(t.index, f) for t in trials for f in t.failures]
 
 
+def code_identities(trials: list[Trial]) -> list[tuple[str, CodeIdentity]]:
+    """(trial numbers, identity) for each distinct machine-code comparison the trials made;
+    trials made before qualify compared machine code are left out."""
+    groups: list[tuple[list[str], CodeIdentity]] = []
+    for t in trials:
+        if t.code is None:
+            continue
+        same = next((g for g in groups if g[1] == t.code), None)
+        if same is None:
+            groups.append(([str(t.index)], t.code))
+        else:
+            same[0].append(str(t.index))
+    return [(", ".join(indices), code) for indices, code in groups]
+
+
 def commands(trials: list[Trial]) -> list[tuple[str, str]]:
     """(trial numbers, command line) for each distinct command the trials ran under."""
     by_command: dict[str, list[str]] = {}
@@ -544,7 +560,7 @@ FUNCTIONS = {
         device_groups, planned_cases, case_ids, find_case, median_of_trials, samples_per_arm,
         warmups_per_arm, throttled, planned_samples_per_arm, gate_cases, gate_bound, arm_text,
         buffer_text, fidelity_text, control_text, timer_extra, stage_text, golden_tables, sanitizer_rows, control_rows,
-        unverified, failure_rows, commands, headline_text, reasons_text, device_plots,
+        unverified, failure_rows, commands, code_identities, headline_text, reasons_text, device_plots,
     )
 }  # fmt: skip
 

@@ -141,6 +141,25 @@ class LibraryInfo(Model):
     abi_version: int | None
 
 
+class CodeIdentity(Model):
+    """Whether both arms run the same machine code (qualify/run/code_identity.py)."""
+
+    status: Literal["identical", "differs", "unknown"]
+    arms: Literal["nvrtc", "library"] = Field(description="compiled by qualify's NVRTC, or embedded in "
+                                               "the libraries' fat binaries")
+    arch: str = Field(description="the architecture compared: the device's")
+    digests: dict[Side, str] = Field(default_factory=dict, description="each arm's machine-code digest")
+    functions: int = Field(default=0, description="functions (kernels and device functions) compared")
+    differences: list[str] = Field(default_factory=list, description="what differs, per function: the "
+                                   "parts and the first differing instruction's offset")
+    reason: str | None = Field(default=None, description="why the status is unknown")
+    launches_match: bool | None = Field(default=None, description="the arms launch the same kernels with "
+                                        "the same grid, block, shared memory and arguments in every case; "
+                                        "None when that is not known (library arms without a kernel inventory)")
+    free_aa: bool = Field(default=False, description="identical code and identical launches: the candidate "
+                          "is the base by construction and the trial is an A/A")
+
+
 class ControlResult(Model):
     name: str
     kind: Literal["input", "build"]
@@ -201,6 +220,8 @@ class Trial(Model):
         default=None, description="plans with a golden: each negative control per case against its "
         "declared expectation, with its bound fraction per output"
     )
+    code: CodeIdentity | None = Field(default=None, description="the arms' machine code compared (absent "
+                                      "in trials made before it was)")
 
 
 class GateResult(Model):

@@ -8,6 +8,7 @@ failed or interrupted — so evidence already gathered is never lost.
 from __future__ import annotations
 
 import hashlib
+import struct
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -31,9 +32,9 @@ from qualify.plan.digest import lock_path, sha256_bytes, sha256_file
 from qualify.plan.load import LoadedPlan
 from qualify.plan.model import LibraryArm
 from qualify.plan.resolve import ResolvedCase
-from qualify.results.model import CaseTrial, ControlResult, Failure, LibraryInfo, Trial, TrialCost
+from qualify.results.model import CaseTrial, CodeIdentity, ControlResult, Failure, LibraryInfo, Trial, TrialCost
 from qualify.results.store import Record, now_iso
-from qualify.run import provenance
+from qualify.run import code_identity, provenance
 from qualify.run.arms import ArmExec
 from qualify.run import golden_stage
 from qualify.run.controls import mutate
@@ -74,6 +75,10 @@ class RunOptions:
     preflight: Callable | None = None
     # shared-library arms: the builds named on `qualify compare`'s command line, by side
     libraries: dict[str, Path] = field(default_factory=dict)
+    # shared-library arms: whether both entry points launch the same kernels with the same
+    # configuration (a kernel inventory of both arms knows); None: not known, so identical
+    # embedded code is stated but the timing is still judged as measured
+    library_launches_match: bool | None = None
 
 
 @dataclass
@@ -111,6 +116,7 @@ class TrialRunner:
         self.sanitizer: list = []
         self.libraries: dict[str, LibraryInfo] = {}
         self.kernels: dict[str, object] = {}
+        self.code: CodeIdentity | None = None
         self.control_kernels: dict[str, object] = {}
         self.started = time.monotonic()
         self.stages: dict[str, float] = dict.fromkeys(STAGES, 0.0)
@@ -232,16 +238,30 @@ class TrialRunner:
 
     def _load_kernels(self) -> None:
         arch = self.device.info.arch
+        compiled = {}
         for side in SIDES:
             arm = self.plan.arm(side)
             self._side = side
             if isinstance(arm, LibraryArm):
                 self.kernels[side] = self._load_library(side, arm)
                 continue
-            compiled = compile_kernel(kernel_spec(self.loaded, side, arch))
+            compiled[side] = compile_kernel(kernel_spec(self.loaded, side, arch))
             smem = max(c.arms[side].launch.shared_bytes for c in self.loaded.cases)
-            self.kernels[side] = self.device.load_kernel(side, compiled, smem)
+            self.kernels[side] = self.device.load_kernel(side, compiled[side], smem)
         self._side = None
+        self.code = self._code_identity(compiled, arch)
+
+    def _code_identity(self, compiled: dict, arch: str) -> CodeIdentity:
+        """Both arms' machine code compared once the arms are built and loaded; never fatal."""
+        try:
+            if len(compiled) == len(SIDES):
+                return code_identity.nvrtc(compiled["base"], compiled["candidate"], self.loaded.cases, arch)
+            if len(self.libraries) == len(SIDES):
+                return code_identity.library(Path(self.libraries["base"].path), Path(self.libraries["candidate"].path),
+                                             arch, self.options.library_launches_match)  # fmt: skip
+            return code_identity.unknown(arch, "library", "one arm is a library and the other compiled by NVRTC")
+        except (ValueError, struct.error) as exc:  # a malformed binary this reader did not foresee
+            return code_identity.unknown(arch, "nvrtc" if compiled else "library", f"unreadable device code: {exc}")
 
     def _preflight(self) -> set[str]:
         """Cases whose kernels fault or hang in a child worker; recorded, then left out here.
@@ -649,6 +669,7 @@ class TrialRunner:
             cases=cases,
             controls=self.controls,
             control_outcomes=self.control_outcomes if self.golden is not None else None,
+            code=self.code,
             sanitizer=self.sanitizer,
             libraries=self.libraries,
             failures=self.failures,

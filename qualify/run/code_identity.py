@@ -1,0 +1,123 @@
+"""Do both arms run the same machine code? Decided once per trial, before anything is timed.
+
+NVRTC arms: the two CUBINs qualify compiled for the device. Identical code *and* identical
+launches (the same kernel, grid, block, shared memory, buffers and arguments in every case) make
+the candidate the base by construction: the trial is a free A/A, and the verdict does not claim
+a difference (qualify.evaluate.verdict). Timing still runs: its spread is the A/A evidence that
+the timer resolves the case, and a trial without samples would leave every statistic and
+`report --check` without data.
+
+Library arms: the CUBINs both shared objects embed for the device's architecture. Identical
+embedded code is stated, but what an entry point launches (which kernels, which grid) is decided
+by host code this comparison does not see; unless the caller knows the launches match (a kernel
+inventory of both arms), the timing is judged as measured.
+
+A comparison that cannot be made (unreadable ELF, zstd without its package) is recorded as
+"unknown" with the reason; it never fails the trial.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from qualify.build.elf import ElfProblem
+from qualify.build.fatbin import cubins
+from qualify.build.machine_code import CubinCode, compare, first_instructions, machine_code, merged
+from qualify.build.nvrtc import CompiledKernel
+from qualify.io import UnreadableFile, read_limited
+from qualify.plan.resolve import ResolvedCase
+from qualify.results.model import CodeIdentity
+
+MAX_LIBRARY_BYTES = 4 << 30
+# nvdisasm only renders the first differing instruction for a reader; the CUDA toolkit's usual home
+# is searched when it is not on the PATH (the GPU machine's case).
+TOOLKIT_BINS = (Path("/usr/local/cuda/bin/nvdisasm"),)
+MAX_DIFFERENCES = 20  # per record: the summary names the first functions, then counts the rest
+
+
+def launches_match(base: CompiledKernel, candidate: CompiledKernel, cases: list[ResolvedCase]) -> bool:
+    """Both arms launch the same function with the same geometry and arguments in every case."""
+    if base.lowered_name != candidate.lowered_name:
+        return False
+    return all(replace(c.arms["base"], side="") == replace(c.arms["candidate"], side="") for c in cases)
+
+
+def nvrtc(base: CompiledKernel, candidate: CompiledKernel, cases: list[ResolvedCase], arch: str) -> CodeIdentity:
+    try:
+        a, b = machine_code(base.cubin), machine_code(candidate.cubin)
+    except ElfProblem as exc:
+        return CodeIdentity(status="unknown", arms="nvrtc", arch=arch, reason=f"a CUBIN is unreadable: {exc}")
+    return _identity(a, b, "nvrtc", arch, launches_match(base, candidate, cases), ([base.cubin], [candidate.cubin]))
+
+
+def library(base: Path, candidate: Path, arch: str, launches: bool | None = None) -> CodeIdentity:
+    """`launches`: whether both libraries' entry points launch the same kernels the same way, when
+    a kernel inventory of both arms says so; None (unknown) otherwise."""
+    sm = _sm_number(arch)
+    codes, raw = [], []
+    for side, path in (("base", base), ("candidate", candidate)):
+        try:
+            found = cubins(read_limited(Path(path), MAX_LIBRARY_BYTES), sm)
+        except (ElfProblem, UnreadableFile) as exc:
+            why = exc.message if isinstance(exc, UnreadableFile) else str(exc)
+            return CodeIdentity(status="unknown", arms="library", arch=arch,
+                                reason=f"the {side} library's device code: {why}")  # fmt: skip
+        if not found:
+            return CodeIdentity(status="unknown", arms="library", arch=arch,
+                                reason=f"the {side} library embeds no {arch} code (PTX only, or none)")  # fmt: skip
+        raw.append(found)
+        try:
+            codes.append(merged([machine_code(c) for c in found]))
+        except ElfProblem as exc:
+            return CodeIdentity(status="unknown", arms="library", arch=arch,
+                                reason=f"a CUBIN of the {side} library is unreadable: {exc}")  # fmt: skip
+    return _identity(codes[0], codes[1], "library", arch, launches, (raw[0], raw[1]))
+
+
+def unknown(arch: str, arms: str, reason: str) -> CodeIdentity:
+    return CodeIdentity(status="unknown", arms=arms, arch=arch, reason=reason)
+
+
+def _identity(a: CubinCode, b: CubinCode, arms: str, arch: str, launches: bool | None,
+              raw: tuple[list[bytes], list[bytes]]) -> CodeIdentity:
+    diff = compare(a, b, labels=("base", "candidate"))
+    lines = [d.describe() for d in diff.functions] + [f"module {m} differs" for m in diff.module]
+    first = next((d for d in diff.functions if d.first_offset is not None), None)
+    if first is not None:
+        shown = [_instruction(cubins_, first.name, first.first_offset) for cubins_ in raw]
+        if all(shown):
+            lines.insert(0, f"{first.name} at {first.first_offset:#06x}: base {shown[0]} / candidate {shown[1]}")
+    if len(lines) > MAX_DIFFERENCES:
+        lines = lines[:MAX_DIFFERENCES] + [f"... and {len(lines) - MAX_DIFFERENCES} more"]
+    return CodeIdentity(
+        status="identical" if diff.identical else "differs",
+        arms=arms,
+        arch=arch,
+        digests={"base": a.digest, "candidate": b.digest},
+        functions=len(set(a.functions) | set(b.functions)),
+        differences=lines,
+        launches_match=launches,
+        free_aa=diff.identical and launches is True,
+    )
+
+
+def _instruction(found: list[bytes], function: str, offset: int) -> str | None:
+    """The instruction nvdisasm prints at `offset` of `function` in whichever CUBIN defines it."""
+    for cubin in found:
+        try:
+            if function in machine_code(cubin).functions:
+                return first_instructions(cubin, function, offset, tool=nvdisasm_tool())
+        except ElfProblem:
+            return None
+    return None
+
+
+def nvdisasm_tool() -> str | None:
+    return shutil.which("nvdisasm") or next((str(p) for p in TOOLKIT_BINS if p.is_file()), None)
+
+
+def _sm_number(arch: str) -> int:
+    digits = "".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit())
+    return int(digits) if digits else -1

@@ -1,0 +1,140 @@
+"""Both arms' machine code compared in a trial: the engine's record of it, the verdict's free-A/A
+rule and the README's section. NVRTC arms are compiled here; library arms are the nvcc fixtures."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+import fakes
+from plans import KERNEL, HEADER, make_repo, plan_copy
+from qualify.evaluate.verdict import verdict
+from qualify.plan.load import load_plan
+from qualify.record.render import render_readme
+from qualify.results.model import Results
+from qualify.run import code_identity
+from qualify.run.engine import RunOptions, TrialRunner
+from qualify.run.fake import FakeDevice, FakeTelemetry
+
+FATBINS = Path(__file__).parent / "fixtures" / "fatbin"
+COMMENTED = "// the candidate: a comment, nothing else\n" + KERNEL
+
+
+def plan_for(candidate: dict, gates: list[dict] | None = None) -> dict:
+    plan = plan_copy()
+    plan["schedule"] = {"warmup": 1, "samples_per_block": 3, "blocks": 2, "trials": 1}
+    plan["budget"] = {"max_trials": 2, "max_samples": 12, "max_wall_seconds": 60}
+    plan["acceptance"]["sanitizer"] = []
+    if gates is not None:
+        plan["acceptance"]["gates"] = gates
+    plan["controls"] = {"aa": False}
+    plan["arms"]["candidate"] = {**plan["arms"]["candidate"], **candidate}
+    return plan
+
+
+def trial_of(tmp_path, plan: dict, base_ns=10_000.0, cand_ns=8_000.0):
+    files = {"kernels/k.cu": KERNEL, "kernels/k2.cu": COMMENTED, "kernels/common.cuh": HEADER}
+    loaded = load_plan(make_repo(tmp_path, plan, files=files, freeze=True))
+    device = FakeDevice({"axpy": fakes.axpy}, durations={"base": base_ns, "candidate": cand_ns})
+    trial = TrialRunner(loaded, device, FakeTelemetry(), RunOptions(record_dir=tmp_path / "record")).run()
+    assert trial.status == "complete", trial.failures
+    return loaded, trial
+
+
+def readme(loaded, trial) -> str:
+    v = verdict(loaded.plan, [trial])
+    results = Results(plan_name=loaded.plan.name, plan_digest=loaded.digest, files={}, trials=[trial], verdict=v)
+    return render_readme(results, loaded.plan)
+
+
+SAME_AS_BASE = {"source": "../../kernels/k2.cu", "kernel": "axpy<1>", "params": {"VEC": 1}}
+
+
+def test_different_kernels_differ_and_the_verdict_judges_the_measurement(tmp_path):
+    loaded, trial = trial_of(tmp_path, plan_for({}))  # axpy<1> against axpy<4>
+    code = trial.code
+    assert code.status == "differs" and code.arms == "nvrtc" and code.arch == "sm_90"
+    assert code.digests["base"] != code.digests["candidate"]
+    assert code.launches_match is False and not code.free_aa
+    assert sorted(d.split(": ")[1] for d in code.differences) == ["only in base", "only in candidate"]
+    assert verdict(loaded.plan, [trial]).gates[0].passed  # measured 20 % faster, the gate asks 1 %
+    text = readme(loaded, trial)
+    assert "## Machine code" in text and "machine code (compiled by NVRTC) differs" in text
+
+
+def test_a_comment_only_candidate_is_a_free_aa(tmp_path):
+    loaded, trial = trial_of(tmp_path, plan_for(SAME_AS_BASE))
+    code = trial.code
+    assert code.status == "identical" and code.launches_match is True and code.free_aa
+    assert code.digests["base"] == code.digests["candidate"] and code.differences == []
+    v = verdict(loaded.plan, [trial])
+    # the fake timed the candidate 20 % faster: the gate reads the constructed ratio of 1, and the
+    # measured difference is a timer that does not resolve the case
+    assert v.status == "not_qualified"
+    assert all(not g.passed and g.value_pct == 0.0 for g in v.gates)
+    assert any("no change by construction" in r for r in v.reasons)
+    assert any("identical machine code and launches measured faster" in r for r in v.reasons)
+    assert "**Identical machine code: a free A/A.**" in readme(loaded, trial)
+
+
+def test_a_free_aa_meets_a_regression_bound_whatever_was_measured(tmp_path):
+    gates = [{"name": "no_regression", "where": "N >= 4096", "max_regression_pct": 1.0}]
+    loaded, trial = trial_of(tmp_path, plan_for(SAME_AS_BASE, gates), base_ns=10_000.0, cand_ns=12_000.0)
+    v = verdict(loaded.plan, [trial])
+    assert [g.passed for g in v.gates] == [True]
+    # measured 20 % slower; judged as measured it would miss
+    measured = trial.model_copy(update={"code": trial.code.model_copy(update={"free_aa": False})})
+    assert [g.passed for g in verdict(loaded.plan, [measured]).gates] == [False]
+
+
+def test_identical_code_launched_differently_is_judged_as_measured(tmp_path):
+    # the same kernel, but VEC=2 halves the grid (grid = cdiv(N, THREADS * VEC))
+    loaded, trial = trial_of(tmp_path, plan_for({**SAME_AS_BASE, "params": {"VEC": 2}}))
+    assert trial.code.status == "identical" and trial.code.launches_match is False and not trial.code.free_aa
+    v = verdict(loaded.plan, [trial])
+    assert not any("construction" in r for r in v.reasons)
+    assert "launched differently" in readme(loaded, trial)
+
+
+def test_library_fixtures():
+    base, comment, change = (FATBINS / f"{n}.so" for n in ("base", "comment", "change"))
+    same = code_identity.library(base, comment, "sm_90")
+    assert same.status == "identical" and same.arms == "library" and same.functions == 2
+    assert same.launches_match is None and not same.free_aa  # the launches are not known
+    assert code_identity.library(base, comment, "sm_90", launches=True).free_aa
+    differs = code_identity.library(base, change, "sm_89")
+    assert differs.status == "differs" and differs.differences[-1].startswith("_Z5scalePfi: instructions")
+
+
+def test_library_identity_that_cannot_be_decided_says_why(tmp_path, monkeypatch):
+    base = FATBINS / "base.so"
+    missing = code_identity.library(base, FATBINS / "comment.so", "sm_80")
+    assert missing.status == "unknown" and "embeds no sm_80 code" in missing.reason
+    host = code_identity.library(base, Path(sys.executable).resolve(), "sm_90")
+    assert host.status == "unknown" and host.reason.startswith("the candidate library's device code: ")
+    monkeypatch.setitem(sys.modules, "zstandard", None)
+    zstd = code_identity.library(FATBINS / "zstd.so", base, "sm_90")
+    assert zstd.status == "unknown" and "zstandard" in zstd.reason
+    absent = code_identity.library(base, tmp_path / "nowhere.so", "sm_90")
+    assert absent.status == "unknown" and "candidate" in absent.reason
+
+
+def test_library_readme_says_the_timing_is_judged_as_measured(tmp_path):
+    loaded, trial = trial_of(tmp_path, plan_for({}))
+    code = code_identity.library(FATBINS / "base.so", FATBINS / "comment.so", "sm_90")
+    text = readme(loaded, trial.model_copy(update={"code": code}))
+    assert "**Identical machine code** for sm_90 in both libraries" in text
+    assert "not known to match, so the timing is judged as measured" in text
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C compiler")
+def test_host_only_libraries_in_compare_record_an_unknown(tmp_path):
+    from test_compare import build, compare
+
+    outcome = compare(tmp_path, build(tmp_path, "v1"), build(tmp_path, "v2"))
+    (trial,) = outcome.trials
+    assert trial.code.status == "unknown" and trial.code.arms == "library"
+    assert "no .nv_fatbin" in trial.code.reason
