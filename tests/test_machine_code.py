@@ -138,3 +138,29 @@ def test_first_difference_is_instruction_aligned():
 def test_rendering_needs_the_tool_and_never_the_comparison(tmp_path):
     data, name = cubin(tmp_path, SOURCE)
     assert first_instructions(data, name, 0, tool=str(tmp_path / "no-nvdisasm")) is None
+
+
+GLOBALS = """\
+__device__ float first[4];
+__device__ float second[4];
+extern "C" __global__ void k(float* y) { y[threadIdx.x] = first[threadIdx.x & 3] + 1.f; }
+"""
+
+
+def test_which_global_an_address_table_entry_reaches_is_code(tmp_path):
+    # the kernel reads `first` through an address in constant bank 4, which a relocation fills
+    data, _ = cubin(tmp_path, GLOBALS, kernel="k")
+    elf = parse(data)
+    names = [s.name for s in elf.symbols()]
+    table = _section(data, ".rela.nv.constant4")
+    entries = [struct.unpack_from("<QQq", data, at) for at in range(table.offset, table.offset + table.size, 24)]
+    at = next(i for i, (_, info, _) in enumerate(entries) if names[info >> 32] == "first")
+    offset, info, addend = entries[at]
+    retargeted = struct.pack("<QQq", offset, names.index("second") << 32 | (info & 0xFFFFFFFF), addend)
+    start = table.offset + 24 * at
+    patched = data[:start] + retargeted + data[start + 24 :]
+    diff = compare(machine_code(data), machine_code(patched))
+    assert diff.module == ("relocation in nv.constant4",) and diff.functions == ()
+    # the debug sections' relocations are not code
+    debug = _section(data, ".rela.debug_line")
+    assert compare(machine_code(data), machine_code(_patched(data, debug.offset))).identical

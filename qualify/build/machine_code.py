@@ -6,8 +6,10 @@ reduces a CUBIN to the parts that decide execution, per function (each `.text.<n
 
 - the instruction bytes of `.text.<name>` and the section's flags;
 - the function's attributes from `.nv.info.<name>` (parameter layout, max threads, exit offsets,
-  ...) and its entries in the module's `.nv.info` (register count, stack and frame sizes), with
-  every symbol index replaced by the symbol's name;
+  ...) and its entries in the module's `.nv.info` (register count, stack and frame sizes), symbol
+  indices replaced by symbol names where the record's layout is known (the per-symbol records and
+  the parameter bank); other records are kept as bytes, so a symbol index inside one can only make
+  identical code look different, never different code look identical;
 - its relocations (offset, type, target symbol by name, addend), sorted by offset;
 - the sizes of its `.nv.shared.<name>` (static shared memory), `.nv.local.<name>` and
   `.nv.constant0.<name>` (parameter bank) sections, and the bytes of any other constant bank;
@@ -50,6 +52,9 @@ EM_CUDA = 190
 INSTRUCTION_BYTES_SM70 = 16
 _CONSTANT_BANK = re.compile(r"^\.nv\.constant(\d+)(?:\.(.+))?$")
 _RELOCATIONS = re.compile(r"^\.rela?\.text\.(.+)$")
+# relocations of sections that only describe the code (line tables, frames)
+_DESCRIPTIVE = re.compile(r"^\.rela?\.(debug|nv_debug)")
+SHT_RELA, SHT_REL = 4, 9
 
 
 @dataclass(frozen=True)
@@ -159,9 +164,13 @@ def machine_code(cubin: bytes) -> CubinCode:
                 owner.append((f"attribute {attr:#04x}", value_text))
         elif name == ".nv.compat":
             module += [(f"compat {attr:#04x}", value.hex()) for attr, value in _records(elf.contents(section))]
-        elif (m := _RELOCATIONS.match(name)) is not None:
-            owner = functions.setdefault(m.group(1), [])
-            owner += [("relocation", r) for r in _relocations(elf, section, symbol_name)]
+        elif section.type in (SHT_RELA, SHT_REL) and not _DESCRIPTIVE.match(name):
+            # relocations patch the code (.rela.text.<name>) or a constant bank's address table
+            # (.rela.nv.constant4): both decide which symbol an instruction reaches
+            m = _RELOCATIONS.match(name)
+            owner = functions.setdefault(m.group(1), []) if m is not None else module
+            what = "relocation" if m is not None else f"relocation in {name.split('.', 2)[-1]}"
+            owner += [(what, r) for r in _relocations(elf, section, symbol_name)]
         elif (m := _CONSTANT_BANK.match(name)) is not None:
             bank, fn = m.group(1), m.group(2)
             owner = module if fn is None else functions.setdefault(fn, [])

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from qualify.evaluate.stats import SAME_BAND
-from qualify.evaluate.verdict import device_label, fidelity_passes
+from qualify.evaluate.verdict import device_label, fidelity_passes, free_aa
 from qualify.plan.model import Plan
 from qualify.plan.resolve import case_id
 from qualify.results.model import Results, Trial
@@ -68,6 +68,9 @@ class DeviceEffect:
     cases: int
     runs: tuple[Run, ...]
     crossover: Crossover | None
+    # every complete trial ran identical machine code with identical launches: the runs are what
+    # the timer measured between two copies of one kernel, not an effect of the candidate
+    free_aa: bool = False
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,11 @@ def crossover(plan: Plan, trials: list[Trial], effects: list[CaseEffect]) -> Cro
     return Crossover(name, direction, plan.workload.cases[at][name], supported)
 
 
+def _all_free_aa(trials: list[Trial]) -> bool:
+    complete = [t for t in trials if t.status == "complete"]
+    return bool(complete) and all(free_aa(t) for t in complete)
+
+
 def device_effects(plan: Plan, results: Results) -> tuple[DeviceEffect, ...]:
     ordered = _ordered_parameter(plan) is not None
     out = []
@@ -225,6 +233,7 @@ def device_effects(plan: Plan, results: Results) -> tuple[DeviceEffect, ...]:
             cases=len(effects),
             runs=runs(effects, ordered),
             crossover=crossover(plan, trials, effects),
+            free_aa=_all_free_aa(trials),
         ))  # fmt: skip
     return tuple(out)
 
@@ -401,6 +410,9 @@ def device_sentence(d: DeviceEffect, esc: Escape, many_devices: bool) -> str:
     phrases = "; ".join(_run_phrase(r, d.cases, esc) for r in d.runs)
     on = f"On {esc(d.device)}, the" if many_devices else "The"
     trials = f"{d.complete_trials} complete trial{'s' if d.complete_trials != 1 else ''}"
+    if d.free_aa:
+        return (f"{on} candidate runs the base's machine code with the same launches: no change by "
+                f"construction (a free A/A); the timer measured it {phrases} (time per launch, median of {trials}).")  # fmt: skip
     text = f"{on} candidate is {phrases} (time per launch, median of {trials})."
     if d.crossover is not None:
         x = d.crossover
