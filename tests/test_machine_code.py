@@ -164,3 +164,39 @@ def test_which_global_an_address_table_entry_reaches_is_code(tmp_path):
     # the debug sections' relocations are not code
     debug = _section(data, ".rela.debug_line")
     assert compare(machine_code(data), machine_code(_patched(data, debug.offset))).identical
+
+
+CONSTANTS = """\
+__constant__ float table[2] = {1.f, VALUE};
+extern "C" __global__ void k(float* y) { y[threadIdx.x] *= table[threadIdx.x & 1]; }
+"""
+
+
+def test_constant_data_is_code(tmp_path):
+    a, _ = cubin(tmp_path, CONSTANTS.replace("VALUE", "2.f"), kernel="k", name="a.cu")
+    b, _ = cubin(tmp_path, CONSTANTS.replace("VALUE", "3.f"), kernel="k", name="b.cu")
+    ca, cb = machine_code(a), machine_code(b)
+    assert ca.functions["k"].text == cb.functions["k"].text  # the same loads from the bank
+    diff = compare(ca, cb)
+    assert not diff.identical and diff.functions == ()
+    assert [m for m in diff.module if m.startswith("constant bank")] == list(diff.module) != []
+
+
+def test_the_sm_version_from_either_header_layout(tmp_path):
+    data, _ = cubin(tmp_path, SOURCE)
+    assert machine_code(data).sm == 90  # CUDA 12.8+: bits 8-15
+    older = data[:48] + struct.pack("<I", 0x00500550) + data[52:]  # before 12.8: bits 0-7
+    assert machine_code(older).sm == 80
+    assert machine_code(data[:48] + struct.pack("<I", 0) + data[52:]).sm is None
+
+
+def test_the_rendered_instruction_is_read_from_the_tools_listing(tmp_path):
+    # a stand-in printing nvdisasm's layout: offset comment, instruction, encoding comment
+    tool = tmp_path / "nvdisasm"
+    tool.write_text("#!/bin/sh\n"
+                    "echo '        /*0000*/                   LDC R1, c[0x0][0x28] ;   /* 0x00000a00ff017b82 */'\n"
+                    "echo '        /*0010*/              @!P0 FMUL R2, R2, 3 ;        /* 0x0000000302027820 */'\n")  # fmt: skip
+    tool.chmod(0o755)
+    data, name = cubin(tmp_path, SOURCE)
+    assert first_instructions(data, name, 0x10, tool=str(tool)) == "@!P0 FMUL R2, R2, 3"
+    assert first_instructions(data, name, 0x20, tool=str(tool)) is None
