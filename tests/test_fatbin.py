@@ -105,6 +105,7 @@ def test_malformed_fat_binaries_are_refused():
     ok = _container(_entry(payload=b"\x7fELF1234"), b"\x7fELF1234")
     assert [e.payload for e in fatbin.entries(ok)] == [b"\x7fELF1234"]
     assert [e.payload for e in fatbin.entries(ok + bytes(8) + ok)] == [b"\x7fELF1234"] * 2
+    assert [e.payload for e in fatbin.entries(ok + bytes(4) + ok + bytes(3))] == [b"\x7fELF1234"] * 2
     with pytest.raises(FatbinProblem, match="runs past its section"):
         fatbin.entries(ok[:-1])
     with pytest.raises(FatbinProblem, match="runs past its fat binary"):

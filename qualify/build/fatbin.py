@@ -61,8 +61,9 @@ def entries(fatbin: bytes) -> list[Entry]:
     out: list[Entry] = []
     at = 0
     while at < len(fatbin):
-        if not any(fatbin[at : at + 8]):  # zero padding between containers (a magic is never zero)
-            at += 8
+        if fatbin[at] == 0:  # padding between containers (a magic never starts with a zero byte)
+            rest = fatbin[at:].lstrip(b"\0")
+            at = len(fatbin) - len(rest)
             continue
         if at + CONTAINER_HEADER.size > len(fatbin):
             raise FatbinProblem(f"a truncated fat binary header at byte {at}")
