@@ -109,6 +109,13 @@ def free_aa(trial: Trial) -> bool:
     return trial.code is not None and trial.code.free_aa
 
 
+def _evidence(trial: Trial, case: CaseTrial) -> tuple[float, float | None, float | None, float | None]:
+    """(ratio, CI low, CI high, MDE in %) a gate judges: the constructed ones in a free A/A."""
+    if free_aa(trial):
+        return BY_CONSTRUCTION
+    return case.stats.ratio, case.stats.ci_low, case.stats.ci_high, case.stats.mde_pct
+
+
 def judge_gates(plan: Plan, trials: list[Trial]) -> tuple[list[GateResult], list[str]]:
     """Judged gates, and the reasons of gates the data could not decide (no GateResult for them).
 
@@ -122,9 +129,7 @@ def judge_gates(plan: Plan, trials: list[Trial]) -> tuple[list[GateResult], list
     for gate in plan.acceptance.gates:
         for cid in selected_cases(gate, plan):
             for device, dtrials in by_device.items():
-                rows = [(t.index, BY_CONSTRUCTION if free_aa(t) else (c.stats.ratio, c.stats.ci_low, c.stats.ci_high,
-                                                                       c.stats.mde_pct))
-                        for t in dtrials for c in t.cases if c.case == cid]  # fmt: skip
+                rows = [(t.index, _evidence(t, c)) for t in dtrials for c in t.cases if c.case == cid]
                 if not rows:
                     continue
                 if gate.every_trial:
@@ -163,12 +168,15 @@ def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
     failed: list[str] = []  # the candidate failed a criterion
     unsure: list[str] = []  # the evidence cannot decide
     gates, undecided = judge_gates(plan, trials)
-    constructed = {t.index for t in trials if free_aa(t)}
+    complete = [t for t in trials if t.status == "complete"]
+    constructed = {t.index for t in complete if free_aa(t)}
+    # on the median of trials, a device whose every complete trial is a free A/A
+    constructed_devices = {device_label(t) for t in complete} - {device_label(t) for t in complete if not free_aa(t)}
     for g in gates:
         if not g.passed:
             trial = f"trial {g.trial}" if g.trial is not None else "median of trials"
-            why = ("; identical machine code and launches: no change by construction"
-                   if (g.trial in constructed if g.trial is not None else bool(constructed)) else "")  # fmt: skip
+            by_construction = g.trial in constructed if g.trial is not None else g.device in constructed_devices
+            why = "; identical machine code and launches: no change by construction" if by_construction else ""
             failed.append(f"gate {g.gate} missed at {g.case} on {g.device} ({trial}): "
                           f"speed-up {g.value_pct:+.2f}%, needs {g.bound}{why}")  # fmt: skip
     if not trials:
