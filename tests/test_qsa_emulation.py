@@ -149,3 +149,24 @@ def test_unrounded_sigmoid_changes_some_outputs_by_one_quantum_at_most():
     _, unrounded = emulate.forward(q, k, v, gate, mask, 0.0625, round_sigmoid=False)
     steps = np.abs(emulate.to_bits(rounded).astype(np.int32) - emulate.to_bits(unrounded).astype(np.int32))
     assert steps.max() == 1 and steps.sum() > 0
+
+
+readme = _module("qsa_readme", ROOT / "protocols/qsa-keyload/readme.py")
+
+
+def test_protocol_readme_generated_sections_are_current():
+    record = ROOT / "records/qsa-keyload"
+    args = ["--check"] + (["--record", str(record)] if (record / "results.json").exists() else [])
+    assert readme.main(args) == 0, "run python protocols/qsa-keyload/readme.py [--record records/qsa-keyload]"
+
+
+def test_grid_geometry_agrees_with_the_seeds_profile():
+    """The seed profiled its four-head 2048-token launch as a 12,288-CTA grid."""
+    from qualify.plan.load import load_plan
+
+    loaded = load_plan(PLAN)
+    params = {**loaded.plan.workload.params, "R": 2048, "S": 2048}
+    assert readme._arm_geometry(loaded, params, "candidate")["blocks"] == 12288
+    assert readme._arm_geometry(loaded, params, "base")["blocks"] == 4 * 12288
+    small = readme._arm_geometry(loaded, {**loaded.plan.workload.params, "R": 16, "S": 2048}, "candidate")
+    assert small["blocks"] < readme.H200_SMS  # the case where the candidate leaves SMs idle
