@@ -144,3 +144,24 @@ def test_per_case_tolerances_reach_the_counts_and_the_record(tmp_path):
                         f"({counts['N=4096'].atol:.3g}) + 0·\\|expected\\| |")
     assert "the first rule that selects it: (1) N=1024, every output: bit-exact; (2) every case, out:" in fidelity_text(loaded.plan)
     assert contract(loaded.plan) == "within each case's bound (the plan's tolerances) of the golden file"
+
+
+def test_a_record_with_per_case_tolerances_renders_and_checks(tmp_path):
+    """The whole path on the fake device: run, record, README with each case's bound, report --check."""
+    from qualify.pipeline import run_plan
+    from qualify.record.check import check_record
+
+    plan = golden_plan()
+    plan["acceptance"]["fidelity"]["tolerances"] = [{"cases": ["N=1024"], "bit_exact": True},
+                                                    {"rtol": 1e-6, "atol_quanta": 1}]  # fmt: skip
+    plan["controls"]["negative"] = plan["controls"]["negative"][:2]  # the two that behave as declared
+    loaded = frozen_golden_repo(tmp_path, plan)
+    device = FakeDevice({"axpy": fakes.axpy}, durations={"base": 10_000.0, "candidate": 8_000.0})
+    record = tmp_path / "records" / "tiny"
+    run_plan(loaded, record, lambda: device, lambda uuid: FakeTelemetry())
+    readme = (record / "README.md").read_text()
+    assert "Each case's bound, per output:" in readme
+    assert "| N=1024 | `out` | bit-exact |" in readme
+    assert "| N=4096 | `out` | \\|err\\| ≤ 1 quantum of the output's dtype at the golden's RMS (" in readme
+    assert "| noop | input | N=1024 | as declared |" in readme
+    assert check_record(record) == []

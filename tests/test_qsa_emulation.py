@@ -170,3 +170,20 @@ def test_grid_geometry_agrees_with_the_seeds_profile():
     assert readme._arm_geometry(loaded, params, "base")["blocks"] == 4 * 12288
     small = readme._arm_geometry(loaded, {**loaded.plan.workload.params, "R": 16, "S": 2048}, "candidate")
     assert small["blocks"] < readme.H200_SMS  # the case where the candidate leaves SMs idle
+
+
+def test_calibrate_prints_a_records_measured_fractions_beside_the_emulated(evaluated):
+    """The first H200 record (made under the plan's first, global bound) read back: its own verdicts per output."""
+    import json
+
+    folder = ROOT / "tests/fixtures/qsa-keyload-first-plan"
+    trial = json.loads((folder / "trials/trial-1.json").read_text())
+    case = next(c for c in trial["cases"] if c["case"] == "R=64,S=64")
+    out = next(n for n in case["tolerance"]["counts"]["candidate"] if n["output"] == "out")
+    lines = calibrate.report(*evaluated, margin=0.5, record=folder)
+    row = next(line for line in lines if line.startswith("R=64,S=64 | out |"))
+    assert f"t1 {out['worst_bound_fraction']:.3g} FAIL" in row  # failed under that record's own, global bound
+    assert row.count("FAIL") == 2  # both trials'
+    swap = next(o for o in trial["control_outcomes"] if o["control"] == "swap_key_heads" and o["case"] == "R=8,S=8")
+    control = next(line for line in lines if line.startswith("swap_key_heads | R=8,S=8 | weights |"))
+    assert f"t1 {swap['worst_bound_fraction']['weights']:.3g} FAIL" in control
