@@ -54,3 +54,16 @@ def test_a_golden_failure_edited_out_is_refused(tmp_path):
 
     edit_trial(folder, drop)
     assert any("outputs fail the fidelity gate, but the trial has no fidelity failure" in p for p in check_record(folder))
+
+
+def test_counts_judged_by_another_bound_are_refused(tmp_path):
+    folder = copy(tmp_path)
+
+    def loosen(data):
+        case = next(c for c in data["cases"] if c["case"] == "R=64,S=64")
+        out = next(n for n in case["tolerance"]["counts"]["candidate"] if n["output"] == "out")
+        out["atol"] = 1.0  # a looser bound than the plan's 1e-5 would have passed it
+
+    edit_trial(folder, loosen)
+    assert any("R=64,S=64: candidate out was judged by atol 1, rtol 0.03125, not by the bound the plan gives it" in p
+               for p in check_record(folder))  # fmt: skip
