@@ -43,8 +43,8 @@ def golden_plan() -> dict:
     return plan
 
 
-def frozen_golden_repo(tmp_path):
-    plan_json = golden_plan()
+def frozen_golden_repo(tmp_path, plan_json=None):
+    plan_json = plan_json or golden_plan()
     path = make_repo(tmp_path, plan_json, files={
         "kernels/k.cu": KERNEL, "kernels/common.cuh": HEADER, "protocols/tiny/make_golden.py": "#\n",
         "protocols/tiny/golden.safetensors": ""})
@@ -116,3 +116,52 @@ def test_record_tables_from_a_golden_trial(tmp_path):
         "outputs within |err| ≤ 0 + 1e-06·|expected| of the golden file `golden.safetensors` (written by `make_golden.py`)")
     assert mutation_text(Mutation(op="swap", index=0, other="S * D", length="S * D")) == \
         "S * D elements at 0 exchanged with those at S * D"
+
+
+def test_per_case_tolerances_reach_the_counts_and_the_record(tmp_path):
+    """A bit-exact rule for one case and a bound in quanta at the golden's RMS for the other: the
+    trial's counts carry each case's own bound, and the record states it in words."""
+    from types import SimpleNamespace
+
+    from qualify.evaluate.headline import contract
+    from qualify.plan.golden import load_golden
+    from qualify.record.render import fidelity_text
+    from qualify.record.tolerance_text import bounds_table
+    from qualify.run.tolerance_gate import quantum_at_rms
+
+    plan = golden_plan()
+    plan["acceptance"]["fidelity"]["tolerances"] = [{"cases": ["N=1024"], "bit_exact": True},
+                                                    {"outputs": ["out"], "rtol": 0.0, "atol_quanta": 2}]  # fmt: skip
+    loaded = frozen_golden_repo(tmp_path, plan)
+    trial = run(loaded, fakes.axpy_one_wrong, tmp_path)
+    counts = {c.case: c.tolerance.counts["candidate"][0] for c in trial.cases}
+    expected = load_golden(loaded.plan, loaded.path, loaded.files.root, loaded.cases).expected("N=4096", "out")
+    assert (counts["N=1024"].atol, counts["N=1024"].rtol) == (0.0, 0.0)
+    assert counts["N=4096"].atol == 2 * quantum_at_rms("f32", expected) and counts["N=4096"].rtol == 0.0
+    table = bounds_table(loaded.plan, SimpleNamespace(trials=[trial]))
+    assert table[2] == "| N=1024 | `out` | bit-exact |"
+    assert table[3] == (f"| N=4096 | `out` | \\|err\\| ≤ 2 quanta of the output's dtype at the golden's RMS "
+                        f"({counts['N=4096'].atol:.3g}) + 0·\\|expected\\| |")
+    assert "the first rule that selects it: (1) N=1024, every output: bit-exact; (2) every case, out:" in fidelity_text(loaded.plan)
+    assert contract(loaded.plan) == "within each case's bound (the plan's tolerances) of the golden file"
+
+
+def test_a_record_with_per_case_tolerances_renders_and_checks(tmp_path):
+    """The whole path on the fake device: run, record, README with each case's bound, report --check."""
+    from qualify.pipeline import run_plan
+    from qualify.record.check import check_record
+
+    plan = golden_plan()
+    plan["acceptance"]["fidelity"]["tolerances"] = [{"cases": ["N=1024"], "bit_exact": True},
+                                                    {"rtol": 1e-6, "atol_quanta": 1}]  # fmt: skip
+    plan["controls"]["negative"] = plan["controls"]["negative"][:2]  # the two that behave as declared
+    loaded = frozen_golden_repo(tmp_path, plan)
+    device = FakeDevice({"axpy": fakes.axpy}, durations={"base": 10_000.0, "candidate": 8_000.0})
+    record = tmp_path / "records" / "tiny"
+    run_plan(loaded, record, lambda: device, lambda uuid: FakeTelemetry())
+    readme = (record / "README.md").read_text()
+    assert "Each case's bound, per output:" in readme
+    assert "| N=1024 | `out` | bit-exact |" in readme
+    assert "| N=4096 | `out` | \\|err\\| ≤ 1 quantum of the output's dtype at the golden's RMS (" in readme
+    assert "| noop | input | N=1024 | as declared |" in readme
+    assert check_record(record) == []

@@ -94,6 +94,7 @@ class Checks:
     sanitizer_tools: tuple[str, ...]
     sanitizer_bad: tuple[str, ...]  # "memcheck at T=512 (candidate): findings"
     sanitizer_not_run: int
+    negative_declared_outcomes: bool = False  # judged against declarations (a golden): missed = not as declared
 
 
 @dataclass(frozen=True)
@@ -243,6 +244,8 @@ def contract(plan: Plan) -> str:
     against = {"base": "the base arm", "float64": "the float64 reference", "golden": "the golden file"}[f.against]
     if f.mode == "bytes":
         return f"byte-identical to {against}"
+    if f.mode == "tolerance" and f.tolerances:
+        return f"within each case's bound (the plan's tolerances) of {against}"
     if f.mode == "tolerance":
         return f"within |err| ≤ {f.atol:g} + {f.rtol:g}·|expected| of {against}"
     unit = {"ulp": " ulp", "abs": " (absolute)", "rel": " (relative)"}[f.mode]
@@ -300,6 +303,7 @@ def checks(plan: Plan, results: Results) -> Checks:
         negative_declared=len(plan.controls.negative),
         negative_runs=neg_runs,
         negative_missed=tuple(neg_missed),
+        negative_declared_outcomes=any(t.control_outcomes is not None for t in results.trials),
         sanitizer_runs=san_runs,
         sanitizer_tools=tuple(tools),
         sanitizer_bad=tuple(san_bad),
@@ -451,8 +455,13 @@ def checks_sentence(c: Checks, esc: Escape) -> str:
     if c.negative_declared:
         if not c.negative_runs:
             parts.append("negative controls not run")
+        elif c.negative_missed and c.negative_declared_outcomes:
+            parts.append(f"negative control NOT as declared: {_cases(c.negative_missed, esc)} "
+                         "(the gate, or the declaration, is wrong there)")  # fmt: skip
         elif c.negative_missed:
             parts.append(f"negative control NOT caught: {_cases(c.negative_missed, esc)} (the fidelity gate is vacuous)")
+        elif c.negative_declared_outcomes:
+            parts.append(f"negative controls as declared in {c.negative_runs} of {c.negative_runs} runs")
         else:
             parts.append(f"negative controls caught in {c.negative_runs} of {c.negative_runs} runs")
     if c.sanitizer_runs or c.sanitizer_not_run:

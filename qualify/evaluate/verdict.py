@@ -202,7 +202,9 @@ def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
                 unsure.append(f"trial {t.index}, {c.case}: A/A control came out {c.aa.case_class} "
                               f"({c.aa.delta_pct:+.2f}%): the timer does not resolve this case")  # fmt: skip
         for control in t.controls:
-            if not control.caught:
+            # against a golden, a control that misbehaves is a fidelity failure naming what was
+            # declared and what happened; "vacuous" would be wrong for one declared to pass
+            if not control.caught and t.control_outcomes is None:
                 failed.append(f"trial {t.index}: negative control {control.name} at {control.case} "
                               "passed the fidelity gate: the gate is vacuous")  # fmt: skip
         if t.status == "complete":

@@ -61,6 +61,7 @@ def cross_check(plan: Plan, file: str | None = None) -> None:
         raise fail(f"acceptance.gates[{j}].name", f"gate {plan.acceptance.gates[j].name!r} is declared twice")
     for i, gate in enumerate(plan.acceptance.gates):
         _check_selector(gate, plan, known_cases, f"acceptance.gates[{i}]", fail)
+    _check_tolerances(plan, known_cases, roles, fail)
     for i, check in enumerate(plan.acceptance.sanitizer):
         _check_case_ids(check.cases, known_cases, f"acceptance.sanitizer[{i}].cases", fail)
 
@@ -81,6 +82,19 @@ def cross_check(plan: Plan, file: str | None = None) -> None:
             raise fail(f"{field}.kind", "build controls need a CUDA source candidate arm")
 
     _check_budget(plan, fail)
+
+
+def _check_tolerances(plan: Plan, known: set[str], roles: dict[str, str], fail) -> None:
+    """A rule that selects nothing is a typo that would leave the default bound in force unseen."""
+    for i, rule in enumerate(plan.acceptance.fidelity.tolerances):
+        field = f"acceptance.fidelity.tolerances[{i}]"
+        _check_selector(rule, plan, known, field, fail)
+        for j, name in enumerate(rule.outputs or []):
+            if roles.get(name) != "output":
+                outputs = ", ".join(sorted(n for n, r in roles.items() if r == "output"))
+                raise fail(f"{field}.outputs[{j}]", f"{name!r} is not an output buffer (outputs: {outputs})")
+        if rule.outputs == []:
+            raise fail(f"{field}.outputs", "an empty list selects no output")
 
 
 def _first_repeat(items: list) -> tuple[int, int] | None:

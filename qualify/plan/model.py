@@ -507,6 +507,31 @@ class ExactSelector(CaseSelector):
     )
 
 
+class ToleranceRule(CaseSelector):
+    """The bound of the selected cases' selected outputs; the first rule that matches rules.
+
+    `atol_quanta` states the absolute part in the unit a reviewer reasons in: k representable
+    steps of the output's dtype at the golden's RMS magnitude for that output and case, so a bound
+    fitted to values near 1 does not turn meaningless for an output whose values sit near 1e-3."""
+
+    outputs: list[Identifier] | None = Field(default=None, description="None: every output.")
+    bit_exact: bool = Field(default=False, description="Hold the selection bit for bit (no rtol, no atol).")
+    rtol: float | None = Field(default=None, ge=0, description="|err| <= atol + rtol·|expected|")
+    atol: float | None = Field(default=None, ge=0)
+    atol_quanta: float | None = Field(
+        default=None, gt=0, description="atol as k quanta of the output's dtype at the golden's RMS magnitude."
+    )
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> ToleranceRule:
+        if self.bit_exact:
+            if self.rtol is not None or self.atol is not None or self.atol_quanta is not None:
+                raise ValueError("a bit_exact rule takes no rtol, atol or atol_quanta")
+        elif self.rtol is None or (self.atol is None) == (self.atol_quanta is None):
+            raise ValueError("give rtol and one of atol or atol_quanta (or bit_exact)")
+        return self
+
+
 class Calibration(Strict):
     """Mutation calibration: the candidate's outputs perturbed by k quanta on n elements (seeded)."""
 
@@ -523,7 +548,7 @@ class Calibration(Strict):
 
 
 class Fidelity(AddedFields):
-    _added = frozenset({"atol", "rtol", "rel_floor", "exact", "golden_script", "calibration"})
+    _added = frozenset({"atol", "rtol", "rel_floor", "exact", "golden_script", "calibration", "tolerances"})
     mode: Literal["bytes", "ulp", "abs", "rel", "tolerance"] = "bytes"
     bound: float | None = Field(default=None, ge=0, description="ulp count or tolerance.")
     atol: float | None = Field(default=None, ge=0, description="tolerance: |err| <= atol + rtol·|expected|")
@@ -533,6 +558,10 @@ class Fidelity(AddedFields):
     )
     exact: list[ExactSelector] = Field(
         default_factory=list, description="Cases (and outputs) held bit-exact whatever the mode."
+    )
+    tolerances: list[ToleranceRule] = Field(
+        default_factory=list,
+        description="Per case and output bounds, first match rules; unmatched outputs keep atol and rtol.",
     )
     against: Literal["base", "float64", "golden"] = "base"
     golden: PathText | None = Field(default=None, description="Golden file, relative to the plan.")
@@ -557,9 +586,12 @@ class Fidelity(AddedFields):
             raise ValueError(f"mode {self.mode!r} needs a bound")
         if (self.against == "golden") != (self.golden is not None):
             raise ValueError("golden is required with against 'golden' and only then")
-        if self.against != "golden" and (self.mode == "tolerance" or self.exact or self.calibration):
+        if self.against != "golden" and (self.mode == "tolerance" or self.exact or self.calibration
+                                         or self.tolerances):  # fmt: skip
             # the base-arm comparison has no counts to judge them by: they would pass vacuously
-            raise ValueError("mode 'tolerance', exact and calibration need against 'golden'")
+            raise ValueError("mode 'tolerance', exact, tolerances and calibration need against 'golden'")
+        if self.tolerances and self.mode != "tolerance":
+            raise ValueError("tolerances belong to mode 'tolerance'")
         if self.golden_script is not None and self.golden is None:
             # optional with a golden (older plans have none); when given it is frozen with the golden
             raise ValueError("golden_script is the script that wrote the golden: give the golden too")
@@ -593,11 +625,15 @@ class Mutation(AddedFields):
 
 
 
-class Expectation(CaseSelector):
+class Expectation(CaseSelector, AddedFields):
     """What a control must do to the fidelity gate in the selected cases (and outputs)."""
 
+    _added = frozenset({"reason"})
     outputs: list[Identifier] | None = Field(default=None, description="None: every output.")
     outcome: Literal["pass", "fail"]
+    reason: Annotated[PlainText, Field(max_length=1000)] | None = Field(
+        default=None, description="Why the control must behave so here (a 'pass' most needs one)."
+    )
 
 
 class InputControl(AddedFields):

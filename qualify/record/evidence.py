@@ -34,6 +34,7 @@ from qualify.plan.model import LibraryArm, Plan
 from qualify.plan.resolve import case_id
 from qualify.results.model import Trial
 from qualify.results.store import LEDGER, Record
+from qualify.run.tolerance_gate import declared_bound, passes as tolerance_passes
 
 
 @dataclass(frozen=True)
@@ -305,7 +306,8 @@ def _parity_problems(trial: Trial, plan: Plan) -> list[str]:
         if plan.acceptance.fidelity.against == "golden":
             # the gate is the golden's: the candidate's counts against it, the controls as declared
             # at this case (each misbehaving control is a fidelity failure of the case too)
-            counts_pass = case.tolerance is not None and all(c.within for c in case.tolerance.counts.get("candidate", []))
+            counts_pass = case.tolerance is not None and all(tolerance_passes(c) for c in case.tolerance.counts.get("candidate", []))
+            out.extend(_bound_problems(plan, case))
             vacuous = case.tolerance is not None and any(r.vacuous for r in case.tolerance.calibration)
             controls_ok = all(o.as_declared for o in (trial.control_outcomes or []) if o.case == where)
             passes = counts_pass and not vacuous and controls_ok and all(case.deterministic.values())
@@ -314,6 +316,23 @@ def _parity_problems(trial: Trial, plan: Plan) -> list[str]:
         if passes == (where in fidelity_failed):
             out.append(f"{where}: outputs {'pass' if passes else 'fail'} the fidelity gate, but the trial "
                        f"{'records' if passes else 'has no'} fidelity failure for it")  # fmt: skip
+    return out
+
+
+def _bound_problems(plan: Plan, case) -> list[str]:
+    """Each count was judged by the bound the plan gives its case and output (an atol in quanta
+    is derived from the golden, which the record does not hold: it must at least be positive)."""
+    values = next((c for c in plan.workload.cases if case_id(c) == case.case), None)
+    if case.tolerance is None or values is None:
+        return []
+    params = {**plan.workload.params, **values}
+    out = []
+    for side, counts in case.tolerance.counts.items():
+        for c in counts:
+            atol, rtol = declared_bound(plan.acceptance.fidelity, case.case, params, c.output)
+            if c.rtol != rtol or (c.atol != atol if atol is not None else not c.atol > 0):
+                out.append(f"{case.case}: {side} {c.output} was judged by atol {c.atol:g}, rtol {c.rtol:g}, "
+                           "not by the bound the plan gives it")  # fmt: skip
     return out
 
 

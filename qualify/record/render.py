@@ -368,6 +368,12 @@ def fidelity_text(plan: Plan) -> Md:
     if f.mode == "tolerance":
         text = f"outputs within |err| ≤ {f.atol:g} + {f.rtol:g}·|expected| of {against}"
         text += f" (written by {code(f.golden_script)})" if f.golden_script else ""
+        if f.tolerances:
+            from qualify.record.tolerance_text import tolerances_text
+
+            text = f"outputs within their case's bound of {against}"
+            text += f" (written by {code(f.golden_script)})" if f.golden_script else ""
+            text += f": {md(tolerances_text(f))}"
         return Md(text + ("; bit-exact where selected" if f.exact else ""))
     unit = {"ulp": "ulp", "abs": "absolute", "rel": "relative"}[f.mode]
     return Md(f"outputs within {f.bound:g} ({unit}) of {against}")
@@ -394,12 +400,16 @@ def timer_extra(trial: Trial) -> Md:
     return Md(", ".join(f"{md(k)}={md(v)}" for k, v in sorted(rest.items())) or "none")
 
 
-def golden_tables(results: Results) -> Md:
-    """For plans gated by a golden file: per trial, the candidate's and the base's counts against
-    it, the controls as declared and measured, and the gate's resolution per output."""
-    from qualify.record.tolerance_text import controls_table, counts_table, resolution_lines
+def golden_tables(plan: Plan, results: Results) -> Md:
+    """For plans gated by a golden file: each case's bound (when the plan gives bounds per case),
+    then per trial the candidate's and the base's counts against it, the controls as declared and
+    measured, and the gate's resolution per output."""
+    from qualify.record.tolerance_text import bounds_table, controls_table, counts_table, resolution_lines
 
     out = []
+    bounds = bounds_table(plan, results)
+    if bounds:
+        out += ["", "Each case's bound, per output:", "", *bounds]
     for t in results.trials:
         for side in ("candidate", "base"):
             table = counts_table(t, side)
@@ -463,6 +473,9 @@ class ControlRow:
     trial: int | None
     name: str
     result: ControlResult | None  # None: declared, not run on this device
+    # judged against a golden's declarations: `caught` then reads "behaved as declared", and a
+    # control may be declared to pass, so "caught (0 differing elements)" would misread it
+    declared: bool = False
 
 
 def control_rows(results: Results, plan: Plan) -> list[ControlRow]:
@@ -471,7 +484,7 @@ def control_rows(results: Results, plan: Plan) -> list[ControlRow]:
         names = set()
         for t in group.trials:
             for c in t.controls:
-                rows.append(ControlRow(group.label, t.index, c.name, c))
+                rows.append(ControlRow(group.label, t.index, c.name, c, t.control_outcomes is not None))
                 names.add(c.name)
         rows.extend(ControlRow(group.label, None, c.name, None) for c in plan.controls.negative if c.name not in names)
     return rows

@@ -6,8 +6,9 @@ decides where they go. Nothing is recomputed here: every number comes from the t
 
 from __future__ import annotations
 
-from qualify.plan.model import Fidelity, Mutation
-from qualify.results.model import Trial
+from qualify.plan.model import Fidelity, Mutation, Plan, ToleranceRule
+from qualify.plan.resolve import case_id
+from qualify.results.model import Results, Trial
 from qualify.results.tolerance import ParityCounts
 
 
@@ -19,6 +20,58 @@ def fidelity_text(f: Fidelity) -> str:
     if f.exact:
         text += "; bit-exact where selected"
     return text
+
+
+def rule_words(rule: ToleranceRule | None, f: Fidelity, atol: float | None = None) -> str:
+    """One bound in words: a rule's (None: the plan's global bound); `atol`, when known, is the
+    absolute part a trial derived from the golden for an `atol_quanta` rule."""
+    if rule is None:
+        return f"|err| ≤ {f.atol:g} + {f.rtol:g}·|expected|"
+    if rule.bit_exact:
+        return "bit-exact"
+    if rule.atol is not None:
+        return f"|err| ≤ {rule.atol:g} + {rule.rtol:g}·|expected|"
+    k = f"{rule.atol_quanta:g} {'quantum' if rule.atol_quanta == 1 else 'quanta'}"
+    at = f" ({atol:.3g})" if atol is not None else ""
+    return f"|err| ≤ {k} of the output's dtype at the golden's RMS{at} + {rule.rtol:g}·|expected|"
+
+
+def _selection(rule: ToleranceRule) -> str:
+    cases = ", ".join(rule.cases) if rule.cases is not None else (f"where {rule.where}" if rule.where else "every case")
+    outputs = "every output" if rule.outputs is None else ", ".join(rule.outputs)
+    return f"{cases}, {outputs}"
+
+
+def tolerances_text(f: Fidelity) -> str:
+    """The per-case rules of a plan that has them, in order (the first that selects rules)."""
+    rules = "; ".join(f"({i}) {_selection(r)}: {rule_words(r, f)}" for i, r in enumerate(f.tolerances, 1))
+    return f"per case and output, the first rule that selects it: {rules}; otherwise {rule_words(None, f)}"
+
+
+def bounds_table(plan: Plan, results: Results) -> list[str]:
+    """Each case's bound per output in words, with the absolute part as the first trial that
+    judged the case derived it from the golden; only for plans with per-case tolerances."""
+    from qualify.run.tolerance_gate import is_exact, rule_for
+
+    f = plan.acceptance.fidelity
+    if not f.tolerances:
+        return []
+    outputs = [b.name for b in plan.workload.buffers if b.role == "output"]
+    derived = {}
+    for t in results.trials:
+        for c in t.cases:
+            for n in c.tolerance.counts["candidate"] if c.tolerance is not None else []:
+                derived.setdefault((c.case, n.output), n.atol)
+    lines = ["| case | output | bound |", "|---|---|---|"]
+    for case in plan.workload.cases:
+        cid, params = case_id(case), {**plan.workload.params, **case}
+        for o in outputs:
+            if is_exact(f, cid, params, o):
+                words = "bit-exact"
+            else:
+                words = rule_words(rule_for(f, cid, params, o), f, derived.get((cid, o)))
+            lines.append(f"| {cid} | `{o}` | {words.replace('|', chr(92) + '|')} |")
+    return lines
 
 
 def mutation_text(m: Mutation) -> str:

@@ -1,8 +1,9 @@
 """The tolerance-gated fidelity of one case against its golden: counts, controls, calibration.
 
 Three pure steps over arrays the engine has already read back:
-- `judge_case`: each output's parity counts under the mode the plan gives that case and output
-  (bit-exact where `acceptance.fidelity.exact` selects it, atol + rtol·|expected| elsewhere);
+- `judge_case`: each output's parity counts under the bound the plan gives that case and output
+  (bit-exact where `acceptance.fidelity.exact` or a bit_exact rule selects it, else the first
+  matching `tolerances` rule's atol (or atol_quanta) + rtol·|expected|, else the global one);
 - `control_outcome`: what a negative control did to the gate, against what the plan declared
   for that case and output ("must still pass here, must fail there");
 - `calibrate`: the candidate's output perturbed by k quanta on n seeded elements, k doubling up
@@ -16,11 +17,13 @@ from collections.abc import Mapping
 import numpy as np
 
 from qualify import expr
-from qualify.plan.model import BuildControl, CaseSelector, Calibration, Fidelity, InputControl
+from qualify.plan.model import BuildControl, CaseSelector, Calibration, Fidelity, InputControl, ToleranceRule
 from qualify.results.tolerance import ControlOutcome, MutationResolution, MutationStep, ParityCounts
-from qualify.run.parity_counts import FLOAT_DTYPES, count
+from qualify.run.parity_counts import FLOAT_DTYPES, count, values
 
 Params = Mapping[str, int | float]
+# dtype → (explicit mantissa bits, exponent of the smallest normal)
+_MANTISSA = {"bf16": (7, -126), "f16": (10, -14), "f32": (23, -126), "f64": (52, -1022)}
 
 
 def selects(selector: CaseSelector, case_id: str, params: Params) -> bool:
@@ -38,11 +41,53 @@ def is_exact(fidelity: Fidelity, case_id: str, params: Params, output: str) -> b
     return any(selects(s, case_id, params) and (s.outputs is None or output in s.outputs) for s in fidelity.exact)
 
 
+def rule_for(fidelity: Fidelity, case_id: str, params: Params, output: str) -> ToleranceRule | None:
+    """The first `tolerances` entry that selects this case and output, or None (the global bound)."""
+    for rule in fidelity.tolerances:
+        if selects(rule, case_id, params) and (rule.outputs is None or output in rule.outputs):
+            return rule
+    return None
+
+
+def quantum_at_rms(dtype: str, expected: np.ndarray) -> float:
+    """One representable step of `dtype` at the RMS magnitude of the expected values: the spacing
+    2^(e - mantissa bits) of the binade [2^e, 2^(e+1)) that holds the RMS. An all-zero expectation
+    has no magnitude to speak of; its quantum is the dtype's smallest normal step."""
+    finite = values(expected, dtype)
+    finite = finite[np.isfinite(finite)]
+    rms = float(np.sqrt(np.mean(np.square(finite)))) if finite.size else 0.0
+    mantissa, min_exponent = _MANTISSA[dtype]
+    exponent = max(int(np.floor(np.log2(rms))), min_exponent) if rms > 0 else min_exponent
+    return float(np.ldexp(1.0, exponent - mantissa))
+
+
+def declared_bound(fidelity: Fidelity, case_id: str, params: Params, output: str) -> tuple[float | None, float]:
+    """(atol, rtol) as the plan declares them for one output in one case: zero for bit-exact
+    (exact selectors first, then a bit_exact rule), the first matching rule's, else the global
+    ones. atol is None where the rule gives it in quanta: only the golden can say how much that is."""
+    if is_exact(fidelity, case_id, params, output):
+        return 0.0, 0.0
+    rule = rule_for(fidelity, case_id, params, output)
+    if rule is None:
+        return float(fidelity.atol or 0.0), float(fidelity.rtol or 0.0)
+    if rule.bit_exact:
+        return 0.0, 0.0
+    return (None if rule.atol is None else float(rule.atol)), float(rule.rtol)
+
+
+def bound_for(fidelity: Fidelity, case_id: str, params: Params, output: str, dtype: str,
+              expected: np.ndarray) -> tuple[float, float]:
+    """(atol, rtol) of one output in one case, an atol in quanta made absolute from the golden."""
+    atol, rtol = declared_bound(fidelity, case_id, params, output)
+    if atol is None:
+        rule = rule_for(fidelity, case_id, params, output)
+        atol = rule.atol_quanta * quantum_at_rms(dtype, expected)
+    return float(atol), rtol
+
+
 def judge_output(fidelity: Fidelity, case_id: str, params: Params, output: str, dtype: str,
                  expected: np.ndarray, actual: np.ndarray) -> ParityCounts:
-    exact = is_exact(fidelity, case_id, params, output)
-    atol = 0.0 if exact else float(fidelity.atol or 0.0)
-    rtol = 0.0 if exact else float(fidelity.rtol or 0.0)
+    atol, rtol = bound_for(fidelity, case_id, params, output, dtype, expected)
     return count(output, dtype, expected, actual, atol=atol, rtol=rtol, rel_floor=fidelity.rel_floor)
 
 
