@@ -44,5 +44,5 @@ def agreement(calls: list[TracedCall], floor_ns: float) -> TimerAgreement:
 def disagreement_text(where: str, side: str, timers: TimerAgreement) -> str:
     i = timers.worst_call
     assert i is not None
-    return (f"timers disagree at {where} ({side}, traced call {i}): events {timers.event_ns[i] / 1e3:.2f} µs, "
+    return (f"timers disagree at {where} ({side}, traced call {i + 1}): events {timers.event_ns[i] / 1e3:.2f} µs, "
             f"CUPTI {timers.cupti_span_ns[i] / 1e3:.2f} µs (bound {timers.bound})")
