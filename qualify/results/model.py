@@ -156,6 +156,8 @@ class KernelChange(Model):
 
     name: str
     occurrence: int
+    candidate_name: str | None = Field(default=None, description="set when the candidate's kernel "
+                                       "has other template arguments (matched by its template's name)")
     base_ns: float | None
     candidate_ns: float | None
     change_pct: float | None

@@ -48,22 +48,41 @@ def _text(value) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def to_activity(record) -> KernelActivity:
-    """One CONCURRENT_KERNEL record (cupti.ActivityKernel*) as qualify keeps it."""
-    executed = getattr(record, "shared_memory_executed", None)
+# The CONCURRENT_KERNEL record fields qualify reads, by their cupti-python names.
+RAW_FIELDS = ("name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
+              "static_shared_memory", "dynamic_shared_memory", "local_memory_per_thread", "start", "end",
+              "correlation_id", "stream_id", "shared_memory_executed")  # fmt: skip
+# tools/record_cupti_fixture.py sets a list here to keep every record's raw fields (a fixture);
+# None in every run.
+RAW_SINK: list[dict] | None = None
+
+
+def raw_fields(record) -> dict:
+    """A record's fields as plain values (names decoded); a field the record lacks is left out."""
+    out = {}
+    for name in RAW_FIELDS:
+        value = getattr(record, name, None)
+        if value is not None:
+            out[name] = _text(value) if name == "name" else int(value)
+    return out
+
+
+def from_raw(raw: dict) -> KernelActivity:
+    """One CONCURRENT_KERNEL record's fields (RAW_FIELDS) as qualify keeps them."""
+    executed = raw.get("shared_memory_executed")
     return KernelActivity(
-        name=_text(record.name),
-        grid=(int(record.grid_x), int(record.grid_y), int(record.grid_z)),
-        block=(int(record.block_x), int(record.block_y), int(record.block_z)),
-        registers_per_thread=int(record.registers_per_thread),
-        static_shared_bytes=int(record.static_shared_memory),
-        dynamic_shared_bytes=int(record.dynamic_shared_memory),
-        local_bytes_per_thread=int(record.local_memory_per_thread),
-        start_ns=int(record.start),
-        end_ns=int(record.end),
-        correlation_id=int(record.correlation_id),
-        stream_id=int(record.stream_id),
-        shared_memory_executed=None if executed is None else int(executed),
+        name=raw["name"],
+        grid=(raw["grid_x"], raw["grid_y"], raw["grid_z"]),
+        block=(raw["block_x"], raw["block_y"], raw["block_z"]),
+        registers_per_thread=raw["registers_per_thread"],
+        static_shared_bytes=raw["static_shared_memory"],
+        dynamic_shared_bytes=raw["dynamic_shared_memory"],
+        local_bytes_per_thread=raw["local_memory_per_thread"],
+        start_ns=raw["start"],
+        end_ns=raw["end"],
+        correlation_id=raw["correlation_id"],
+        stream_id=raw["stream_id"],
+        shared_memory_executed=executed,
     )
 
 
@@ -85,9 +104,13 @@ class _Collector:
             if int(a.kind) != self.kernel_kind:
                 continue
             try:
-                got.append(to_activity(a))
-            except (AttributeError, TypeError, ValueError) as exc:  # a record shape this code does not know
+                raw = raw_fields(a)
+                got.append(from_raw(raw))
+            except (KeyError, TypeError, ValueError) as exc:  # a record shape this code does not know
                 self.errors.append(repr(exc))
+                continue
+            if RAW_SINK is not None:
+                RAW_SINK.append(raw)
         with self.lock:
             self.records.extend(got)
 
