@@ -111,10 +111,10 @@ def test_occupancy_on_sm90(threads, regs, static, dynamic, blocks, warps, limite
 
 
 def test_shared_memory_is_rounded_up_to_its_allocation_unit():
-    # 233,472 // 4 = 58,368 B per block fits 4 exactly; one byte more is rounded up to 58,496: 3 fit
-    exact = occupancy(FAKE_LIMITS, 32, 16, 0, 233_472 // 4 - 1024)
-    over = occupancy(FAKE_LIMITS, 32, 16, 0, 233_472 // 4 - 1024 + 1)
-    assert (exact.blocks_per_sm, over.blocks_per_sm) == (4, 3)
+    # 32,276 + 1,024 reserved = 33,300 B: 7 blocks would fit unrounded (233,472 // 33,300); rounded up to
+    # 33,408 only 6 do
+    assert occupancy(FAKE_LIMITS, 32, 16, 0, 32_276).blocks_per_sm == 6
+    assert occupancy(FAKE_LIMITS, 32, 16, 0, 0).blocks_per_sm == 32
 
 
 # --- attribution -------------------------------------------------------------------------------
