@@ -156,3 +156,30 @@ def test_kernel_arms_are_traced_and_timed_twice_too(tmp_path):
     (change,) = case.kernels.attribution  # axpy<1> against axpy<4>: one kernel, its template argument changed
     assert (change.name, change.candidate_name) == (base.name, cand.name) and base.name != cand.name
     assert change.outcome == "faster" and all(t.agree for t in case.kernels.timers.values())
+
+
+def test_a_cupti_failure_ends_tracing_not_the_trial(tmp_path, monkeypatch):
+    from qualify.errors import DeviceError
+    from qualify.run.fake import FakeDevice
+
+    def broken(self, enqueue, calls, label, cold, timeout_s=60.0):
+        raise DeviceError("CUPTI activity_enable: CUPTI_ERROR_NOT_INITIALIZED")
+
+    monkeypatch.setattr(FakeDevice, "trace_calls", broken)
+    outcome = traced_compare(tmp_path)
+    (trial,) = outcome.trials
+    assert trial.status == "complete" and all(c.trace is None for c in trial.cases)
+    assert trial.kernel_trace.tool == "stopped at N=256 (base): CUPTI activity_enable: CUPTI_ERROR_NOT_INITIALIZED"
+    assert check_record(tmp_path / "record") == []
+
+
+def test_an_entry_point_failing_while_traced_fails_the_trial(tmp_path, monkeypatch):
+    from qualify.run.fake import FakeDevice
+    from qualify.run.library import EntryPointFailed
+
+    def failing(self, enqueue, calls, label, cold, timeout_s=60.0):
+        raise EntryPointFailed("attention_gated returned 1: invalid argument", 1)
+
+    monkeypatch.setattr(FakeDevice, "trace_calls", failing)
+    (trial,) = traced_compare(tmp_path).trials
+    assert trial.status == "failed" and "returned 1" in trial.failures[0].message

@@ -2,7 +2,9 @@
 
 History of the format (bump RESULTS_VERSION on any incompatible change and say what changed here):
   1 — first version: trials with per-case timing summaries, parity, resources, controls; the
-      verdict; raw samples live beside it in trials/<index>.npz.
+      verdict; raw samples live beside it in trials/<index>.npz. Optional fields added since,
+      absent from trials made before them (results.json writes trials as their files hold them):
+      a case's raw CUPTI `trace` and the `kernels` derived from it, the trial's `kernel_trace`.
 
 Every statistic here is derived from the raw samples by `qualify.evaluate`; `qualify report
 --check` recomputes them and refuses a results.json or README that disagrees.

@@ -468,9 +468,9 @@ class TrialRunner:
             for side, ex in execs.items():
                 self._side = side
                 trace[side] = self.device.trace_calls(lambda ex=ex: ex.enqueue(self.device), calls, side, cold)
-        except KernelFault:
+        except (KernelFault, EntryPointFailed):
             raise
-        except DeviceError as exc:
+        except DeviceError as exc:  # CUPTI's own failure
             self.untraced = f"stopped at {case.id} ({self._side}): {exc.one_line()}"
             return
         finally:
