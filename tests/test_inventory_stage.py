@@ -183,3 +183,17 @@ def test_an_entry_point_failing_while_traced_fails_the_trial(tmp_path, monkeypat
     monkeypatch.setattr(FakeDevice, "trace_calls", failing)
     (trial,) = traced_compare(tmp_path).trials
     assert trial.status == "failed" and "returned 1" in trial.failures[0].message
+
+
+def test_the_terminal_summary_attributes_the_change(tmp_path):
+    import io
+
+    from qualify.render.terminal import console, run_summary
+
+    outcome = traced_compare(tmp_path)
+    out = io.StringIO()
+    console(file=out).print(run_summary(outcome, tmp_path / "record"))
+    text = out.getvalue()
+    assert "kernels (traced calls, information only):" in text
+    (line,) = [x for x in text.splitlines() if x.strip().startswith("trial 1, N=1000:")]
+    assert "prep: same; flash::kernel<128, true>: +12." in line and line.endswith("tail: only in candidate")
