@@ -100,6 +100,17 @@ def test_fixture_inventory_shows_each_builds_tile():
         # 65 regs -> 2,080 -> 2,304 per warp; 32 warps need 73,728 > 65,536 registers per block
         (1024, 65, 0, 0, 0, 0, "registers per block"),
         (1025, 32, 0, 0, 0, 0, "threads per block"),
+        (0, 32, 0, 0, 0, 0, "threads per block"),
+        # one thread is one warp: the 32 block slots bind
+        (1, 32, 0, 0, 32, 32, "blocks"),
+        # 100 threads take 4 warps (a partial warp is a whole one): 64 // 4 = 16 blocks
+        (100, 32, 0, 0, 16, 64, "warps"),
+        # 3 warps per block: 64 // 3 = 21 blocks (registers would allow 42)
+        (96, 16, 0, 0, 21, 63, "warps"),
+        # 64 regs x 32 = 2,048 per warp x 32 warps = 65,536: exactly the per-block limit, so one block fits
+        (1024, 64, 0, 0, 1, 32, "registers"),
+        # exactly the opt-in maximum: 232,448 + 1,024 reserved = 233,472 B, the whole SM
+        (128, 32, 0, 232_448, 1, 4, "shared memory"),
         (128, 32, 1024, 232_448 - 1023, 0, 0, "shared memory per block"),
         # static shared memory counts like dynamic: 48 KiB + 1 KiB reserved -> 4 blocks (16 by registers)
         (64, 64, 49_152, 0, 4, 8, "shared memory"),
@@ -195,6 +206,12 @@ def test_timer_agreement_at_both_sides_of_the_bound(sign):
     assert inside.agree and not outside.agree
     assert outside.cupti_span_ns == [50_000.0] and outside.cupti_sum_ns == [49_000.0]
     assert outside.event_ns == [50_000 + sign * (edge + 1)]
+
+
+def test_the_bound_is_the_one_the_record_states():
+    # 1 µs + 3 % of the span, as docs/kernels.md and the record's text say
+    assert (allowance(0), allowance(100_000)) == (1_000, 4_000)
+    assert agreement([traced(0, [])], 0).bound == "|events − floor − CUPTI span| ≤ 1 µs + 3 % of the span"
 
 
 def test_the_worst_call_is_the_one_named():

@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from qualify.evaluate.occupancy import REGISTER_UNIT, SHARED_UNIT, SUB_PARTITIONS
 from qualify.results.model import ArmResources, DeviceInfo, DeviceLimits, KernelActivity, TracedCall
 from qualify.run.device import MAX_BATCH, DeviceBuffer, KernelFault
 from qualify.run.telemetry import Reading
@@ -24,12 +25,13 @@ FAKE_INFO = DeviceInfo(
     driver_version="580.00", cuda_driver_version="13.0", pci_bus_id="0000:00:00.0",
 )  # fmt: skip
 
-# The H200's occupancy limits as its driver reports them (cuDeviceGetAttribute).
+# The H200's occupancy limits as its driver reports them (cuDeviceGetAttribute), with the
+# architecture constants CudaDevice.limits adds.
 FAKE_LIMITS = DeviceLimits(
     warp_size=32, max_threads_per_sm=2048, max_blocks_per_sm=32, max_threads_per_block=1024,
     registers_per_sm=65536, registers_per_block=65536, shared_per_sm=233_472,
-    shared_per_block_optin=232_448, reserved_shared_per_block=1024, register_unit=256, shared_unit=128,
-    sub_partitions=4,
+    shared_per_block_optin=232_448, reserved_shared_per_block=1024, register_unit=REGISTER_UNIT,
+    shared_unit=SHARED_UNIT, sub_partitions=SUB_PARTITIONS,
 )  # fmt: skip
 TRACE_GAP_NS = 400  # between kernels of one traced call
 
