@@ -171,6 +171,26 @@ def test_duplicates_match_by_launch_order_and_templates_by_name():
         ("prep", "same"), ("prep #2", "+60.0 %"), ("fwd<64> → fwd<128>", "-20.0 %")]
 
 
+def test_exact_names_are_matched_before_templates():
+    changes = attribute([row("k<1>", 1_000), row("k<2>", 9_000)], [row("k<2>", 9_000), row("k<1>", 1_000)])
+    assert [(label(c), c.outcome) for c in changes] == [("k<1>", "same"), ("k<2>", "same")]
+    changes = attribute([row("k<1>", 1_000)], [row("k<1>", 1_000), row("k<2>", 5_000)])
+    assert [(label(c), change_text(c)) for c in changes] == [("k<1>", "same"), ("k<2>", "only in candidate")]
+
+
+def test_a_kernel_of_zero_duration_in_base_changes_by_nanoseconds_only():
+    (tiny,) = attribute([row("k", 0)], [row("k", SAME_NS)])
+    (grown,) = attribute([row("k", 0)], [row("k", SAME_NS + 1)])
+    assert (tiny.outcome, tiny.change_pct) == ("same", None)
+    assert (grown.outcome, grown.change_pct, change_text(grown)) == ("slower", None, "slower")
+
+
+def test_the_band_is_the_one_the_record_states():
+    from qualify.evaluate.kernels import BAND_TEXT
+
+    assert BAND_TEXT == "same: within ±2 % or ±0.3 µs of base"
+
+
 def test_inventory_keeps_two_launches_of_one_kernel_apart_and_takes_medians():
     def k(name, start, ns, corr):
         return KernelActivity(name=name, grid=(1, 1, 1), block=(64, 1, 1), registers_per_thread=40,
@@ -221,8 +241,20 @@ def test_the_worst_call_is_the_one_named():
 
 
 def test_a_call_without_kernels_agrees_only_if_its_window_is_empty():
-    assert agreement([traced(1_300.0 + 500, [])], 1_300.0).agree
+    empty = agreement([traced(1_300.0 + 500, [])], 1_300.0)
+    assert empty.agree and empty.cupti_span_ns == [0.0] and empty.cupti_sum_ns == [0.0]
     assert not agreement([traced(1_300.0 + 5_000, [])], 1_300.0).agree
+    none = agreement([], 1_300.0)
+    assert (none.calls, none.worst_call, none.agree) == (0, None, True)
+
+
+def test_the_disagreement_reason_names_the_call_and_both_timers():
+    from qualify.evaluate.second_timer import disagreement_text
+
+    t = agreement([traced(1_000 + 10_000, [(0, 10_000)]), traced(1_000 + 25_500, [(0, 10_000)])], 1_000.0)
+    assert disagreement_text("T=4096", "candidate", t) == (
+        "timers disagree at T=4096 (candidate, traced call 2): events 25.50 µs, CUPTI 10.00 µs "
+        "(bound |events − floor − CUPTI span| ≤ 1 µs + 3 % of the span)")
 
 
 # --- demangling --------------------------------------------------------------------------------
