@@ -127,6 +127,7 @@ class TrialRunner:
         self.control_outcomes: list = []
         # why no kernel trace is taken (None: traced); set once the device is known
         self.untraced: str | None = None
+        self._limits = None  # the device's occupancy limits, read at the first trace
 
     @contextmanager
     def _stage(self, name: str):
@@ -465,6 +466,8 @@ class TrialRunner:
         calls = self.plan.schedule.traced_calls
         trace = {}
         try:
+            if self._limits is None:  # read while the context is sound: the trial may end in a fault
+                self._limits = self.device.limits()
             for side, ex in execs.items():
                 self._side = side
                 trace[side] = self.device.trace_calls(lambda ex=ex: ex.enqueue(self.device), calls, side, cold)
@@ -700,7 +703,6 @@ class TrialRunner:
         self.record.append({"event": "trial_ended", "trial": index, "status": status})
         return trial
 
-
     def _kernel_trace(self) -> KernelTrace:
         """How this trial traced: the tool (or why it did not), the names as demangled here."""
         launched = [k.name for f in self.facts for calls in (f.trace or {}).values() for c in calls for k in c.kernels]
@@ -709,8 +711,7 @@ class TrialRunner:
         tool = self.device.trace_tool() if traced else (self.untraced or "not taken: no case was timed")
         if traced and self.untraced:
             tool = f"{tool}; {self.untraced}"
-        limits = self.device.limits() if traced else None
-        return KernelTrace(tool=tool, demangler=demangler, names=names, limits=limits)
+        return KernelTrace(tool=tool, demangler=demangler, names=names, limits=self._limits if traced else None)
 
 
 def batch_size(arrays: dict[str, np.ndarray], case_id: str, samples_per_block: int, iterations: int) -> int:
