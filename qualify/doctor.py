@@ -87,6 +87,9 @@ class Host:
     package_version: Callable[[str], str | None]
     nvrtc_version: Callable[[], str]  # raises ToolError
     include_dir: Callable[[], Path]  # raises ToolError
+    # None when cupti-python loads, else why not (qualify.run.cupti_tracer.missing); the default
+    # says nothing is missing, for hosts built by tests that do not care
+    cupti_missing: Callable[[], str | None] = lambda: None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,6 +138,7 @@ def diagnose(host: Host, ordinal: int = 0, plan=None, needs_nvcc: bool = True,
     checks.append(_tool_check(host, "compute-sanitizer", needs_sanitizer,
                               "the sanitizer gates of plans that declare acceptance.sanitizer"))  # fmt: skip
     checks.append(_tool_check(host, "nvcc", needs_nvcc, "building the shared libraries `qualify compare` qualifies"))
+    checks.append(_cupti_check(host))
     ncu = host.which("ncu")
     checks.append(Check(name="ncu", status="info", detail=ncu or "not found (optional: profiling leads only)"))
 
@@ -208,6 +212,15 @@ def _nvml_checks(state: NvmlState | str) -> list[Check]:
     elif state.other_processes is not None:
         out.append(Check(name="processes", status="ok", detail="no other process uses this GPU"))
     return out
+
+
+def _cupti_check(host: Host) -> Check:
+    """CUPTI is optional: without it runs work, and records say no kernel trace was taken."""
+    why = host.cupti_missing()
+    if why is None:
+        version = host.package_version("cupti-python") or "version unknown"
+        return Check(name="cupti", status="ok", detail=f"cupti-python {version}: kernel inventory and second timer")
+    return Check(name="cupti", status="warn", detail=f"{why}; records will hold no kernel inventory or second timer")
 
 
 def _tool_check(host: Host, tool: str, needed: bool, what: str) -> Check:
@@ -323,7 +336,9 @@ def _flag(value) -> bool | None:
 def real_host() -> Host:
     from qualify.build.nvrtc import nvrtc_version, toolkit_include_dir
 
+    from qualify.run import cupti_tracer
+
     return Host(open_device=_open_device, nvml_state=_nvml_state, which=find_tool,
                 package_version=_package_version, nvrtc_version=nvrtc_version,
-                include_dir=toolkit_include_dir)  # fmt: skip
+                include_dir=toolkit_include_dir, cupti_missing=cupti_tracer.missing)  # fmt: skip
 

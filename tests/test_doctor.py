@@ -207,3 +207,14 @@ def test_the_published_json_schema_is_current():
     python -c 'import json; from qualify.doctor import DoctorReport; print(json.dumps(DoctorReport.model_json_schema(), indent=2))' \\
       > qualify/schemas/doctor.schema.json"""
     assert json.loads(SCHEMA.read_text()) == DoctorReport.model_json_schema()
+
+
+def test_cupti_present_or_missing_is_said_and_never_fails():
+    (present,) = by_name(diagnose(healthy()), "cupti")
+    assert present.status == "ok" and "cupti-python 1.0" in present.detail
+    why = "cupti-python is not installed (No module named 'cupti'); pip install 'qualify[cupti-cu13]'"
+    report = diagnose(healthy(cupti_missing=lambda: why))
+    (missing,) = by_name(report, "cupti")
+    assert missing.status == "warn" and missing.detail.startswith(why)
+    assert "no kernel inventory or second timer" in missing.detail
+    assert (report.ok, report.exit_code) == (True, 0)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from qualify.evaluate.summarize import floor_ns, has_series, pair_stats, timing_summary
-from qualify.results.model import CaseTrial, Trial
+from qualify.evaluate.kernels import case_kernels
+from qualify.results.model import CaseTrial, KernelTrace, Trial
 
 
 def derived_fields(arrays: dict[str, np.ndarray], cid: str, iterations: int) -> dict:
@@ -24,12 +25,26 @@ def derived_fields(arrays: dict[str, np.ndarray], cid: str, iterations: int) -> 
     return {"timing": timing, "stats": stats, "aa": aa}
 
 
-def recompute_case(case: CaseTrial, arrays: dict[str, np.ndarray], iterations: int) -> CaseTrial:
-    return case.model_copy(update=derived_fields(arrays, case.case, iterations))
+def kernel_fields(trace: dict | None, kernel_trace: KernelTrace | None, floor: float) -> dict:
+    """A case's kernel inventory, attribution and timer agreement, from its raw trace alone (the
+    names as the trial's demangler gave them, the device limits the trial read)."""
+    if not trace:
+        return {"kernels": None}
+    names = kernel_trace.names if kernel_trace is not None else {}
+    limits = kernel_trace.limits if kernel_trace is not None else None
+    return {"kernels": case_kernels(trace, names, limits, floor)}
+
+
+def recompute_case(case: CaseTrial, arrays: dict[str, np.ndarray], iterations: int,
+                   kernel_trace: KernelTrace | None = None) -> CaseTrial:  # fmt: skip
+    update = derived_fields(arrays, case.case, iterations)
+    if case.trace is not None or case.kernels is not None:  # trials made before tracing keep their shape
+        update.update(kernel_fields(case.trace, kernel_trace, floor_ns(arrays)))
+    return case.model_copy(update=update)
 
 
 def recompute_trial(trial: Trial, arrays: dict[str, np.ndarray], iterations: int) -> Trial:
-    cases = [recompute_case(c, arrays, iterations) for c in trial.cases]
+    cases = [recompute_case(c, arrays, iterations, trial.kernel_trace) for c in trial.cases]
     timer = dict(trial.timer)
     timer["floor_ns"] = floor_ns(arrays)
     return trial.model_copy(update={"cases": cases, "timer": timer})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
+from qualify.evaluate.second_timer import disagreement_text
 from qualify.plan.checks import selected_cases
 from qualify.plan.model import Fidelity, Plan, SpeedGate
 from qualify.plan.resolve import case_id
@@ -201,6 +202,10 @@ def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
             if c.aa is not None and c.aa.case_class in ("faster", "slower"):
                 unsure.append(f"trial {t.index}, {c.case}: A/A control came out {c.aa.case_class} "
                               f"({c.aa.delta_pct:+.2f}%): the timer does not resolve this case")  # fmt: skip
+            # the second timer: the event windows cannot be trusted where CUPTI saw otherwise
+            for side, timers in (c.kernels.timers.items() if c.kernels is not None else ()):
+                if not timers.agree:
+                    unsure.append(f"trial {t.index}: {disagreement_text(c.case, side, timers)}")
         for control in t.controls:
             # against a golden, a control that misbehaves is a fidelity failure naming what was
             # declared and what happened; "vacuous" would be wrong for one declared to pass

@@ -402,7 +402,9 @@ class Arms(Strict):
 # schedule, budget, stop
 
 
-class Schedule(Strict):
+class Schedule(AddedFields):
+    _added = frozenset({"traced_calls"})
+
     warmup: int = Field(
         default=10, ge=0, le=MAX_WARMUP,
         description="Excluded launches per arm and case; they count against budget.max_wall_seconds.",
@@ -418,6 +420,11 @@ class Schedule(Strict):
         default="blocking-kernel",
         description="How launch latency is kept out of the event window. Graph replay was measured "
         "against ncu and kept out (benchmarks/timer).",
+    )
+    traced_calls: int = Field(
+        default=5, ge=0, le=100,
+        description="Calls per arm and case traced with CUPTI after the case's timing (kernel "
+        "inventory and the second timer); 0 disables tracing.",
     )
 
 

@@ -22,6 +22,7 @@ from qualify.evaluate.headline import headline, headline_lines, reason_lines
 from qualify.evaluate.verdict import device_label
 from qualify.record.plots import device_plots
 from qualify.render.plain import visible
+from qualify.record.kernels_text import KERNEL_FILTERS, KERNEL_FUNCTIONS, KERNEL_GLOBALS
 from qualify.plan.checks import selected_cases
 from qualify.plan.model import Buffer, CudaArm, DeviceSpec, Plan, SpeedGate
 from qualify.plan.resolve import case_id
@@ -222,6 +223,8 @@ FILTERS = {
     "case_class": case_class,
     "verdict_status": verdict_status,
     "clock": clock,
+    "line_start": line_start,
+    **KERNEL_FILTERS,
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -576,6 +579,8 @@ FUNCTIONS = {
         unverified, failure_rows, commands, code_identities, headline_text, reasons_text, device_plots,
     )
 }  # fmt: skip
+FUNCTIONS.update({f.__name__: f for f in KERNEL_FUNCTIONS})
+FUNCTIONS.update(KERNEL_GLOBALS)
 
 # ---------------------------------------------------------------------------------------------
 

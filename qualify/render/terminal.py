@@ -179,4 +179,22 @@ def run_summary(outcome, folder, plan=None) -> Group:
         if t.status != "complete":
             table.add_row(str(t.index), device, "-", "-", "-", "-", "-", t.status)
     parts.append(table)
+    attribution = kernel_lines(results)
+    if attribution:
+        parts.append(Text("kernels (traced calls, information only):"))
+        parts.extend(label(f"  {line}") for line in attribution)
     return Group(*parts)
+
+
+def kernel_lines(results) -> list[str]:
+    """Per trial and case, where the change lies by kernel: 'trial 1, T=640: flash<128>: +12.1 %; prep: same'."""
+    from qualify.record.kernels_text import attribution_parts
+
+    out = []
+    for t in results.trials:
+        for c in t.cases:
+            if c.kernels is None or not c.kernels.attribution:
+                continue
+            parts = "; ".join(f"{name}: {change}" for name, change in attribution_parts(c.kernels.attribution))
+            out.append(f"trial {t.index}, {c.case}: {parts}")
+    return out

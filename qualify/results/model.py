@@ -2,7 +2,9 @@
 
 History of the format (bump RESULTS_VERSION on any incompatible change and say what changed here):
   1 — first version: trials with per-case timing summaries, parity, resources, controls; the
-      verdict; raw samples live beside it in trials/<index>.npz.
+      verdict; raw samples live beside it in trials/<index>.npz. Optional fields added since,
+      absent from trials made before them (results.json writes trials as their files hold them):
+      a case's raw CUPTI `trace` and the `kernels` derived from it, the trial's `kernel_trace`.
 
 Every statistic here is derived from the raw samples by `qualify.evaluate`; `qualify report
 --check` recomputes them and refuses a results.json or README that disagrees.
@@ -108,6 +110,108 @@ class BufferParity(Model):
     max_rel: float | None
 
 
+class KernelActivity(Model):
+    """One CUPTI CONCURRENT_KERNEL record, as the activity API gave it (raw: nothing derived)."""
+
+    name: str = Field(description="the kernel's name as launched (mangled for C++ kernels)")
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    registers_per_thread: int
+    static_shared_bytes: int
+    dynamic_shared_bytes: int
+    local_bytes_per_thread: int
+    start_ns: int = Field(description="CUPTI timestamp at the kernel's start")
+    end_ns: int
+    correlation_id: int
+    stream_id: int
+    shared_memory_executed: int | None = Field(default=None, description="shared-memory carveout the "
+                                               "kernel ran with, in bytes")
+
+
+class TracedCall(Model):
+    """One traced call of an arm: its event window and every kernel CUPTI saw it launch."""
+
+    event_ns: float = Field(description="the call's event window (the empty-pair floor included)")
+    kernels: list[KernelActivity]
+
+
+class KernelRow(Model):
+    """One kernel a call launches, derived from the traced calls (qualify.run.inventory)."""
+
+    name: str = Field(description="demangled where the demangler could")
+    occurrence: int = Field(description="0 for its first launch in a call, 1 for the second ...")
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    registers: int
+    static_shared_bytes: int
+    dynamic_shared_bytes: int
+    local_bytes: int
+    blocks_per_sm: int | None = Field(description="implied on this device; None without its limits")
+    warps_per_sm: int | None
+    limiter: str | None = Field(description="what caps blocks/SM: warps, blocks, registers or shared memory")
+    calls: int = Field(description="traced calls that launched it")
+    median_ns: float = Field(description="median CUPTI duration over those calls")
+
+
+class KernelChange(Model):
+    """Attribution: one kernel of base against the same kernel of candidate (verdict-neutral)."""
+
+    name: str
+    occurrence: int
+    candidate_name: str | None = Field(default=None, description="set when the candidate's kernel "
+                                       "has other template arguments (matched by its template's name)")
+    base_ns: float | None
+    candidate_ns: float | None
+    change_pct: float | None
+    outcome: Literal["same", "slower", "faster", "only in base", "only in candidate"]
+
+
+class TimerAgreement(Model):
+    """The second timer: per traced call, the event window less the floor against the CUPTI span."""
+
+    calls: int
+    bound: str = Field(description="the agreement bound as stated in the record")
+    event_ns: list[float] = Field(description="per call: event window minus the empty-pair floor")
+    cupti_span_ns: list[float] = Field(description="per call: first kernel start to last kernel end")
+    cupti_sum_ns: list[float] = Field(description="per call: sum of kernel durations")
+    worst_call: int | None = Field(description="the call furthest outside (or nearest) the bound")
+    agree: bool
+
+
+class CaseKernels(Model):
+    """What the traced calls of a case give: per arm the kernels, the attribution, the timers."""
+
+    inventory: dict[Side, list[KernelRow]]
+    attribution: list[KernelChange]
+    timers: dict[Side, TimerAgreement]
+
+
+class DeviceLimits(Model):
+    """The device's occupancy limits (cuDeviceGetAttribute), kept with the trial for re-derivation."""
+
+    warp_size: int
+    max_threads_per_sm: int
+    max_blocks_per_sm: int
+    max_threads_per_block: int
+    registers_per_sm: int
+    registers_per_block: int
+    shared_per_sm: int
+    shared_per_block_optin: int
+    reserved_shared_per_block: int
+    register_unit: int = Field(description="register allocation unit per warp (architecture constant)")
+    shared_unit: int = Field(description="shared-memory allocation unit (architecture constant)")
+    sub_partitions: int = Field(description="SM sub-partitions registers are split across")
+
+
+class KernelTrace(Model):
+    """How a trial traced kernels: the tool, the demangler and the names it gave, the limits."""
+
+    tool: str = Field(description="'cupti-python X.Y.Z', or why no trace was taken")
+    demangler: str = Field(description="c++filt, builtin, or none (names kept as launched)")
+    names: dict[str, str] = Field(default_factory=dict, description="launched name -> demangled")
+    limits: DeviceLimits | None = None
+
+
 class CaseTrial(Model):
     case: str
     input_sha256: dict[str, str]
@@ -131,6 +235,13 @@ class CaseTrial(Model):
     tolerance: CaseTolerance | None = Field(
         default=None, description="plans with a golden: both arms' parity counts against it and the "
         "gate's resolution (absent otherwise)"
+    )
+    trace: dict[Side, list[TracedCall]] | None = Field(
+        default=None, description="raw CUPTI trace of schedule.traced_calls calls per arm, taken "
+        "after the case's timing (absent when tracing was off or unavailable)"
+    )
+    kernels: CaseKernels | None = Field(
+        default=None, description="derived from `trace`: kernel inventory, attribution, timer agreement"
     )
 
 
@@ -216,6 +327,9 @@ class Trial(Model):
     samples_sha256: str
     cost: TrialCost | None = Field(default=None, description="wall time, GPU-busy time and stage times "
                                    "(absent in trials made before they were recorded)")
+    kernel_trace: KernelTrace | None = Field(
+        default=None, description="how kernels were traced (absent in trials made before tracing existed)"
+    )
     control_outcomes: list[ControlOutcome] | None = Field(
         default=None, description="plans with a golden: each negative control per case against its "
         "declared expectation, with its bound fraction per output"

@@ -9,8 +9,13 @@ the timer resolves the case, and a trial without samples would leave every stati
 
 Library arms: the CUBINs both shared objects embed for the device's architecture. Identical
 embedded code is stated, but what an entry point launches (which kernels, which grid) is decided
-by host code this comparison does not see; unless the caller knows the launches match (a kernel
-inventory of both arms), the timing is judged as measured.
+by host code this comparison does not see. The kernel inventory (CUPTI, after timing) supplies it:
+when every traced call of both arms launched the same kernels in the same order with the same
+grid, block, registers and shared memory, and both arms wrote the same bytes in every case, the
+trial is a free A/A too (`with_traced_launches`). Without a trace the timing is judged as measured.
+Host-side work that launches no kernel (a copy, a synchronisation) is not compared: a library
+whose change lies only there should not be qualified by this rule, and the record says which
+evidence the free A/A rests on.
 
 A comparison that cannot be made (unreadable ELF, zstd without its package) is recorded as
 "unknown" with the reason; it never fails the trial.
@@ -74,6 +79,41 @@ def library(base: Path, candidate: Path, arch: str, launches: bool | None = None
             return CodeIdentity(status="unknown", arms="library", arch=arch,
                                 reason=f"a CUBIN of the {side} library is unreadable: {exc}")  # fmt: skip
     return _identity(codes[0], codes[1], "library", arch, launches, (raw[0], raw[1]))
+
+
+def traced_launches_match(cases) -> bool | None:
+    """Whether the kernel inventory saw both libraries launch the same kernels the same way and
+    write the same bytes, in every case; None when a case has no trace to judge by.
+
+    `cases`: the trial's CaseTrial list (raw CUPTI records in `trace`, parity per output).
+    """
+    if not cases:
+        return None
+    for case in cases:
+        if not case.trace or any(not case.trace.get(side) for side in ("base", "candidate")):
+            return None
+        if not all(p.equal for p in case.parity):
+            return False
+        shapes = {side: {_launch_shape(call) for call in case.trace[side]} for side in ("base", "candidate")}
+        if len(shapes["base"]) != 1 or shapes["base"] != shapes["candidate"]:
+            return False  # the arms launch differently, or one arm's calls disagree among themselves
+    return True
+
+
+def _launch_shape(call) -> tuple:
+    return tuple((k.name, tuple(k.grid), tuple(k.block), k.registers_per_thread, k.static_shared_bytes,
+                  k.dynamic_shared_bytes, k.local_bytes_per_thread) for k in call.kernels)
+
+
+def with_traced_launches(code: CodeIdentity, cases) -> CodeIdentity:
+    """Library arms: the inventory's answer to "do the launches match?", where none was given."""
+    if code.arms != "library" or code.launches_match is not None:
+        return code
+    launches = traced_launches_match(cases)
+    if launches is None:
+        return code
+    return code.model_copy(update={"launches_match": launches,
+                                   "free_aa": code.status == "identical" and launches})
 
 
 def unknown(arch: str, arms: str, reason: str) -> CodeIdentity:

@@ -20,7 +20,7 @@ import numpy as np
 from qualify.build.nvrtc import CompiledKernel, KernelSpec, compile_kernel
 from qualify.errors import DeviceError
 from qualify.plan.model import DeviceSpec
-from qualify.results.model import ArmResources, DeviceInfo
+from qualify.results.model import ArmResources, DeviceInfo, DeviceLimits, TracedCall
 from qualify.run.cabi import C_TYPES
 
 HELPERS = Path(__file__).with_name("helpers.cu")
@@ -457,6 +457,72 @@ class CudaDevice:
                 raise DeviceError("the blocking kernel timed out before the batch was queued")
             for start, stop in pairs:
                 out.append(float(_check(d.cuEventElapsedTime(start, stop), "cuEventElapsedTime")) * 1e6)
+        return out
+
+    # -- kernel trace (CUPTI, through qualify.run.cupti_tracer) ------------------------------------
+
+    def limits(self) -> DeviceLimits:
+        """The limits occupancy is computed from (qualify.evaluate.occupancy)."""
+        from qualify.evaluate.occupancy import REGISTER_UNIT, SHARED_UNIT, SUB_PARTITIONS
+
+        a = self._attr
+        return DeviceLimits(
+            warp_size=a("CU_DEVICE_ATTRIBUTE_WARP_SIZE"),
+            max_threads_per_sm=a("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR"),
+            max_blocks_per_sm=a("CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR"),
+            max_threads_per_block=a("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK"),
+            registers_per_sm=a("CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR"),
+            registers_per_block=a("CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK"),
+            shared_per_sm=a("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
+            shared_per_block_optin=a("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+            reserved_shared_per_block=a("CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK"),
+            register_unit=REGISTER_UNIT, shared_unit=SHARED_UNIT, sub_partitions=SUB_PARTITIONS,
+        )
+
+    def trace_missing(self) -> str | None:
+        """Why kernels cannot be traced here (cupti-python missing or broken), or None."""
+        from qualify.run import cupti_tracer
+
+        return cupti_tracer.missing()
+
+    def trace_tool(self) -> str:
+        from qualify.run import cupti_tracer
+
+        return cupti_tracer.version()
+
+    def trace_calls(self, enqueue: Callable[[], None], calls: int, label: str, cold: bool,
+                    timeout_s: float = SAMPLE_TIMEOUT_S) -> list[TracedCall]:
+        """`calls` calls of enqueue() with CUPTI kernel activity on, each inside its own event pair.
+
+        Each call is queued as a sample is ([flush L2] → blocking kernel → start → enqueue() →
+        stop → release), then waited for and its activity flushed, so every call's kernels are its
+        own. qualify's helper kernels (the flush, the blocking kernel) are dropped from the records.
+        """
+        from qualify.run.cupti_tracer import Tracer
+
+        self._prepare_helpers()
+        d = self._driver
+        helpers = {k.compiled.lowered_name for k in (self._blocker, self._flusher, self._toucher, self._settler,
+                                                     self._differ)}  # fmt: skip
+        out: list[TracedCall] = []
+        self.synchronize()
+        with Tracer() as tracer:
+            for _ in range(calls):
+                if cold:
+                    self._launch_flush()
+                    _check(d.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
+                self._hold_stream()
+                _check(d.cuEventRecord(self._start, self.stream), "cuEventRecord")
+                try:
+                    enqueue()
+                finally:
+                    _check(d.cuEventRecord(self._stop, self.stream), "cuEventRecord")
+                    self._release_stream()
+                self._wait(self._stop, timeout_s)
+                self.check_idle()  # work the call sent elsewhere finishes before the flush
+                ms = float(_check(d.cuEventElapsedTime(self._start, self._stop), f"trace {label}"))
+                kernels = [k for k in tracer.take() if k.name not in helpers]
+                out.append(TracedCall(event_ns=ms * 1e6, kernels=kernels))
         return out
 
     def close(self) -> None:

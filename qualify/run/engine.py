@@ -24,7 +24,7 @@ from qualify.errors import DeviceError, FrozenInputChanged, QualifyError, ToolEr
 from qualify.evaluate import samples as samples_io
 from qualify.evaluate.samples import TrialSamples, key
 from qualify.evaluate.stopping import stop_reason
-from qualify.evaluate.recompute import derived_fields
+from qualify.evaluate.recompute import derived_fields, kernel_fields
 from qualify.evaluate.summarize import floor_ns, has_series, pair_stats
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.plan.checks import warmup_launches
@@ -32,7 +32,9 @@ from qualify.plan.digest import lock_path, sha256_bytes, sha256_file
 from qualify.plan.load import LoadedPlan
 from qualify.plan.model import LibraryArm
 from qualify.plan.resolve import ResolvedCase
-from qualify.results.model import CaseTrial, CodeIdentity, ControlResult, Failure, LibraryInfo, Trial, TrialCost
+from qualify.results.model import (
+    CaseTrial, CodeIdentity, ControlResult, Failure, KernelTrace, LibraryInfo, Trial, TrialCost,
+)
 from qualify.results.store import Record, now_iso
 from qualify.run import code_identity, provenance
 from qualify.run.arms import ArmExec
@@ -40,6 +42,7 @@ from qualify.run import golden_stage
 from qualify.run.controls import mutate
 from qualify.run.device import MAX_BATCH, KernelFault, LaunchHang, device_matches
 from qualify.run.fidelity import compare
+from qualify.run.demangle import demangle_all
 from qualify.run.library import EntryPointFailed, LibraryEntry, load_library
 from qualify.run.schedule import AA, MAIN, block_halves
 
@@ -52,7 +55,9 @@ BATCH_MIN_NS = 250_000.0
 SANITIZER_WORKERS = 4
 # "timing" is the time spent queueing and waiting for samples; "readback" (checking the timed
 # launches' outputs) and "telemetry" (NVML) are counted apart from it.
-STAGES = ("build", "preflight", "inputs", "fidelity", "controls", "timing", "readback", "telemetry", "sanitizer")
+# "inventory" is the CUPTI trace of a few calls per arm, taken after a case's timing.
+STAGES = ("build", "preflight", "inputs", "fidelity", "controls", "timing", "readback", "telemetry", "inventory",
+          "sanitizer")  # fmt: skip
 # A device-wide sync right after the stream's stop event returns in microseconds; a wait beyond
 # this means work was still running elsewhere on the device.
 ESCAPE_MIN_NS = 50_000.0
@@ -93,6 +98,7 @@ class _CaseFacts:
     timed_outputs_match: bool = True
     stream_escape_ns: dict = field(default_factory=dict)
     stopped: dict = field(default_factory=dict)  # pair -> the stop rule's reason
+    trace: dict | None = None  # side -> [TracedCall], the raw CUPTI trace of the case
 
 
 def samples_per_trial(loaded: LoadedPlan) -> int:
@@ -127,6 +133,9 @@ class TrialRunner:
         self.golden = golden_stage.open_golden(loaded)
         self.tolerance: dict[str, object] = {}
         self.control_outcomes: list = []
+        # why no kernel trace is taken (None: traced); set once the device is known
+        self.untraced: str | None = None
+        self._limits = None  # the device's occupancy limits, read at the first trace
 
     @contextmanager
     def _stage(self, name: str):
@@ -190,6 +199,7 @@ class TrialRunner:
                 preflight = side_pool.submit(self._preflight)
                 with self._stage("build"):
                     self._load_kernels()
+                    self.untraced = self._trace_missing()
                 with self._stage("preflight"):
                     bad = preflight.result()
             if bad:
@@ -459,7 +469,38 @@ class TrialRunner:
             ok = self._abba(case, execs, reference, facts, MAIN)
             if ok and plan.controls.aa:
                 ok = self._abba(case, {"base": execs["base"]}, reference, facts, AA)
+        if ok and self.untraced is None:
+            with self._stage("inventory"):  # after the timing: tracing never touches a timed sample
+                self._trace(case, execs, facts)
         return ok
+
+    def _trace_missing(self) -> str | None:
+        if self.plan.schedule.traced_calls == 0:
+            return "off (schedule.traced_calls is 0)"
+        why = self.device.trace_missing()
+        return None if why is None else f"not taken: {why}"
+
+    def _trace(self, case, execs, facts) -> None:
+        """schedule.traced_calls calls per arm under CUPTI: the kernels each launches and the
+        second timer. A CUPTI failure ends tracing for the trial (said in the record); a kernel
+        fault is the trial's, as anywhere else."""
+        cold = self.plan.schedule.cache == "cold"
+        calls = self.plan.schedule.traced_calls
+        trace = {}
+        try:
+            if self._limits is None:  # read while the context is sound: the trial may end in a fault
+                self._limits = self.device.limits()
+            for side, ex in execs.items():
+                self._side = side
+                trace[side] = self.device.trace_calls(lambda ex=ex: ex.enqueue(self.device), calls, side, cold)
+        except (KernelFault, EntryPointFailed):
+            raise
+        except DeviceError as exc:  # CUPTI's own failure
+            self.untraced = f"stopped at {case.id} ({self._side}): {exc.one_line()}"
+            return
+        finally:
+            self._side = None
+        facts.trace = trace
 
     def _fidelity(self, case, execs, hashes):
         """Resources, reference outputs, determinism, parity and the stream-escape check of a case."""
@@ -629,6 +670,7 @@ class TrialRunner:
         data = samples_io.save(self.record.samples_path(index), arrays)
         iterations = self.plan.schedule.iterations_per_sample
         floor = floor_ns(arrays)
+        kernel_trace = self._kernel_trace()
         cases = []
         for f in self.facts:
             if not all(has_series(arrays, f.case, s) for s in SIDES):
@@ -639,7 +681,9 @@ class TrialRunner:
                 timed_outputs_match=f.timed_outputs_match, stream_escape_ns=f.stream_escape_ns,
                 stopped=f.stopped,
                 tolerance=self.tolerance.get(f.case),
+                trace=f.trace,
                 **derived_fields(arrays, f.case, iterations),  # what `report --check` recomputes
+                **kernel_fields(f.trace, kernel_trace, floor),
             ))  # fmt: skip
         trial = Trial(
             index=index,
@@ -669,7 +713,8 @@ class TrialRunner:
             cases=cases,
             controls=self.controls,
             control_outcomes=self.control_outcomes if self.golden is not None else None,
-            code=self.code,
+            code=None if self.code is None else code_identity.with_traced_launches(self.code, cases),
+            kernel_trace=kernel_trace,
             sanitizer=self.sanitizer,
             libraries=self.libraries,
             failures=self.failures,
@@ -680,6 +725,16 @@ class TrialRunner:
         self.record.write_trial(trial)
         self.record.append({"event": "trial_ended", "trial": index, "status": status})
         return trial
+
+    def _kernel_trace(self) -> KernelTrace:
+        """How this trial traced: the tool (or why it did not), the names as demangled here."""
+        launched = [k.name for f in self.facts for calls in (f.trace or {}).values() for c in calls for k in c.kernels]
+        demangler, names = demangle_all(launched) if launched else ("none", {})
+        traced = any(f.trace for f in self.facts)
+        tool = self.device.trace_tool() if traced else (self.untraced or "not taken: no case was timed")
+        if traced and self.untraced:
+            tool = f"{tool}; {self.untraced}"
+        return KernelTrace(tool=tool, demangler=demangler, names=names, limits=self._limits if traced else None)
 
 
 def batch_size(arrays: dict[str, np.ndarray], case_id: str, samples_per_block: int, iterations: int) -> int:

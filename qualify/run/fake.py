@@ -13,7 +13,8 @@ from typing import Callable
 
 import numpy as np
 
-from qualify.results.model import ArmResources, DeviceInfo
+from qualify.evaluate.occupancy import REGISTER_UNIT, SHARED_UNIT, SUB_PARTITIONS
+from qualify.results.model import ArmResources, DeviceInfo, DeviceLimits, KernelActivity, TracedCall
 from qualify.run.device import MAX_BATCH, DeviceBuffer, KernelFault
 from qualify.run.telemetry import Reading
 
@@ -23,6 +24,16 @@ FAKE_INFO = DeviceInfo(
     max_shared_per_block_optin=232_448, sm_clock_max_mhz=1980, mem_clock_max_mhz=3201,
     driver_version="580.00", cuda_driver_version="13.0", pci_bus_id="0000:00:00.0",
 )  # fmt: skip
+
+# The H200's occupancy limits as its driver reports them (cuDeviceGetAttribute), with the
+# architecture constants CudaDevice.limits adds.
+FAKE_LIMITS = DeviceLimits(
+    warp_size=32, max_threads_per_sm=2048, max_blocks_per_sm=32, max_threads_per_block=1024,
+    registers_per_sm=65536, registers_per_block=65536, shared_per_sm=233_472,
+    shared_per_block_optin=232_448, reserved_shared_per_block=1024, register_unit=REGISTER_UNIT,
+    shared_unit=SHARED_UNIT, sub_partitions=SUB_PARTITIONS,
+)  # fmt: skip
+TRACE_GAP_NS = 400  # between kernels of one traced call
 
 
 @dataclass
@@ -62,6 +73,9 @@ class FakeDevice:
         info: DeviceInfo = FAKE_INFO,
         floor_ns: float = 1300.0,
         busy_after_ns: float = 0.0,
+        activity: dict[str, list[dict]] | None = None,
+        cupti: bool = True,
+        trace_skew_ns: float = 0.0,
     ):
         self.info = info
         self.kernels = kernels
@@ -75,6 +89,14 @@ class FakeDevice:
         self.stream_handle = 0xF00D
         self._in_sample: list[str] | None = None
         self.live_buffers = 0
+        # label -> the kernels one traced call launches: dicts of KernelActivity's launch fields
+        # and `ns` (a library arm's entry point launches nothing the fake can see)
+        self.activity = activity or {}
+        self.cupti = cupti
+        self.trace_skew_ns = trace_skew_ns  # added to every traced event window: a faulty timer
+        self._clock = 1_000_000
+        self._trace_rng = np.random.default_rng(seed + 1)  # tracing leaves the samples' noise as it was
+        self._kernel_names: dict[str, str] = {}  # label -> name expression of kernels launched
 
     def load_kernel(self, label: str, compiled, dynamic_shared_bytes: int) -> FakeKernel:
         self.calls.append(("load", label, compiled.spec.kernel, dynamic_shared_bytes))
@@ -95,6 +117,7 @@ class FakeDevice:
 
     def launch(self, kernel, grid, block, shared_bytes, args) -> None:
         base = kernel.name.split("<", 1)[0]
+        self._kernel_names[kernel.label] = kernel.name
         if self._in_sample is not None:
             self._in_sample.append(kernel.label)
         else:
@@ -159,6 +182,46 @@ class FakeDevice:
                         self.calls.append(("touch", len(touch)))
                 out.append(self.time_sample(enqueue, cold, True, timeout_s))
             self.calls.append(("release",))
+        return out
+
+    def limits(self) -> DeviceLimits:
+        return FAKE_LIMITS
+
+    def trace_missing(self) -> str | None:
+        return None if self.cupti else "cupti-python is not installed (fake); pip install 'qualify[cupti-cu13]'"
+
+    def trace_tool(self) -> str:
+        return "cupti-python (fake)"
+
+    def trace_calls(self, enqueue, calls: int, label: str, cold: bool, timeout_s: float = 60.0) -> list[TracedCall]:
+        """CudaDevice.trace_calls: per call, the kernels `activity[label]` names (or those the
+        call launched through this device) back to back, and an event window around them."""
+        out = []
+        for _ in range(calls):
+            self._in_sample = []
+            try:
+                enqueue()
+            finally:
+                launched, self._in_sample = self._in_sample, None
+            self.calls.append(("trace", label, tuple(launched), cold))
+            templates = self.activity.get(label) or [
+                {"name": self._kernel_names[lb], "ns": self.durations.get(lb, 1000.0)} for lb in launched
+            ]
+            kernels, start = [], self._clock
+            for n, t in enumerate(templates):
+                ns = int(t["ns"] * (1.0 + self.noise * self._trace_rng.standard_normal()))
+                fields = {k: v for k, v in t.items() if k != "ns"}
+                fields.setdefault("grid", (1, 1, 1))
+                fields.setdefault("block", (128, 1, 1))
+                for k in ("registers_per_thread", "static_shared_bytes", "dynamic_shared_bytes",
+                          "local_bytes_per_thread"):
+                    fields.setdefault(k, 32 if k == "registers_per_thread" else 0)
+                kernels.append(KernelActivity(start_ns=self._clock, end_ns=self._clock + ns,
+                                              correlation_id=len(self.calls) * 100 + n, stream_id=7, **fields))  # fmt: skip
+                self._clock += ns + TRACE_GAP_NS
+            span = (kernels[-1].end_ns - start) if kernels else 0
+            out.append(TracedCall(event_ns=self.floor + span + self.trace_skew_ns, kernels=kernels))
+            self._clock += 10_000
         return out
 
     def close(self) -> None:

@@ -1,0 +1,86 @@
+"""Attribution: which kernels a change between two builds moved, from both arms' inventories.
+
+Kernels are matched by demangled name and occurrence within a call (the second `prep` of base
+against the second `prep` of candidate). Kernels left over on both sides are then matched by
+their template's name alone, in launch order: a build that changes a tile size often changes a
+template argument (`fwd<64>` becomes `fwd<128>`), and that is the same kernel, changed. A change is
+"same" inside the band — within SAME_PCT of base or within SAME_NS, whichever is wider, since a
+300 ns difference in a 2 µs kernel is CUPTI's own jitter rather than a change. Attribution is
+information: it explains a verdict, it never decides one.
+"""
+
+from __future__ import annotations
+
+from qualify.evaluate.second_timer import agreement
+from qualify.results.model import CaseKernels, DeviceLimits, KernelChange, KernelRow, TracedCall
+from qualify.run.inventory import inventory
+
+SAME_PCT = 2.0
+SAME_NS = 300.0
+BAND_TEXT = f"same: within ±{SAME_PCT:g} % or ±{SAME_NS / 1e3:g} µs of base"
+
+
+def template_name(name: str) -> str:
+    """`ns::fwd<64, true>` -> `ns::fwd`: the name without its outermost template arguments."""
+    return name.split("<", 1)[0]
+
+
+def _change(r: KernelRow, c: KernelRow) -> KernelChange:
+    delta = c.median_ns - r.median_ns
+    pct = delta / r.median_ns * 100.0 if r.median_ns > 0 else None
+    inside = abs(delta) <= SAME_NS or (pct is not None and abs(pct) <= SAME_PCT)
+    outcome = "same" if inside else ("slower" if delta > 0 else "faster")
+    return KernelChange(name=r.name, occurrence=r.occurrence, candidate_name=None if c.name == r.name else c.name,
+                        base_ns=r.median_ns, candidate_ns=c.median_ns, change_pct=pct, outcome=outcome)  # fmt: skip
+
+
+def attribute(base: list[KernelRow], candidate: list[KernelRow]) -> list[KernelChange]:
+    """Base's kernels in base's launch order, then the ones only the candidate launches."""
+    exact = {(r.name, r.occurrence): r for r in candidate}
+    matched: dict[int, KernelRow] = {}
+    for i, r in enumerate(base):
+        c = exact.pop((r.name, r.occurrence), None)
+        if c is not None:
+            matched[i] = c
+    leftover = [c for c in candidate if (c.name, c.occurrence) in exact]
+    for i, r in enumerate(base):
+        if i in matched:
+            continue
+        c = next((c for c in leftover if template_name(c.name) == template_name(r.name)), None)
+        if c is not None:
+            leftover.remove(c)
+            matched[i] = c
+    out = []
+    for i, r in enumerate(base):
+        if i in matched:
+            out.append(_change(r, matched[i]))
+        else:
+            out.append(KernelChange(name=r.name, occurrence=r.occurrence, base_ns=r.median_ns,
+                                    candidate_ns=None, change_pct=None, outcome="only in base"))  # fmt: skip
+    out.extend(KernelChange(name=c.name, occurrence=c.occurrence, base_ns=None, candidate_ns=c.median_ns,
+                            change_pct=None, outcome="only in candidate") for c in leftover)  # fmt: skip
+    return out
+
+
+def change_text(change: KernelChange) -> str:
+    """'+12.1 %', 'same', 'only in candidate' (the kernel's label is written beside it)."""
+    if change.outcome in ("slower", "faster") and change.change_pct is not None:
+        return f"{change.change_pct:+.1f} %"
+    return change.outcome
+
+
+def label(change: KernelChange | KernelRow) -> str:
+    """The kernel as the record names it: `prep`, `prep #2` for its second launch in a call,
+    `fwd<64> → fwd<128>` where the candidate's template arguments differ."""
+    name = change.name if change.occurrence == 0 else f"{change.name} #{change.occurrence + 1}"
+    other = getattr(change, "candidate_name", None)
+    return name if other is None else f"{name} → {other}"
+
+
+def case_kernels(trace: dict[str, list[TracedCall]], names: dict[str, str], limits: DeviceLimits | None,
+                 floor_ns: float) -> CaseKernels:  # fmt: skip
+    """Everything the record says about a case's kernels, from its raw trace alone."""
+    rows = {side: inventory(calls, names, limits) for side, calls in trace.items()}
+    attribution = attribute(rows["base"], rows["candidate"]) if {"base", "candidate"} <= rows.keys() else []
+    return CaseKernels(inventory=rows, attribution=attribution,
+                       timers={side: agreement(calls, floor_ns) for side, calls in trace.items()})  # fmt: skip

@@ -1,0 +1,48 @@
+"""The second timer: each traced call's event window against the CUPTI kernel records of that call.
+
+Two clocks that share no code measure the same call: the CUDA event pair around it (less the
+trial's measured empty-pair floor) and CUPTI's span from the first kernel's start to the last
+kernel's end. They must agree within ABS_NS + REL x span. The bound comes from the timer facts
+measured on the H200 (/work/shared/gpu/README.md): with the floor subtracted, event-timed medians
+came within ±1 % of ncu from 7.7 µs to 366 µs; CUPTI records came within +1.1 % to +3.3 % of ncu
+from 7.9 µs up, and 0.64 µs below it at 3.9 µs. So 3 % covers the relative spread of longer calls
+and 1 µs the fixed offsets of short ones (CUPTI's start/end stamps and the event pair's own
+jitter); a fault of either timer — a stuck clock, work outside the stream, a floor that no longer
+holds — moves a call well beyond it. A disagreement is a reason in the verdict, never a silent
+number.
+"""
+
+from __future__ import annotations
+
+from qualify.results.model import TimerAgreement, TracedCall
+
+ABS_NS = 1000.0
+REL = 0.03
+BOUND_TEXT = "|events − floor − CUPTI span| ≤ 1 µs + 3 % of the span"
+
+
+def allowance(span_ns: float) -> float:
+    return ABS_NS + REL * span_ns
+
+
+def agreement(calls: list[TracedCall], floor_ns: float) -> TimerAgreement:
+    events, spans, sums = [], [], []
+    for call in calls:
+        events.append(call.event_ns - floor_ns)
+        if call.kernels:
+            spans.append(float(max(k.end_ns for k in call.kernels) - min(k.start_ns for k in call.kernels)))
+        else:
+            spans.append(0.0)
+        sums.append(float(sum(k.end_ns - k.start_ns for k in call.kernels)))
+    # how far outside its bound each call is (negative: inside); the worst is reported
+    excess = [abs(e - s) - allowance(s) for e, s in zip(events, spans)]
+    worst = max(range(len(excess)), key=lambda i: excess[i]) if excess else None
+    return TimerAgreement(calls=len(calls), bound=BOUND_TEXT, event_ns=events, cupti_span_ns=spans,
+                          cupti_sum_ns=sums, worst_call=worst, agree=all(x <= 0 for x in excess))  # fmt: skip
+
+
+def disagreement_text(where: str, side: str, timers: TimerAgreement) -> str:
+    i = timers.worst_call
+    assert i is not None
+    return (f"timers disagree at {where} ({side}, traced call {i + 1}): events {timers.event_ns[i] / 1e3:.2f} µs, "
+            f"CUPTI {timers.cupti_span_ns[i] / 1e3:.2f} µs (bound {timers.bound})")

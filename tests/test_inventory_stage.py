@@ -1,0 +1,199 @@
+"""The engine's inventory stage on the fake device: traced after the timing, kept raw in the trial,
+derived into the record's kernel section, re-derived by `report --check`, and the second timer's
+disagreement as a reason."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from test_compare import build, compare
+from test_engine import fake, frozen, run_trial, small_plan
+from qualify.record.check import check_record
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C compiler")
+
+PREP = "_Z4prepPKfPfi"
+FLASH = "_ZN5flash6kernelILi128ELb1EEEvPK6__halfPS2_i"
+ACTIVITY = {
+    "base": [{"name": PREP, "ns": 2_000}, {"name": FLASH, "ns": 40_000, "grid": (132, 1, 1),
+                                           "registers_per_thread": 128, "dynamic_shared_bytes": 101_376}],
+    "candidate": [{"name": PREP, "ns": 2_010}, {"name": FLASH, "ns": 45_000, "grid": (132, 1, 1),
+                                                "registers_per_thread": 168, "dynamic_shared_bytes": 101_376},
+                  {"name": "tail", "ns": 900}],
+}  # fmt: skip
+
+
+def traced_compare(tmp_path, **device_kw):
+    return compare(tmp_path, build(tmp_path, "v1"), build(tmp_path, "v2"), activity=ACTIVITY, **device_kw)
+
+
+def test_tracing_follows_each_cases_timing_and_is_kept_raw(tmp_path):
+    from qualify.run.fake import FakeDevice
+
+    seen: list[FakeDevice] = []
+    real_init = FakeDevice.__init__
+
+    def spy(self, *a, **kw):
+        real_init(self, *a, **kw)
+        seen.append(self)
+
+    FakeDevice.__init__ = spy
+    try:
+        outcome = traced_compare(tmp_path)
+    finally:
+        FakeDevice.__init__ = real_init
+    calls = seen[0].calls
+    kinds = [c[0] for c in calls]
+    traces = [i for i, k in enumerate(kinds) if k == "trace"]
+    assert len(traces) == 2 * 2 * 5  # two cases, two arms, schedule.traced_calls = 5
+    for group in (traces[:10], traces[10:]):
+        assert group == list(range(group[0], group[0] + 10))  # one case's calls back to back
+        before = [k for k in kinds[: group[0]] if k != "differs"]  # the read-back of the last half's outputs
+        assert before[-1] == "release"  # right after the case's last ABBA half
+        assert [calls[i][1] for i in group] == ["base"] * 5 + ["candidate"] * 5
+    assert "sample" in kinds[traces[9]:traces[10]]  # the next case is timed after this one's trace
+    (trial,) = outcome.trials
+    case = trial.cases[0]
+    assert [len(case.trace[s]) for s in ("base", "candidate")] == [5, 5]
+    assert [k.name for k in case.trace["candidate"][0].kernels] == [PREP, FLASH, "tail"]
+    assert trial.kernel_trace.names[FLASH] == "flash::kernel<128, true>"
+    assert trial.cost.stages_s["inventory"] >= 0
+
+
+def test_record_names_each_kernel_and_the_change(tmp_path):
+    outcome = traced_compare(tmp_path)
+    readme = (tmp_path / "record" / "README.md").read_text()
+    assert "## Kernels each call launches" in readme
+    assert "| N=256 | candidate | `flash::kernel<128, true>` | 132×1×1 | 128×1×1 | 168 | 0 B | 101,376 B |" in readme
+    (line,) = [x for x in readme.splitlines() if x.startswith("- N=256:")]
+    assert line.startswith("- N=256: `prep`: same; `flash::kernel<128, true>`: +12.")
+    assert line.endswith("`tail`: only in candidate")
+    assert "### Second timer" in readme and outcome.results.verdict.status == "qualified"
+    assert check_record(tmp_path / "record") == []
+
+
+def _edit_trial(tmp_path, edit) -> list[str]:
+    path = tmp_path / "record" / "trials" / "trial-1.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return check_record(tmp_path / "record")
+
+
+def test_report_check_catches_an_edited_kernel_table(tmp_path):
+    traced_compare(tmp_path)
+
+    def faster_flash(data):
+        data["cases"][0]["kernels"]["inventory"]["candidate"][1]["median_ns"] = 40_000.0
+
+    problems = _edit_trial(tmp_path, faster_flash)
+    assert any("differs from its raw samples" in p and "inventory.candidate[1].median_ns" in p for p in problems)
+
+
+def test_report_check_catches_an_edited_raw_trace(tmp_path):
+    traced_compare(tmp_path)
+
+    def later_end(data):
+        data["cases"][0]["trace"]["base"][0]["kernels"][1]["end_ns"] += 50_000
+
+    problems = _edit_trial(tmp_path, later_end)
+    assert any("kernels.timers.base" in p or "kernels.inventory.base" in p for p in problems), problems
+
+
+def test_report_check_catches_an_edited_readme_row(tmp_path):
+    traced_compare(tmp_path)
+    readme = tmp_path / "record" / "README.md"
+    text = readme.read_text()
+    assert "| 168 |" in text
+    readme.write_text(text.replace("| 168 |", "| 96 |", 1))
+    assert any("README.md line" in p for p in check_record(tmp_path / "record"))
+
+
+@pytest.mark.parametrize("skew, agree", [(0.0, True), (20_000.0, False)])
+def test_timers_that_disagree_are_a_reason(tmp_path, skew, agree):
+    outcome = traced_compare(tmp_path, trace_skew_ns=skew)
+    reasons = outcome.results.verdict.reasons
+    disagree = [r for r in reasons if "timers disagree at" in r]
+    if agree:
+        assert not disagree and outcome.results.verdict.status == "qualified"
+    else:
+        assert outcome.results.verdict.status == "incomplete"
+        assert disagree[0].startswith("trial 1: timers disagree at N=256 (base, traced call ")
+        assert "events 6" in disagree[0] and "CUPTI 42." in disagree[0]  # 42.x µs span + 20 µs skew
+        readme = (tmp_path / "record" / "README.md").read_text()
+        assert "| no |" in readme
+
+
+def test_without_cupti_the_record_says_so(tmp_path):
+    outcome = traced_compare(tmp_path, cupti=False)
+    (trial,) = outcome.trials
+    assert trial.status == "complete" and all(c.trace is None and c.kernels is None for c in trial.cases)
+    assert trial.kernel_trace.tool.startswith("not taken: cupti-python is not installed")
+    readme = (tmp_path / "record" / "README.md").read_text()
+    assert "Trial 1: kernel trace not taken: cupti-python is not installed" in readme
+    assert check_record(tmp_path / "record") == []
+
+
+def test_traced_calls_zero_traces_nothing(tmp_path):
+    plan = small_plan()
+    plan["schedule"]["traced_calls"] = 0
+    device = fake()
+    trial = run_trial(frozen(tmp_path, plan), device, tmp_path)
+    assert not [c for c in device.calls if c[0] == "trace"]
+    assert trial.kernel_trace.tool == "off (schedule.traced_calls is 0)"
+
+
+def test_kernel_arms_are_traced_and_timed_twice_too(tmp_path):
+    device = fake()
+    trial = run_trial(frozen(tmp_path), device, tmp_path)
+    case = trial.cases[0]
+    (base,) = case.kernels.inventory["base"]
+    (cand,) = case.kernels.inventory["candidate"]
+    assert base.median_ns == pytest.approx(10_000, rel=0.02) and cand.median_ns == pytest.approx(8_000, rel=0.02)
+    (change,) = case.kernels.attribution  # axpy<1> against axpy<4>: one kernel, its template argument changed
+    assert (change.name, change.candidate_name) == (base.name, cand.name) and base.name != cand.name
+    assert change.outcome == "faster" and all(t.agree for t in case.kernels.timers.values())
+
+
+def test_a_cupti_failure_ends_tracing_not_the_trial(tmp_path, monkeypatch):
+    from qualify.errors import DeviceError
+    from qualify.run.fake import FakeDevice
+
+    def broken(self, enqueue, calls, label, cold, timeout_s=60.0):
+        raise DeviceError("CUPTI activity_enable: CUPTI_ERROR_NOT_INITIALIZED")
+
+    monkeypatch.setattr(FakeDevice, "trace_calls", broken)
+    outcome = traced_compare(tmp_path)
+    (trial,) = outcome.trials
+    assert trial.status == "complete" and all(c.trace is None for c in trial.cases)
+    assert trial.kernel_trace.tool == "stopped at N=256 (base): CUPTI activity_enable: CUPTI_ERROR_NOT_INITIALIZED"
+    assert check_record(tmp_path / "record") == []
+
+
+def test_an_entry_point_failing_while_traced_fails_the_trial(tmp_path, monkeypatch):
+    from qualify.run.fake import FakeDevice
+    from qualify.run.library import EntryPointFailed
+
+    def failing(self, enqueue, calls, label, cold, timeout_s=60.0):
+        raise EntryPointFailed("attention_gated returned 1: invalid argument", 1)
+
+    monkeypatch.setattr(FakeDevice, "trace_calls", failing)
+    (trial,) = traced_compare(tmp_path).trials
+    assert trial.status == "failed" and "returned 1" in trial.failures[0].message
+
+
+def test_the_terminal_summary_attributes_the_change(tmp_path):
+    import io
+
+    from qualify.render.terminal import console, run_summary
+
+    outcome = traced_compare(tmp_path)
+    out = io.StringIO()
+    console(file=out).print(run_summary(outcome, tmp_path / "record"))
+    text = out.getvalue()
+    assert "kernels (traced calls, information only):" in text
+    (line,) = [x for x in text.splitlines() if x.strip().startswith("trial 1, N=1000:")]
+    assert "prep: same; flash::kernel<128, true>: +12." in line and line.endswith("tail: only in candidate")
