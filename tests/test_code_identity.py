@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,7 +15,7 @@ from plans import KERNEL, HEADER, make_repo, plan_copy
 from qualify.evaluate.verdict import verdict
 from qualify.plan.load import load_plan
 from qualify.record.render import render_readme
-from qualify.results.model import Results
+from qualify.results.model import BufferParity, KernelActivity, Results, TracedCall
 from qualify.run import code_identity
 from qualify.run.engine import RunOptions, TrialRunner
 from qualify.run.fake import FakeDevice, FakeTelemetry
@@ -131,7 +132,59 @@ def test_library_readme_says_the_timing_is_judged_as_measured(tmp_path):
     code = code_identity.library(FATBINS / "base.so", FATBINS / "comment.so", "sm_90")
     text = readme(loaded, trial.model_copy(update={"code": code}))
     assert "**Identical machine code** for sm_90 in both libraries" in text
-    assert "not known to match, so the timing is judged as measured" in text
+    assert "not known to match (no kernel inventory was taken), so the timing is judged as measured" in text
+
+
+# --- library arms: the kernel inventory says whether the launches match --------------------------
+
+
+def _call(name="fwd", grid=(4, 1, 1), regs=64, dyn=0, start=0):
+    k = KernelActivity(name=name, grid=grid, block=(128, 1, 1), registers_per_thread=regs, static_shared_bytes=0,
+                       dynamic_shared_bytes=dyn, local_bytes_per_thread=0, start_ns=start, end_ns=start + 500,
+                       correlation_id=1, stream_id=1)  # fmt: skip
+    return TracedCall(event_ns=2_000.0, kernels=[k])
+
+
+def _case(base_calls, cand_calls, equal=True):
+    parity = [BufferParity(buffer="out", equal=equal, elements=8, differing_elements=0 if equal else 1,
+                           first_difference=None if equal else 3, max_ulp=None, max_abs=None, max_rel=None)]  # fmt: skip
+    return SimpleNamespace(trace={"base": base_calls, "candidate": cand_calls}, parity=parity)
+
+
+def _library_identical():
+    return code_identity.library(FATBINS / "base.so", FATBINS / "comment.so", "sm_90")
+
+
+def test_identical_library_code_with_the_same_traced_launches_is_a_free_aa():
+    cases = [_case([_call(), _call(start=9_000)], [_call(start=100)]), _case([_call(grid=(8, 1, 1))], [_call(grid=(8, 1, 1))])]
+    code = code_identity.with_traced_launches(_library_identical(), cases)
+    assert code.launches_match is True and code.free_aa
+
+
+@pytest.mark.parametrize("change", [
+    {"grid": (5, 1, 1)}, {"regs": 65}, {"dyn": 16}, {"name": "other"},
+])
+def test_a_traced_launch_that_differs_in_any_part_keeps_the_timing_as_measured(change):
+    cases = [_case([_call()], [_call(**change)])]
+    code = code_identity.with_traced_launches(_library_identical(), cases)
+    assert code.launches_match is False and not code.free_aa
+
+
+def test_different_output_bytes_or_an_extra_kernel_are_not_a_free_aa():
+    assert not code_identity.with_traced_launches(_library_identical(), [_case([_call()], [_call()], equal=False)]).free_aa
+    two = TracedCall(event_ns=1.0, kernels=_call().kernels * 2)
+    assert not code_identity.with_traced_launches(_library_identical(), [_case([_call()], [two])]).free_aa
+    # one arm whose calls disagree among themselves is not "the same launches" either
+    assert not code_identity.with_traced_launches(_library_identical(), [_case([_call(), _call(grid=(2, 1, 1))],
+                                                                              [_call(), _call(grid=(2, 1, 1))])]).free_aa
+
+
+def test_without_a_trace_of_every_case_the_launches_stay_unknown():
+    code = _library_identical()
+    assert code_identity.with_traced_launches(code, [_case([_call()], [_call()]), _case([], [_call()])]) == code
+    assert code_identity.with_traced_launches(code, []) == code
+    known = code.model_copy(update={"launches_match": False})
+    assert code_identity.with_traced_launches(known, [_case([_call()], [_call()])]) == known  # a caller's answer stands
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C compiler")
