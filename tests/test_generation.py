@@ -137,6 +137,15 @@ def test_without_an_extra_the_first_use_is_one_line_exit_5_naming_the_extras(arg
     assert not (tmp_path / "record").exists()
 
 
+def test_records_are_checked_and_merged_without_an_extra(tmp_path):
+    """The base install is generation-neutral: what needs no GPU and no compiler (report --check,
+    --merge: the merge job of gpu.yml installs no extra) runs without cuda-bindings."""
+    for argv in (["report", "--check", "records/vecload"], ["report", "--merge", tmp_path / "merged", "records/vecload"]):
+        done = subprocess.run([sys.executable, "-c", WITHOUT_BINDINGS, *map(str, argv)], capture_output=True,
+                              text=True, cwd=ROOT, timeout=300)  # fmt: skip
+        assert done.returncode == 0 and done.stderr == "", (argv, done.stderr)
+
+
 # -- header discovery --------------------------------------------------------------------------
 
 
