@@ -17,8 +17,8 @@ from typing import Callable
 
 import numpy as np
 
-from qualify.build.nvrtc import CompiledKernel, KernelSpec, compile_kernel
 from qualify import generation
+from qualify.build.nvrtc import CompiledKernel, KernelSpec, compile_kernel
 from qualify.errors import BuildError, DeviceError
 from qualify.plan.model import DeviceSpec
 from qualify.results.model import ArmResources, DeviceInfo
@@ -163,7 +163,7 @@ class CudaDevice:
         self.info = self._read_info(ordinal)
         try:
             self._check_loadable()
-        except DeviceError:
+        except Exception:  # a refusal, or NVRTC missing: no context is left retained
             driver.cuDevicePrimaryCtxRelease(self.device)
             raise
         self.stream = _check(
