@@ -20,15 +20,19 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from qualify import generation
 from qualify.errors import ExitCode, QualifyError
 from qualify.results.model import DeviceInfo
 
 # History of the --json shape (bump on any incompatible change and say what changed):
 #   1 — {"doctor_version", "ok", "exit_code", "device", "checks": [{"name", "status", "detail", "exit_code"}]}
-DOCTOR_VERSION = 1
+#   2 — adds "cuda": {"driver", "bindings", "nvrtc", "headers", "generation", "extra"}, the versions the
+#       `cuda` line shows (any may be null: not installed, no driver)
+DOCTOR_VERSION = 2
 
-PACKAGES = ("cuda-bindings", "cuda-pathfinder", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime", "numpy", "pydantic",
-            "nvidia-ml-py")  # fmt: skip
+# The generation-neutral packages; cuda-bindings, NVRTC and the runtime headers are named by the
+# installed generation (qualify.generation), cuda-bindings and NVRTC before them as the line shows.
+PACKAGES = ("cuda-pathfinder", "numpy", "pydantic", "nvidia-ml-py")
 TOOLKIT_BIN = ("CUDA_HOME", "CUDA_PATH")
 
 # NVML clock-event reasons that mean the SM runs below the clock it would otherwise hold. Idle (0x1),
@@ -51,15 +55,30 @@ class Check(BaseModel):
     exit_code: int | None = None  # set when status is "fail": the code this problem maps to
 
 
+class CudaVersions(BaseModel):
+    """The CUDA stack's versions (qualify.generation): the driver's CUDA version, the cuda-bindings
+    package, NVRTC, the runtime headers NVRTC compiles against, and the generation they make."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    driver: str | None
+    bindings: str | None
+    nvrtc: str | None
+    headers: str | None
+    generation: int | None
+    extra: str | None  # the install extra of that generation, e.g. "cu13"
+
+
 class DoctorReport(BaseModel):
     """The document `qualify doctor --json` prints (version DOCTOR_VERSION)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    doctor_version: Literal[1] = DOCTOR_VERSION
+    doctor_version: Literal[2] = DOCTOR_VERSION
     ok: bool
     exit_code: int
     device: DeviceInfo | None
+    cuda: CudaVersions
     checks: list[Check]
 
 
@@ -85,8 +104,10 @@ class Host:
     nvml_state: Callable[[str], NvmlState | str]  # by UUID; a str says why NVML cannot tell
     which: Callable[[str], str | None]
     package_version: Callable[[str], str | None]
-    nvrtc_version: Callable[[], str]  # raises ToolError
-    include_dir: Callable[[], Path]  # raises ToolError
+    nvrtc_version: Callable[[], str]  # raises QualifyError
+    include_dir: Callable[[], Path]  # raises QualifyError
+    driver_cuda: Callable[[], str | None]  # the driver's CUDA version ("13.0"); None without a driver
+    header_version: Callable[[Path], str | None]  # CUDART_VERSION of a header folder ("13.0")
     # None when cupti-python loads, else why not (qualify.run.cupti_tracer.missing); the default
     # says nothing is missing, for hosts built by tests that do not care
     cupti_missing: Callable[[], str | None] = lambda: None
@@ -103,20 +124,28 @@ def diagnose(host: Host, ordinal: int = 0, plan=None, needs_nvcc: bool = True,
     checks: list[Check] = []
     add = checks.append
 
-    missing = [p for p in PACKAGES if host.package_version(p) is None]
-    versions = ", ".join(f"{p} {host.package_version(p)}" for p in PACKAGES if p not in missing)
+    packages = _packages(host)
+    missing = [p for p in packages if host.package_version(p) is None]
+    versions = ", ".join(f"{p} {host.package_version(p)}" for p in packages if p not in missing)
     if missing:
         add(Check(name="packages", status="fail", exit_code=ExitCode.DEVICE,
-                  detail=f"missing {', '.join(missing)}; reinstall with pip install -e .  ({versions})"))  # fmt: skip
+                  detail=f"missing {', '.join(missing)}; {generation.install_advice(_version(host.driver_cuda()))} "
+                         f"({versions})"))  # fmt: skip
     else:
         add(Check(name="packages", status="ok", detail=versions))
 
-    nvrtc = None
+    nvrtc = headers = None
     try:
         nvrtc = host.nvrtc_version()
-        add(Check(name="nvrtc", status="ok", detail=f"NVRTC {nvrtc}, headers in {host.include_dir()}"))
+        include = host.include_dir()
+        headers = host.header_version(include)
+        add(Check(name="nvrtc", status="ok", detail=f"NVRTC {nvrtc}, headers in {include}"))
     except QualifyError as exc:
         add(Check(name="nvrtc", status="fail", exit_code=exc.exit_code, detail=exc.one_line()))
+    cuda = CudaVersions(driver=host.driver_cuda(), bindings=host.package_version("cuda-bindings"), nvrtc=nvrtc,
+                        headers=headers, generation=None, extra=None)  # fmt: skip
+    cuda_check, cuda = _cuda_check(cuda)
+    add(cuda_check)
 
     info = None
     try:
@@ -127,10 +156,6 @@ def diagnose(host: Host, ordinal: int = 0, plan=None, needs_nvcc: bool = True,
         add(Check(name="driver", status="ok", detail=f"driver {info.driver_version}, CUDA {info.cuda_driver_version}"))
         add(Check(name="gpu", status="ok", detail=f"device {ordinal}: {info.name}, compute capability "
                   f"{info.compute_capability} ({info.arch}), {info.sm_count} SMs, {info.uuid}"))  # fmt: skip
-        if nvrtc is not None and _newer(nvrtc, info.cuda_driver_version):
-            # qualify compiles CUBIN, which an older driver still loads; PTX from it would not
-            add(Check(name="nvrtc", status="warn", detail=f"NVRTC {nvrtc} is newer than the driver's CUDA "
-                      f"{info.cuda_driver_version}: keep nvidia-cuda-nvrtc on the driver's minor"))  # fmt: skip
         if plan is not None:
             checks.extend(_plan_checks(plan, info))
         checks.extend(_nvml_checks(host.nvml_state(info.uuid)))
@@ -145,14 +170,40 @@ def diagnose(host: Host, ordinal: int = 0, plan=None, needs_nvcc: bool = True,
     failures = [c.exit_code for c in checks if c.status == "fail" and c.exit_code is not None]
     order = (ExitCode.DEVICE, ExitCode.TOOL, ExitCode.BAD_INPUT)
     code = next((c for c in order if c in failures), failures[0] if failures else ExitCode.QUALIFIED)
-    return DoctorReport(ok=not failures, exit_code=int(code), device=info, checks=checks)
+    return DoctorReport(ok=not failures, exit_code=int(code), device=info, cuda=cuda, checks=checks)
 
 
-def _newer(version: str, than: str) -> bool:
-    def key(v: str) -> tuple[int, ...]:
-        return tuple(int(p) for p in v.split(".") if p.isdigit())
+def _version(text: str | None) -> generation.CudaVersion | None:
+    try:
+        return generation.CudaVersion.parse(text) if text else None
+    except ValueError:
+        return None
 
-    return key(version) > key(than)
+
+def _packages(host: Host) -> tuple[str, ...]:
+    """cuda-bindings and the NVRTC and runtime wheels of the installed generation (the newest's
+    names when cuda-bindings is missing), cuda-pathfinder after cuda-bindings, then the rest."""
+    bindings = _version(host.package_version("cuda-bindings"))
+    gen = (generation.for_major(bindings.major) if bindings else None) or generation.GENERATIONS[generation.NEWEST]
+    first, *rest = gen.packages
+    return (first, PACKAGES[0], *rest, *PACKAGES[1:])
+
+
+def _cuda_check(found: CudaVersions) -> tuple[Check, CudaVersions]:
+    """The `cuda` line: the four versions, the generation they make, and whether they agree."""
+    stack = generation.CudaStack(driver=_version(found.driver), bindings=found.bindings, nvrtc=_version(found.nvrtc),
+                                 headers=_version(found.headers))  # fmt: skip
+    gen = stack.generation
+    found = found.model_copy(update={"generation": gen.major if gen else None, "extra": gen.extra if gen else None})
+    parts = [f"driver CUDA {found.driver}" if found.driver else "no driver", f"cuda-bindings {found.bindings or 'none'}",
+             f"NVRTC {found.nvrtc or 'none'}", f"headers {found.headers or 'none'}"]  # fmt: skip
+    detail = ", ".join(parts) + (f": generation {gen.major} (qualify[{gen.extra}])" if gen else "")
+    refused, warned = generation.refusals(stack), generation.warnings(stack)
+    if refused:
+        return Check(name="cuda", status="fail", exit_code=ExitCode.DEVICE, detail=f"{detail}; {refused[0]}"), found
+    if warned:
+        return Check(name="cuda", status="warn", detail=f"{detail}; {warned[0]}"), found
+    return Check(name="cuda", status="ok", detail=detail), found
 
 
 def _plan_checks(plan, info: DeviceInfo) -> list[Check]:
@@ -333,6 +384,20 @@ def _flag(value) -> bool | None:
     return None if value is None else bool(value)
 
 
+def _driver_cuda() -> str | None:
+    from qualify.run.device import driver_cuda_version
+
+    try:
+        return driver_cuda_version()
+    except QualifyError:  # no cuda-bindings: the packages and cuda lines say so
+        return None
+
+
+def _header_version(include_dir: Path) -> str | None:
+    version = generation.header_version(include_dir)
+    return str(version) if version else None
+
+
 def real_host() -> Host:
     from qualify.build.nvrtc import nvrtc_version, toolkit_include_dir
 
@@ -340,5 +405,6 @@ def real_host() -> Host:
 
     return Host(open_device=_open_device, nvml_state=_nvml_state, which=find_tool,
                 package_version=_package_version, nvrtc_version=nvrtc_version,
-                include_dir=toolkit_include_dir, cupti_missing=cupti_tracer.missing)  # fmt: skip
+                include_dir=toolkit_include_dir, driver_cuda=_driver_cuda,
+                header_version=_header_version, cupti_missing=cupti_tracer.missing)  # fmt: skip
 

@@ -14,7 +14,8 @@ import pytest
 import qualify.doctor as doctor
 from qualify.cli import main
 from qualify.doctor import DoctorReport, Host, NvmlState, diagnose, format_report, plan_needs
-from qualify.errors import DeviceError, ToolError
+from qualify.errors import DeviceError
+from qualify.generation import missing_extra
 from qualify.plan.load import load_plan
 from qualify.results.store import Record
 
@@ -34,9 +35,11 @@ def healthy(**changes) -> Host:
         open_device=lambda ordinal: H200.model_copy(update={"ordinal": ordinal}),
         nvml_state=lambda uuid: QUIET,
         which=lambda tool: f"/usr/local/cuda/bin/{tool}",
-        package_version=lambda name: "1.0",
+        package_version=lambda name: "13.0.1" if name == "cuda-bindings" else "1.0",
         nvrtc_version=lambda: "13.0",
         include_dir=lambda: Path("/site-packages/nvidia/cu13/include"),
+        driver_cuda=lambda: "13.0",
+        header_version=lambda folder: "13.0",
     )
     return replace(host, **changes)
 
@@ -90,12 +93,17 @@ def test_what_each_committed_plan_needs():
     assert plan_needs(load_plan(ROOT / "protocols/attention-wide-entry/plan.json").plan) == (True, False)
 
 
-def test_missing_nvrtc_is_the_tools_code():
+def test_missing_nvrtc_is_an_environment_failure_naming_the_extra():
     def missing():
-        raise ToolError("NVRTC library not found; install nvidia-cuda-nvrtc")
+        raise missing_extra("libnvrtc", "NVRTC cannot be loaded (DynamicLibNotFoundError)")
 
     report = diagnose(healthy(nvrtc_version=missing))
-    assert report.exit_code == 6 and "install nvidia-cuda-nvrtc" in by_name(report, "nvrtc")[0].detail
+    assert report.exit_code == 5
+    (nvrtc,) = by_name(report, "nvrtc")
+    assert nvrtc.status == "fail" and nvrtc.exit_code == 5 and "qualify[cu13]" in nvrtc.detail
+    (cuda,) = by_name(report, "cuda")  # the driver is CUDA 13.0: its extra, not a list of choices
+    assert cuda.status == "fail" and "NVRTC not installed; install the extra for the driver's CUDA 13.0: " \
+        "pip install 'qualify[cu13]'" in cuda.detail
 
 
 def test_a_missing_package_is_an_environment_failure():
@@ -114,9 +122,9 @@ def test_the_gpu_is_checked_against_the_plans_devices():
 
 
 def test_an_nvrtc_newer_than_the_driver_is_a_warning():
-    report = diagnose(healthy(nvrtc_version=lambda: "13.1"))
+    report = diagnose(healthy(nvrtc_version=lambda: "13.1", header_version=lambda folder: "13.1"))
     assert report.exit_code == 0
-    assert any(c.status == "warn" and "newer than the driver" in c.detail for c in by_name(report, "nvrtc"))
+    assert any(c.status == "warn" and "newer than the driver" in c.detail for c in by_name(report, "cuda"))
 
 
 @pytest.mark.parametrize(
@@ -173,7 +181,7 @@ def test_command_json_follows_its_schema(capsys, monkeypatch):
     import jsonschema  # here, not at the top: a GPU host running only `pytest -m gpu` may lack it
 
     jsonschema.validate(document, json.loads(SCHEMA.read_text()))
-    assert document["doctor_version"] == 1 and document["exit_code"] == 5 and document["ok"] is False
+    assert document["doctor_version"] == 2 and document["exit_code"] == 5 and document["ok"] is False
 
 
 def test_command_on_a_ready_runner_is_exit_0(capsys, monkeypatch):

@@ -8,7 +8,8 @@
 #   QUALIFY_BASE       git revision a pull request is measured from (origin/main)
 #   QUALIFY_OUT        folder for the records, one per protocol (default ci-records); must not hold them yet
 #   QUALIFY_LABEL      the runner's GPU label, for the summary's heading (default: the host name)
-#   QUALIFY_PYTHON     a Python with qualify installed; default: a fresh .venv with pip install -e ".[test]"
+#   QUALIFY_PYTHON     a Python with qualify installed; default: a fresh .venv with pip install -e ".[cu13,test]"
+#   QUALIFY_EXTRA      the install extra of the runner's driver for that fresh .venv: cu13 (default) or cu12
 #   QUALIFY_GPU_TESTS  0 skips pytest -m gpu (for a quick manual run; CI always runs them)
 #   GITHUB_STEP_SUMMARY  where the Markdown summary is appended (default: $QUALIFY_OUT/summary.md)
 #
@@ -72,8 +73,10 @@ stop_if_interrupted() {
 if [ -n "${QUALIFY_PYTHON:-}" ]; then
   PY=$QUALIFY_PYTHON
 else
-  python3 -m venv .venv && .venv/bin/python -m pip install -q -e ".[test]" || {
-    annotate error "set-up" "pip install -e .[test] failed"
+  extra=${QUALIFY_EXTRA:-cu13}
+  case "$extra" in cu13|cu12) ;; *) annotate error "set-up" "QUALIFY_EXTRA must be cu13 or cu12"; record_code 5; finish ;; esac
+  python3 -m venv .venv && .venv/bin/python -m pip install -q -e ".[${extra},test]" || {
+    annotate error "set-up" "pip install -e .[${extra},test] failed"
     record_code 5
     finish
   }

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from qualify import strict_json
+from qualify import generation, strict_json
 from qualify.build.resources import KernelResources, error_lines, parse_ptxas_log
 from qualify.errors import BuildError, FrozenInputChanged, PlanError, QualifyError, ToolError
 from qualify.io import MAX_JSON_BYTES, MAX_SOURCE_BYTES, UnreadableFile, atomic_write_bytes, read_limited
@@ -63,8 +63,8 @@ class CompiledKernel:
 def _nvrtc():
     try:
         from cuda.bindings import nvrtc
-    except ImportError as exc:  # pragma: no cover - a broken install
-        raise ToolError(f"cuda-bindings NVRTC is unavailable: {exc}") from None
+    except ImportError as exc:  # installed without an extra (qualify[cu13] or qualify[cu12])
+        raise generation.missing_extra("cuda-bindings", f"not installed ({exc.name or exc})") from None
     return nvrtc
 
 
@@ -73,20 +73,22 @@ def nvrtc_version() -> str:
     nvrtc = _nvrtc()
     try:
         err, major, minor = nvrtc.nvrtcVersion()
-    except RuntimeError as exc:  # libnvrtc not found
-        raise ToolError(f"NVRTC library not found ({exc}); install nvidia-cuda-nvrtc") from None
+    except RuntimeError as exc:  # libnvrtc of cuda-bindings' generation not found
+        raise generation.missing_extra("libnvrtc", f"NVRTC cannot be loaded ({type(exc).__name__})") from None
     _check(err, "nvrtcVersion")
     return f"{major}.{minor}"
 
 
-@lru_cache(maxsize=1)
-def toolkit_include_dir() -> Path:
+def _pathfinder_headers() -> str | None:
     from cuda.pathfinder import find_nvidia_header_directory
 
-    found = find_nvidia_header_directory("cudart")
-    if not found:
-        raise ToolError("CUDA headers not found; install nvidia-cuda-runtime (cuda_bf16.h ...)")
-    return Path(found)
+    return find_nvidia_header_directory("cudart")
+
+
+@lru_cache(maxsize=1)
+def toolkit_include_dir() -> Path:
+    """The runtime headers of NVRTC's own generation (qualify.generation.header_dir)."""
+    return generation.header_dir(generation.CudaVersion.parse(nvrtc_version()), _pathfinder_headers)
 
 
 def _check(err, what: str) -> None:
@@ -121,7 +123,7 @@ def compile_kernel(spec: KernelSpec) -> CompiledKernel:
     was frozen, whatever the preprocessor made of the source. Results are cached by the exact bytes
     NVRTC read (qualify.build.nvrtc's cache functions).
     """
-    nvrtc_version()  # a clear ToolError when the library is missing
+    nvrtc_version()  # one line naming the install extra when NVRTC is missing
     try:
         source = read_limited(spec.source, MAX_SOURCE_BYTES)
     except UnreadableFile as exc:

@@ -16,7 +16,7 @@ from qualify.errors import DeviceError
 from qualify.results.model import KernelActivity
 
 PACKAGE = "cupti-python"
-INSTALL = "pip install 'qualify[cupti-cu13]' (cupti-python of the driver's CUDA major version)"
+INSTALL = "pip install 'qualify[cupti-cu13]' ('qualify[cupti-cu12]' where the driver is CUDA 12)"
 BUFFER_BYTES = 8 << 20
 
 

@@ -17,8 +17,9 @@ from typing import Callable
 
 import numpy as np
 
+from qualify import generation
 from qualify.build.nvrtc import CompiledKernel, KernelSpec, compile_kernel
-from qualify.errors import DeviceError
+from qualify.errors import BuildError, DeviceError
 from qualify.plan.model import DeviceSpec
 from qualify.results.model import ArmResources, DeviceInfo, DeviceLimits, TracedCall
 from qualify.run.cabi import C_TYPES
@@ -77,9 +78,22 @@ class Kernel:
 def _driver():
     try:
         from cuda.bindings import driver
-    except ImportError as exc:
-        raise DeviceError(f"cuda-bindings is not installed: {exc}") from None
+    except ImportError as exc:  # installed without an extra (qualify[cu13] or qualify[cu12])
+        raise generation.missing_extra("cuda-bindings", f"not installed ({exc.name or exc})") from None
     return driver
+
+
+def driver_cuda_version() -> str | None:
+    """The CUDA version the driver supports ("13.0"), as nvidia-smi prints it; None without a
+    driver. cuDriverGetVersion needs no cuInit and no device."""
+    driver = _driver()
+    try:
+        err, version = driver.cuDriverGetVersion()
+    except RuntimeError:  # libcuda.so is not there at all
+        return None
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return None
+    return str(generation.CudaVersion.from_int(int(version)))
 
 
 def _check(result, what: str):
@@ -147,6 +161,11 @@ class CudaDevice:
         self.context = _check(driver.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
         _check(driver.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
         self.info = self._read_info(ordinal)
+        try:
+            self._check_loadable()
+        except Exception:  # a refusal, or NVRTC missing: no context is left retained
+            driver.cuDevicePrimaryCtxRelease(self.device)
+            raise
         self.stream = _check(
             driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate"
         )
@@ -196,6 +215,29 @@ class CudaDevice:
             cuda_driver_version=f"{version // 1000}.{version % 1000 // 10}",
             pci_bus_id=pci,
         )
+
+    def _check_loadable(self) -> None:
+        """The start-up check: the driver loads what the installed NVRTC writes for this device.
+
+        A mismatch (NVRTC 13 on a CUDA 12 driver: CUDA_ERROR_UNSUPPORTED_PTX_VERSION or an invalid
+        image) would otherwise surface at the first kernel of a trial, mid-run, as if the kernel
+        were at fault. One of qualify's own helpers is compiled (cached after the first time) and
+        loaded; the refusal names both versions and the extra to install."""
+        from qualify.build.nvrtc import nvrtc_version
+
+        nvrtc = generation.CudaVersion.parse(nvrtc_version())
+        cuda = generation.CudaVersion.parse(self.info.cuda_driver_version)
+        try:
+            compiled = compile_kernel(KernelSpec(source=HELPERS, kernel="qualify_settle", arch=self.info.arch))
+        except BuildError as exc:
+            raise DeviceError(f"NVRTC {nvrtc} cannot compile for this device's {self.info.arch} ({exc.message}); "
+                              f"{generation.install_advice(cuda)}") from None  # fmt: skip
+        err, module = self._driver.cuModuleLoadData(compiled.cubin)
+        if err != self._driver.CUresult.CUDA_SUCCESS:
+            _, name = self._driver.cuGetErrorName(err)
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            raise DeviceError(generation.load_refusal(nvrtc, cuda, f"{name}, {int(err)}"))
+        self._driver.cuModuleUnload(module)
 
     # -- kernels ----------------------------------------------------------------------------
 
