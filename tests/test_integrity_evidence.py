@@ -597,6 +597,14 @@ def test_readme_with_a_trailing_space(rec, capsys):
     refused(capsys, rec, 2, "README.md line 4 differs")
 
 
+def test_readme_cut_short_names_the_first_missing_line(rec, capsys):
+    path = rec / "README.md"
+    lines = path.read_text().split("\n")  # the text ends in "\n": the last item is ""
+    last = lines[-2]
+    path.write_text("\n".join(lines[:-2]) + "\n")
+    refused(capsys, rec, 2, f"README.md line {len(lines) - 1}: missing line (expected {last!r})")
+
+
 def test_readme_not_utf8(rec, capsys):
     path = rec / "README.md"
     path.write_bytes(path.read_bytes() + b"\xff")
