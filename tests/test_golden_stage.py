@@ -56,3 +56,10 @@ def test_a_control_as_declared_is_no_problem():
     outcome = ControlOutcome(control="c", case="S=8", expected={"out": "fail"}, passed={"out": False},
                              worst_bound_fraction={"out": 3.0}, as_declared=True)  # fmt: skip
     assert control_problem(outcome) is None
+
+
+def test_a_plan_without_a_golden_opens_none(tmp_path):
+    from plans import make_repo, plan_copy
+    from qualify.plan.load import load_plan
+
+    assert open_golden(load_plan(make_repo(tmp_path, plan_copy()))) is None
