@@ -43,3 +43,13 @@ def test_every_two_blocks_put_each_series_once_in_each_position(pair, first):
         (series, position): 1 for (series, _), position in
         ((s, p) for s in pair for p in range(4))
     }  # fmt: skip
+
+
+def test_the_schedule_is_data_no_caller_can_change():
+    """The engine and the plots read the same halves: neither may edit one the other relies on."""
+    import dataclasses
+
+    half = block_halves(0, MAIN)[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        half.series = "candidate"  # type: ignore[misc]
+    assert len(set(block_halves(0, MAIN) + block_halves(0, MAIN))) == 4  # hashable, equal by value
