@@ -134,3 +134,12 @@ def test_a_pair_never_timed_replays_to_no_block_and_no_reason():
     arrays = samples(2, 0.01)
     empty = {k: v[:0] if k != "floor_ns" else v for k, v in arrays.items()}
     assert replay_stop(empty, CASE, MAIN, plan(PRECISION)) == (0, None)
+
+
+def test_samples_without_a_floor_replay_as_the_live_rule_judged_them():
+    """A trial that measured no empty-window floor (floor 0): the replay must not require one."""
+    arrays = samples(8, 0.0005)
+    del arrays["floor_ns"]
+    p = plan(PRECISION)
+    assert stop_reason(arrays, CASE, MAIN, 3, p) == "target met"
+    assert replay_stop(arrays, CASE, MAIN, p) == (3, "target met")
