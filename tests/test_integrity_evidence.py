@@ -556,6 +556,23 @@ def test_verdict_in_results_json_is_re_derived_from_the_samples(rec, capsys):
     refused(capsys, rec, 2, "results.json: the verdict is not the one its trials give", "verdict.status", lines=None)
 
 
+@pytest.mark.parametrize("update, what", [
+    (lambda r: {"plan_name": "forged"}, "plan_name"),
+    (lambda r: {"files": {**r.files, "extra.cu": "0" * 64}}, "files"),
+])  # fmt: skip
+def test_results_json_naming_another_plan_is_named_as_such(rec, capsys, update, what):
+    """results.json written as qualify writes it, its trials and verdict intact, but naming another
+    plan (or other frozen files) than the record's plan and lock: the check says which, rather than
+    leaving the reader a byte difference to decode."""
+    from qualify.results.store import results_json
+
+    results = Record(rec).results()
+    forged = results.model_copy(update=update(results))
+    (rec / "results.json").write_text(results_json(forged), encoding="utf-8")
+    err = refused(capsys, rec, 2, "results.json: plan_name or files differ from plan.json and", lines=None)
+    assert not any("results.json line" in line for line in err), err
+
+
 # ---------------------------------------------------------------------------------------------
 # cause 9: results.json and README.md byte for byte
 
@@ -578,6 +595,14 @@ def test_readme_with_a_trailing_space(rec, capsys):
     lines[3] += " "
     path.write_text("\n".join(lines))
     refused(capsys, rec, 2, "README.md line 4 differs")
+
+
+def test_readme_cut_short_names_the_first_missing_line(rec, capsys):
+    path = rec / "README.md"
+    lines = path.read_text().split("\n")  # the text ends in "\n": the last item is ""
+    last = lines[-2]
+    path.write_text("\n".join(lines[:-2]) + "\n")
+    refused(capsys, rec, 2, f"README.md line {len(lines) - 1}: missing line (expected {last!r})")
 
 
 def test_readme_not_utf8(rec, capsys):

@@ -9,7 +9,7 @@ import pytest
 
 from plans import plan_copy
 from qualify.errors import PlanError
-from qualify.evaluate.stopping import replay_stop, stop_reason
+from qualify.evaluate.stopping import half_width_pct, replay_stop, stop_reason
 from qualify.plan.load import validate_plan
 from qualify.run.schedule import AA, MAIN, block_order
 
@@ -104,3 +104,42 @@ def test_replay_finds_where_the_rule_stopped():
     assert replay_stop(samples(8, 0.05), CASE, MAIN, p) == (8, "block cap")
     # a record cut short of any reason (a wall cap, or an interrupted trial) replays to its end
     assert replay_stop(samples(5, 0.05), CASE, MAIN, p) == (5, None)
+
+
+def _through(arrays: dict, last_block: int) -> dict:
+    """The samples the engine held after `last_block`, written out independently of the module."""
+    out = {"floor_ns": arrays["floor_ns"]}
+    for s in ("base", "candidate"):
+        keep = arrays[f"{CASE}/{s}/block"] <= last_block
+        out[f"{CASE}/{s}/ns"] = arrays[f"{CASE}/{s}/ns"][keep]
+        out[f"{CASE}/{s}/block"] = arrays[f"{CASE}/{s}/block"][keep]
+    return out
+
+
+def test_a_half_width_exactly_at_the_target_meets_it_and_the_replay_agrees():
+    """The live rule and its replay stop at the same block, on the same interval (floor included)."""
+    arrays = samples(8, 0.01, seed=3)
+    # a floor close to the samples: leaving it out of the replay would narrow every interval
+    arrays["floor_ns"] = np.full(10, 9000.0)
+    widths = [half_width_pct(_through(arrays, b - 1), CASE, MAIN, plan(PRECISION)) for b in range(1, 9)]
+    stop_at = 5
+    assert min(widths[2:stop_at - 1]) > widths[stop_at - 1]  # narrower at block 5 than at 3 and 4
+    p = plan(dict(PRECISION, target_ci_pct=widths[stop_at - 1]))
+    assert stop_reason(_through(arrays, stop_at - 1), CASE, MAIN, stop_at, p) == "target met"
+    assert stop_reason(_through(arrays, stop_at - 2), CASE, MAIN, stop_at - 1, p) is None
+    assert replay_stop(arrays, CASE, MAIN, p) == (stop_at, "target met")
+
+
+def test_a_pair_never_timed_replays_to_no_block_and_no_reason():
+    arrays = samples(2, 0.01)
+    empty = {k: v[:0] if k != "floor_ns" else v for k, v in arrays.items()}
+    assert replay_stop(empty, CASE, MAIN, plan(PRECISION)) == (0, None)
+
+
+def test_samples_without_a_floor_replay_as_the_live_rule_judged_them():
+    """A trial that measured no empty-window floor (floor 0): the replay must not require one."""
+    arrays = samples(8, 0.0005)
+    del arrays["floor_ns"]
+    p = plan(PRECISION)
+    assert stop_reason(arrays, CASE, MAIN, 3, p) == "target met"
+    assert replay_stop(arrays, CASE, MAIN, p) == (3, "target met")

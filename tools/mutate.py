@@ -348,15 +348,19 @@ def _equivalence(config: dict, key: dict[str, str]) -> str | None:
 
 
 def mutate_module(root: Path, copy: Path, module: str, tests: list[str], *, sample: int, seed: int,
-                  timeout: float | None, config: dict, log=print) -> dict:  # fmt: skip
-    """Run a sample of one module's mutants against `tests`; the module's section of the report."""
+                  timeout: float | None, config: dict, log=print, only: list[dict] | None = None) -> dict:  # fmt: skip
+    """Run a sample of one module's mutants against `tests`; the module's section of the report.
+    `only`: run just the mutants with these keys (the survivors of an earlier report) instead."""
     for t in tests:
         if not (root / t.split("::")[0]).exists():
             raise ToolError(f"{module}: test file {t} does not exist")
     target = copy / module
     original = target.read_text(encoding="utf-8")
     every = find_mutants(original, module)
-    chosen = sample_mutants(every, sample, seed, module)
+    if only is None:
+        chosen = sample_mutants(every, sample, seed, module)
+    else:
+        chosen = [m for m in every if m.key(original) in only]
     _check_import(copy, module)
     result, baseline, failing = _pytest(copy, tests, timeout=max(timeout or 0, 600))
     if result != "pass":
@@ -480,6 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", nargs="+", type=Path, metavar="REPORT",
                         help="combine report.json files of earlier runs into one report (with --out)")
     parser.add_argument("--label", help="what was mutated, e.g. 'before: commit abc1234' (default: the commit)")
+    parser.add_argument("--recheck", type=Path, metavar="REPORT",
+                        help="run again only the survivors of an earlier report.json (after new tests), "
+                             "and write that report with their new outcomes (with --out)")
     args = parser.parse_args(argv)
     try:
         return _main(args)
@@ -491,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
 def _main(args: argparse.Namespace) -> int:
     if args.merge:
         return _merge(args)
+    if args.recheck:
+        return _recheck(args)
     root = args.root.resolve()
     config = load_config(args.config)
     modules = list(config["targets"]) if args.all_targets else args.modules
@@ -535,6 +544,56 @@ def _finish(report: dict, args: argparse.Namespace) -> int:
     print("\n".join(lines[:6 + len(report["modules"])]))
     low = [m for m in report["modules"] if args.fail_under is not None and (m["score"] or 0) < args.fail_under]
     return 1 if low else 0
+
+
+def _read_report(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ToolError(f"{path}: {exc}") from None
+    if data.get("format") != REPORT_FORMAT:
+        raise ToolError(f"{path}: not a {REPORT_FORMAT} report")
+    return data
+
+
+def _recheck(args: argparse.Namespace) -> int:
+    """The earlier report's sample, its survivors run again against the tests as they are now.
+
+    The mutants it killed keep their outcome (a test added since cannot un-kill them); a survivor
+    whose line has changed since is no longer a mutant of the module and is reported as it was.
+    """
+    root = args.root.resolve()
+    config = load_config(args.config)
+    earlier = _read_report(args.recheck)
+    sections = [m for m in earlier["modules"] if not args.modules or m["module"] in args.modules]
+    if not sections:
+        raise ToolError(f"{args.recheck}: holds none of {', '.join(args.modules)}")
+    modules = []
+    with tempfile.TemporaryDirectory(prefix="qualify-mutate-") as tmp:
+        copy = Path(tmp) / "repo"
+        _copy_repository(root, copy)
+        for section in sections:
+            module = section["module"]
+            tests = args.tests or config["targets"].get(module) or section["tests"]
+            survivors = [o["key"] for o in section["mutants"] if o["status"] == "survived"]
+            if not survivors:
+                outcomes = [Outcome(**o) for o in section["mutants"]]
+                modules.append(summarize(module, section["tests"], section["mutants_total"],
+                                         section["baseline_seconds"], outcomes))  # fmt: skip
+                continue
+            print(f"{module}: {len(survivors)} survivors of {args.recheck}, running {', '.join(tests)}", flush=True)
+            again = mutate_module(root, copy, module, tests, sample=0, seed=earlier["seed"], timeout=args.timeout,
+                                  config=config, log=lambda s: print(s, flush=True), only=survivors)  # fmt: skip
+            fresh = {json.dumps(o["key"], sort_keys=True): o for o in again["mutants"]}
+            outcomes = []
+            for o in section["mutants"]:
+                o = fresh.get(json.dumps(o["key"], sort_keys=True), o)
+                outcome = Outcome(**o)
+                outcome.equivalent = _equivalence(config, outcome.key) if outcome.status == "survived" else None
+                outcomes.append(outcome)
+            modules.append(summarize(module, tests, again["mutants_total"], again["baseline_seconds"], outcomes))
+    commit = args.label or f"{earlier['commit']}, survivors re-run on {_commit(root)}"
+    return _finish({**earlier, "commit": commit, "modules": modules}, args)
 
 
 def _merge(args: argparse.Namespace) -> int:
