@@ -51,10 +51,12 @@ def test_tracing_follows_each_cases_timing_and_is_kept_raw(tmp_path):
     assert len(traces) == 2 * 2 * 5  # two cases, two arms, schedule.traced_calls = 5
     for group in (traces[:10], traces[10:]):
         assert group == list(range(group[0], group[0] + 10))  # one case's calls back to back
-        before = [k for k in kinds[: group[0]] if k != "differs"]  # the read-back of the last half's outputs
+        # the read-back of the last half's outputs, and the trial's null calls ahead of its first trace
+        before = [k for k in kinds[: group[0]] if k not in ("differs", "trace_null")]
         assert before[-1] == "release"  # right after the case's last ABBA half
         assert [calls[i][1] for i in group] == ["base"] * 5 + ["candidate"] * 5
     assert "sample" in kinds[traces[9]:traces[10]]  # the next case is timed after this one's trace
+    assert kinds.count("trace_null") == 1 and kinds.index("trace_null") == traces[0] - 1  # once, before the first
     (trial,) = outcome.trials
     case = trial.cases[0]
     assert [len(case.trace[s]) for s in ("base", "candidate")] == [5, 5]
@@ -114,7 +116,9 @@ def test_report_check_catches_an_edited_readme_row(tmp_path):
 
 @pytest.mark.parametrize("skew, agree", [(0.0, True), (20_000.0, False)])
 def test_timers_that_disagree_are_a_reason(tmp_path, skew, agree):
-    outcome = traced_compare(tmp_path, trace_skew_ns=skew)
+    # tracing's own cost (5 µs per window here) is measured on the null calls and subtracted; a
+    # timer fault on the arms' calls is not
+    outcome = traced_compare(tmp_path, trace_skew_ns=skew, trace_offset_ns=5_000.0)
     reasons = outcome.results.verdict.reasons
     disagree = [r for r in reasons if "timers disagree at" in r]
     if agree:
@@ -122,9 +126,31 @@ def test_timers_that_disagree_are_a_reason(tmp_path, skew, agree):
     else:
         assert outcome.results.verdict.status == "incomplete"
         assert disagree[0].startswith("trial 1: timers disagree at N=256 (base, traced call ")
-        assert "events 6" in disagree[0] and "CUPTI 42." in disagree[0]  # 42.x µs span + 20 µs skew
+        assert "events 6" in disagree[0] and "traced offset of 5.00 µs" in disagree[0]  # 42.x µs span + 5 + 20
+        assert "CUPTI 42." in disagree[0]
         readme = (tmp_path / "record" / "README.md").read_text()
         assert "| no |" in readme
+
+
+def test_the_null_calls_are_traced_once_per_trial_and_kept_raw(tmp_path):
+    outcome = traced_compare(tmp_path, trace_offset_ns=2_000.0)
+    (trial,) = outcome.trials
+    nulls = trial.kernel_trace.null_calls
+    assert len(nulls) == 5 and all(len(c.kernels) == 1 for c in nulls)
+    timers = [t for c in trial.cases for t in c.kernels.timers.values()]
+    # the fake's floor samples carry noise: the trial's measured floor, not 1,300 ns exactly, is subtracted
+    assert timers and all(t.offset_ns == pytest.approx(2_000.0, abs=50) and t.agree for t in timers)
+
+
+def test_report_check_catches_edited_null_calls(tmp_path):
+    traced_compare(tmp_path)
+
+    def longer(data):
+        for call in data["kernel_trace"]["null_calls"]:
+            call["event_ns"] += 30_000
+
+    problems = _edit_trial(tmp_path, longer)
+    assert any("timers" in p for p in problems), problems
 
 
 def test_without_cupti_the_record_says_so(tmp_path):

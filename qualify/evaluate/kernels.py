@@ -78,9 +78,9 @@ def label(change: KernelChange | KernelRow) -> str:
 
 
 def case_kernels(trace: dict[str, list[TracedCall]], names: dict[str, str], limits: DeviceLimits | None,
-                 floor_ns: float) -> CaseKernels:  # fmt: skip
+                 floor_ns: float, offset_ns: float = 0.0) -> CaseKernels:  # fmt: skip
     """Everything the record says about a case's kernels, from its raw trace alone."""
     rows = {side: inventory(calls, names, limits) for side, calls in trace.items()}
     attribution = attribute(rows["base"], rows["candidate"]) if {"base", "candidate"} <= rows.keys() else []
     return CaseKernels(inventory=rows, attribution=attribution,
-                       timers={side: agreement(calls, floor_ns) for side, calls in trace.items()})  # fmt: skip
+                       timers={side: agreement(calls, floor_ns, offset_ns) for side, calls in trace.items()})  # fmt: skip

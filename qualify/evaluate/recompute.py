@@ -11,6 +11,7 @@ import numpy as np
 
 from qualify.evaluate.summarize import floor_ns, has_series, pair_stats, timing_summary
 from qualify.evaluate.kernels import case_kernels
+from qualify.evaluate.second_timer import traced_offset
 from qualify.results.model import CaseTrial, KernelTrace, Trial
 
 
@@ -32,7 +33,8 @@ def kernel_fields(trace: dict | None, kernel_trace: KernelTrace | None, floor: f
         return {"kernels": None}
     names = kernel_trace.names if kernel_trace is not None else {}
     limits = kernel_trace.limits if kernel_trace is not None else None
-    return {"kernels": case_kernels(trace, names, limits, floor)}
+    offset = traced_offset(kernel_trace.null_calls, floor) if kernel_trace is not None else 0.0
+    return {"kernels": case_kernels(trace, names, limits, floor, offset)}
 
 
 def recompute_case(case: CaseTrial, arrays: dict[str, np.ndarray], iterations: int,

@@ -172,6 +172,8 @@ class TimerAgreement(Model):
     calls: int
     bound: str = Field(description="the agreement bound as stated in the record")
     event_ns: list[float] = Field(description="per call: event window minus the empty-pair floor")
+    offset_ns: float = Field(default=0.0, description="the traced offset subtracted besides the floor: "
+                             "median of (events - floor - CUPTI span) of the null calls")
     cupti_span_ns: list[float] = Field(description="per call: first kernel start to last kernel end")
     cupti_sum_ns: list[float] = Field(description="per call: sum of kernel durations")
     worst_call: int | None = Field(description="the call furthest outside (or nearest) the bound")
@@ -210,6 +212,10 @@ class KernelTrace(Model):
     demangler: str = Field(description="c++filt, builtin, or none (names kept as launched)")
     names: dict[str, str] = Field(default_factory=dict, description="launched name -> demangled")
     limits: DeviceLimits | None = None
+    null_calls: list[TracedCall] = Field(default_factory=list, description=(
+        "traced calls of qualify's own one-thread kernel, queued as every traced call is: what a "
+        "traced event window holds beyond the kernels (CUPTI's own cost per launch), measured in "
+        "the same trial; the second timer subtracts their median offset"))
 
 
 class CaseTrial(Model):

@@ -540,12 +540,27 @@ class CudaDevice:
         stop → release), then waited for and its activity flushed, so every call's kernels are its
         own. qualify's helper kernels (the flush, the blocking kernel) are dropped from the records.
         """
-        from qualify.run.cupti_tracer import Tracer
-
         self._prepare_helpers()
-        d = self._driver
         helpers = {k.compiled.lowered_name for k in (self._blocker, self._flusher, self._toucher, self._settler,
                                                      self._differ)}  # fmt: skip
+        return self._traced(enqueue, calls, label, cold, helpers, timeout_s)
+
+    def trace_null_calls(self, calls: int, cold: bool, timeout_s: float = SAMPLE_TIMEOUT_S) -> list[TracedCall]:
+        """`calls` traced calls of qualify's one-thread settle kernel (asked to wait 0 ns), queued
+        exactly as trace_calls queues an arm's call: what a traced window holds beyond its kernels."""
+        self._prepare_helpers()
+        helpers = {k.compiled.lowered_name for k in (self._blocker, self._flusher, self._toucher, self._differ)}
+
+        def null() -> None:
+            self.launch(self._settler, (1, 1, 1), (1, 1, 1), 0, [("u64", 0)])
+
+        return self._traced(null, calls, "null", cold, helpers, timeout_s)
+
+    def _traced(self, enqueue: Callable[[], None], calls: int, label: str, cold: bool, helpers: set[str],
+                timeout_s: float) -> list[TracedCall]:
+        from qualify.run.cupti_tracer import Tracer
+
+        d = self._driver
         out: list[TracedCall] = []
         self.synchronize()
         with Tracer() as tracer:

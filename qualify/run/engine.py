@@ -136,6 +136,7 @@ class TrialRunner:
         # why no kernel trace is taken (None: traced); set once the device is known
         self.untraced: str | None = None
         self._limits = None  # the device's occupancy limits, read at the first trace
+        self._null_calls: list = []  # traced calls of qualify's one-thread kernel (the second timer's offset)
 
     @contextmanager
     def _stage(self, name: str):
@@ -490,6 +491,9 @@ class TrialRunner:
         try:
             if self._limits is None:  # read while the context is sound: the trial may end in a fault
                 self._limits = self.device.limits()
+                # what a traced window holds beyond its kernels, measured once per trial, before
+                # the first arm's trace (the second timer subtracts it)
+                self._null_calls = self.device.trace_null_calls(calls, cold)
             for side, ex in execs.items():
                 self._side = side
                 trace[side] = self.device.trace_calls(lambda ex=ex: ex.enqueue(self.device), calls, side, cold)
@@ -734,7 +738,8 @@ class TrialRunner:
         tool = self.device.trace_tool() if traced else (self.untraced or "not taken: no case was timed")
         if traced and self.untraced:
             tool = f"{tool}; {self.untraced}"
-        return KernelTrace(tool=tool, demangler=demangler, names=names, limits=self._limits if traced else None)
+        return KernelTrace(tool=tool, demangler=demangler, names=names, limits=self._limits if traced else None,
+                           null_calls=self._null_calls if traced else [])
 
 
 def batch_size(arrays: dict[str, np.ndarray], case_id: str, samples_per_block: int, iterations: int) -> int:

@@ -34,6 +34,7 @@ FAKE_LIMITS = DeviceLimits(
     shared_unit=SHARED_UNIT, sub_partitions=SUB_PARTITIONS,
 )  # fmt: skip
 TRACE_GAP_NS = 400  # between kernels of one traced call
+NULL_NS = 600  # the one-thread kernel of CudaDevice.trace_null_calls
 
 
 @dataclass
@@ -76,6 +77,7 @@ class FakeDevice:
         activity: dict[str, list[dict]] | None = None,
         cupti: bool = True,
         trace_skew_ns: float = 0.0,
+        trace_offset_ns: float = 0.0,
     ):
         self.info = info
         self.kernels = kernels
@@ -94,6 +96,7 @@ class FakeDevice:
         self.activity = activity or {}
         self.cupti = cupti
         self.trace_skew_ns = trace_skew_ns  # added to every traced event window: a faulty timer
+        self.trace_offset_ns = trace_offset_ns  # what tracing costs every traced window, null calls too
         self._clock = 1_000_000
         self._trace_rng = np.random.default_rng(seed + 1)  # tracing leaves the samples' noise as it was
         self._kernel_names: dict[str, str] = {}  # label -> name expression of kernels launched
@@ -220,8 +223,22 @@ class FakeDevice:
                                               correlation_id=len(self.calls) * 100 + n, stream_id=7, **fields))  # fmt: skip
                 self._clock += ns + TRACE_GAP_NS
             span = (kernels[-1].end_ns - start) if kernels else 0
-            out.append(TracedCall(event_ns=self.floor + span + self.trace_skew_ns, kernels=kernels))
+            out.append(TracedCall(event_ns=self.floor + span + self.trace_offset_ns + self.trace_skew_ns,
+                                  kernels=kernels))
             self._clock += 10_000
+        return out
+
+    def trace_null_calls(self, calls: int, cold: bool, timeout_s: float = 60.0) -> list[TracedCall]:
+        """CudaDevice.trace_null_calls: a one-thread kernel of NULL_NS, its window `trace_offset_ns`
+        longer than floor + span (what tracing costs a real window)."""
+        out = []
+        for n in range(calls):
+            k = KernelActivity(name="qualify_settle", grid=(1, 1, 1), block=(1, 1, 1), registers_per_thread=8,
+                               static_shared_bytes=0, dynamic_shared_bytes=0, local_bytes_per_thread=0,
+                               start_ns=self._clock, end_ns=self._clock + NULL_NS, correlation_id=n, stream_id=7)  # fmt: skip
+            out.append(TracedCall(event_ns=self.floor + NULL_NS + self.trace_offset_ns, kernels=[k]))
+            self._clock += 10_000
+        self.calls.append(("trace_null", calls, cold))
         return out
 
     def close(self) -> None:
