@@ -170,6 +170,9 @@ def test_the_headers_of_nvrtcs_generation_are_chosen_with_both_wheels_installed(
     pathfinder = lambda: str(cu13)  # noqa: E731 - cuda-pathfinder lists cu13 first whatever NVRTC is
     assert header_dir(V("12.9"), pathfinder, search=[str(site)]) == cu12
     assert header_dir(V("13.0"), pathfinder, search=[str(site)]) == cu13
+    # each generation's wheel is found by its own layout, before a fallback of the other generation
+    assert header_dir(V("13.0"), lambda: str(cu12), search=[str(site)]) == cu13
+    assert header_dir(V("12.9"), lambda: None, search=[str(site)]) == cu12
     assert header_version(cu12) == V("12.9") and header_version(cu13) == V("13.0")
 
 
@@ -186,7 +189,17 @@ def test_the_fallback_is_taken_only_when_it_is_nvrtcs_generation(tmp_path):
 def test_no_headers_at_all_is_refused(tmp_path):
     with pytest.raises(DeviceError) as exc:
         header_dir(V("12.9"), lambda: None, search=[str(tmp_path)])
-    assert "no CUDA 12 headers for NVRTC 12.9" in exc.value.one_line() and "qualify[cu12]" in exc.value.one_line()
+    assert exc.value.one_line() == ("cuda_runtime.h: no CUDA 12 headers for NVRTC 12.9 (cuda_bf16.h ...); install the "
+                                    "extra for NVRTC CUDA 12.9: pip install 'qualify[cu12]'")  # fmt: skip
+
+
+def test_a_header_folder_without_a_version_is_not_taken(tmp_path):
+    folder = header_folder(tmp_path, "include", 0)
+    (folder / "cuda_runtime_api.h").write_text("#pragma once\n")  # no CUDART_VERSION: not a runtime's header
+    assert header_version(folder) is None
+    with pytest.raises(DeviceError) as exc:
+        header_dir(V("13.0"), lambda: str(folder), search=[])
+    assert f"found only {folder} (no CUDART_VERSION)" in exc.value.message
 
 
 def test_this_installs_headers_are_of_its_nvrtcs_generation():
@@ -203,6 +216,9 @@ def test_this_installs_headers_are_of_its_nvrtcs_generation():
 
 def test_doctor_shows_the_four_versions_and_the_generation():
     report = diagnose(healthy())
+    (packages,) = by_name(report, "packages")  # the names pip gives the cu13 extra's wheels
+    assert packages.detail.startswith("cuda-bindings 13.0.1, cuda-pathfinder 1.0, nvidia-cuda-nvrtc 1.0, "
+                                      "nvidia-cuda-runtime 1.0, numpy 1.0, pydantic 1.0, nvidia-ml-py 1.0")  # fmt: skip
     (cuda,) = by_name(report, "cuda")
     assert (cuda.status, cuda.detail) == ("ok", "driver CUDA 13.0, cuda-bindings 13.0.1, NVRTC 13.0, headers 13.0: "
                                                 "generation 13 (qualify[cu13])")  # fmt: skip

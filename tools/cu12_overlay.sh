@@ -5,7 +5,8 @@
 #
 # The machine reaches no registry, so the wheels are carried; a call carries at most 64 MiB with the
 # working tree (about 9 MB) and NVRTC's wheel alone is 90 MB. `stage` therefore splits it: the first
-# 50 MiB in .cu12/a, the rest with cuda-bindings and the runtime headers in .cu12/b (about 48 MB).
+# 50 MiB in .cu12/a, the rest with cuda-bindings and the runtime headers in .cu12/b (about 48 MB);
+# .cu12/ is git-ignored, as carry requires.
 # Two calls on the same warm machine (an ignored path carried once stays there):
 #
 #   here:    tools/cu12_overlay.sh stage
@@ -40,9 +41,6 @@ stage)
   done
   mv "$kit/download"/cuda_bindings-*.whl "$kit/download"/nvidia_cuda_runtime_cu12-*.whl "$kit/b/"
   rm -rf "$kit/download"
-  exclude=$(git rev-parse --git-path info/exclude)
-  mkdir -p "$(dirname "$exclude")"
-  grep -qx '/.cu12/' "$exclude" 2>/dev/null || echo '/.cu12/' >>"$exclude"
   du -sh "$kit/a" "$kit/b"
   ;;
 run)
