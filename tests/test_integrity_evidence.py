@@ -549,6 +549,17 @@ def test_sanitizer_result_edited(syn, capsys, change, fragment):
     refused(capsys, syn, 2, "trials/trial-1.json: contradicts its evidence", fragment, lines=None)
 
 
+def test_a_sanitizer_check_listed_twice_is_named(syn, capsys):
+    """qualify runs each declared check once per case and side; a second copy of a clean result
+    (say, pasted over a failing one's place) is not a run of its own."""
+    old_ledger(syn)
+    edit_trial(syn, 1, lambda d: d["sanitizer"].append(dict(d["sanitizer"][0])))
+    rerender(syn)
+    first = Record(syn).trials()[0].sanitizer[0]
+    refused(capsys, syn, 2, "trials/trial-1.json: contradicts its evidence",
+            f"{first.tool} at {first.case} ({first.side}) appears 2 times", lines=None)
+
+
 def test_verdict_in_results_json_is_re_derived_from_the_samples(rec, capsys):
     """results.json's verdict edited (numbers untouched): the verdict the samples give is not it."""
     path = rec / "results.json"
