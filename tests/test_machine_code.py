@@ -190,13 +190,25 @@ def test_the_sm_version_from_either_header_layout(tmp_path):
     assert machine_code(data[:48] + struct.pack("<I", 0) + data[52:]).sm is None
 
 
-def test_the_rendered_instruction_is_read_from_the_tools_listing(tmp_path):
-    # a stand-in printing nvdisasm's layout: offset comment, instruction, encoding comment
-    tool = tmp_path / "nvdisasm"
-    tool.write_text("#!/bin/sh\n"
-                    "echo '        /*0000*/                   LDC R1, c[0x0][0x28] ;   /* 0x00000a00ff017b82 */'\n"
-                    "echo '        /*0010*/              @!P0 FMUL R2, R2, 3 ;        /* 0x0000000302027820 */'\n")  # fmt: skip
-    tool.chmod(0o755)
+def test_the_rendered_instruction_is_read_from_the_functions_own_section(tmp_path):
+    # a stand-in printing nvdisasm's whole-CUBIN layout (it takes no function names): section
+    # headers, then offset comment, instruction; another function's section comes first
     data, name = cubin(tmp_path, SOURCE)
+    listing = [
+        "//--------------------- .text.other               --------------------------",
+        "        /*0010*/                   IADD3 R0, R0, 0x1, RZ ;",
+        "",
+        f"//--------------------- .text.{name}                   --------------------------",
+        f".text.{name}:",
+        "        /*0000*/                   LDC R1, c[0x0][0x28] ;",
+        "        /*0010*/              @!P0 FMUL R2, R2, 3 ;",
+        "",
+        "//--------------------- .nv.shared.reserved.0     --------------------------",
+        "        /*0020*/ \t.byte\t0x00 ;",
+    ]
+    tool = tmp_path / "nvdisasm"
+    tool.write_text("#!/bin/sh\ncat <<'EOF'\n" + "\n".join(listing) + "\nEOF\n")
+    tool.chmod(0o755)
     assert first_instructions(data, name, 0x10, tool=str(tool)) == "@!P0 FMUL R2, R2, 3"
-    assert first_instructions(data, name, 0x20, tool=str(tool)) is None
+    assert first_instructions(data, name, 0x20, tool=str(tool)) is None  # past the section's end
+    assert first_instructions(data, "absent", 0x10, tool=str(tool)) is None

@@ -287,6 +287,16 @@ def first_difference(a: bytes, b: bytes, sm: int | None) -> int:
 _NVDISASM_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 
 
+def _text_section(listing: str, function: str) -> str:
+    """The part of an nvdisasm listing under the `.text.<function>` header, up to the next header."""
+    header = re.compile(r"^//-+ \.text\." + re.escape(function) + r"\s+-+$", re.M)
+    found = header.search(listing)
+    if found is None:
+        return ""
+    following = re.compile(r"^//-+ ", re.M).search(listing, found.end())
+    return listing[found.end():following.start() if following else len(listing)]
+
+
 def first_instructions(cubin: bytes, function: str, offset: int, tool: str | None = None) -> str | None:
     """The instruction at `offset` of `function` as `nvdisasm` prints it; None without the tool
     or when it cannot say (the comparison itself never depends on this)."""
@@ -297,13 +307,14 @@ def first_instructions(cubin: bytes, function: str, offset: int, tool: str | Non
         path = Path(folder) / "code.cubin"
         path.write_bytes(cubin)
         try:
-            done = subprocess.run([tool, "-fun", function, str(path)], capture_output=True, text=True,
-                                  timeout=60, check=False)  # fmt: skip
+            # nvdisasm's -fun takes symbol indices, not names: the whole CUBIN is listed and only
+            # the function's own .text section is read
+            done = subprocess.run([tool, str(path)], capture_output=True, text=True, timeout=60, check=False)
         except (OSError, subprocess.TimeoutExpired):
             return None
     if done.returncode != 0:
         return None
-    for m in _NVDISASM_LINE.finditer(done.stdout):
+    for m in _NVDISASM_LINE.finditer(_text_section(done.stdout, function)):
         if int(m.group(1), 16) == offset:
             return " ".join(m.group(2).split())
     return None
