@@ -347,7 +347,10 @@ def arm_text(plan: Plan, side: str) -> Md:
         if arm.options:
             text += ", NVRTC options " + " ".join(code(o) for o in arm.options)
     else:
-        text = f"library entry point {code(arm.symbol)} in {code(arm.library)}"
+        # a plan may leave the library to the command line (`qualify compare BASE.so CAND.so`);
+        # the trials name the files they loaded, with their digests, in the Libraries section
+        where = code(arm.library) if arm.library is not None else "the library given on the command line"
+        text = f"library entry point {code(arm.symbol)} in {where}"
     return Md(text + (f" ({params})" if params else ""))
 
 
