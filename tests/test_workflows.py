@@ -320,9 +320,9 @@ def merge(tmp_path, layout: dict[str, list[str]]) -> tuple[int, str, Path]:
 def test_merge_records_of_every_runner_into_one_per_protocol(tmp_path):
     code, summary, merged = merge(tmp_path, {"qualify-records-h200": ["vecload", "attention-wide"],
                                              "qualify-records-l20": ["vecload"]})  # fmt: skip
-    assert code == 1  # neither committed record is qualified
+    assert code == 1  # the most severe of the merged verdicts: attention-wide is not qualified
     assert sorted(p.name for p in merged.iterdir()) == ["attention-wide", "vecload"]
-    assert "### ❌ qualify: vecload — NOT QUALIFIED" in summary
+    assert "### ✅ qualify: vecload — QUALIFIED" in summary
     assert "### ❌ qualify: attention-wide — NOT QUALIFIED" in summary
     check = subprocess.run([sys.executable, "-m", "qualify", "report", "--check", str(merged / "vecload")],
                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip

@@ -57,6 +57,10 @@ run)
   fi
   export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
   export LD_LIBRARY_PATH=$site/nvidia/cuda_nvrtc/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # On the H200 the path alone was not enough: cuda-pathfinder found the machine's own NVRTC 13.0
+  # (in its torch venv) before this one, and `qualify doctor` refused the mixed stack
+  # (docs/ci-h200/cu12/doctor-mixed-stack.txt). NVRTC 12 loaded first is the one pathfinder takes.
+  export LD_PRELOAD=$site/nvidia/cuda_nvrtc/lib/libnvrtc.so.12${LD_PRELOAD:+:$LD_PRELOAD}
   exec "$@"
   ;;
 *)

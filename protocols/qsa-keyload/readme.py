@@ -161,7 +161,8 @@ def record_section(loaded, record: Path | None) -> list[str]:
     results = Record(record).results()
     trials = [t for t in results.trials if t.status == "complete"]
     device = trials[0].provenance.device if trials else None
-    lines = [f"From `{record.name if record.is_absolute() else record.as_posix()}` "
+    shown = record.resolve().relative_to(ROOT).as_posix() if record.resolve().is_relative_to(ROOT) else record.name
+    lines = [f"From `{shown}` "
              f"({len(trials)} complete trials on {device.name if device else 'no device'}), verdict "
              f"**{results.verdict.status.replace('_', ' ')}**.", "",
              "| case | base (median) | candidate (median) | candidate / base per trial | speed-up |",
