@@ -103,7 +103,8 @@ def test_the_trial_records_its_cost(tmp_path):
     assert cost is not None and set(cost.stages_s) == set(STAGES)
     # fake windows: 2 cases x 2 pairs x 24 samples of 275-300 µs + 100 floors of 1.3 µs + 4 warm-ups
     assert 0.025 < cost.gpu_busy_s < 0.03
-    assert cost.wall_s > 0 and abs(cost.busy_fraction - cost.gpu_busy_s / cost.wall_s) < 1e-3
+    # the recorded figures agree with each other to the fraction's four decimals
+    assert cost.wall_s > 0 and abs(cost.busy_fraction - cost.gpu_busy_s / cost.wall_s) <= 5e-5 + 1e-9
     assert sum(cost.stages_s.values()) <= cost.wall_s + 1e-3
 
 

@@ -599,13 +599,7 @@ def _recheck(args: argparse.Namespace) -> int:
 def _merge(args: argparse.Namespace) -> int:
     reports = []
     for path in args.merge:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ToolError(f"{path}: {exc}") from None
-        if data.get("format") != REPORT_FORMAT:
-            raise ToolError(f"{path}: not a {REPORT_FORMAT} report")
-        reports.append(data)
+        reports.append(_read_report(path))
     if len({(r["seed"], r["sample"]) for r in reports}) != 1:
         raise ToolError("the reports were sampled with different seeds or sizes")
     commit = args.label or " + ".join(dict.fromkeys(r["commit"] for r in reports))

@@ -543,7 +543,7 @@ class CudaDevice:
         self._prepare_helpers()
         helpers = {k.compiled.lowered_name for k in (self._blocker, self._flusher, self._toucher, self._settler,
                                                      self._differ)}  # fmt: skip
-        return self._traced(enqueue, calls, label, cold, helpers, timeout_s)
+        return self._traced(enqueue, calls, cold, helpers, timeout_s)
 
     def trace_null_calls(self, calls: int, cold: bool, timeout_s: float = SAMPLE_TIMEOUT_S) -> list[TracedCall]:
         """`calls` traced calls of qualify's one-thread settle kernel (asked to wait 0 ns), queued
@@ -554,32 +554,20 @@ class CudaDevice:
         def null() -> None:
             self.launch(self._settler, (1, 1, 1), (1, 1, 1), 0, [("u64", 0)])
 
-        return self._traced(null, calls, "null", cold, helpers, timeout_s)
+        return self._traced(null, calls, cold, helpers, timeout_s)
 
-    def _traced(self, enqueue: Callable[[], None], calls: int, label: str, cold: bool, helpers: set[str],
+    def _traced(self, enqueue: Callable[[], None], calls: int, cold: bool, helpers: set[str],
                 timeout_s: float) -> list[TracedCall]:
         from qualify.run.cupti_tracer import Tracer
 
-        d = self._driver
         out: list[TracedCall] = []
         self.synchronize()
         with Tracer() as tracer:
             for _ in range(calls):
-                if cold:
-                    self._launch_flush()
-                    _check(d.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
-                self._hold_stream()
-                _check(d.cuEventRecord(self._start, self.stream), "cuEventRecord")
-                try:
-                    enqueue()
-                finally:
-                    _check(d.cuEventRecord(self._stop, self.stream), "cuEventRecord")
-                    self._release_stream()
-                self._wait(self._stop, timeout_s)
+                event_ns = self.time_sample(enqueue, cold, timeout_s=timeout_s)  # queued as a sample is
                 self.check_idle()  # work the call sent elsewhere finishes before the flush
-                ms = float(_check(d.cuEventElapsedTime(self._start, self._stop), f"trace {label}"))
                 kernels = [k for k in tracer.take() if k.name not in helpers]
-                out.append(TracedCall(event_ns=ms * 1e6, kernels=kernels))
+                out.append(TracedCall(event_ns=event_ns, kernels=kernels))
         return out
 
     def close(self) -> None:
