@@ -185,6 +185,19 @@ def test_a_kernel_of_zero_duration_in_base_changes_by_nanoseconds_only():
     assert (grown.outcome, grown.change_pct, change_text(grown)) == ("slower", None, "slower")
 
 
+def test_a_case_traced_on_one_arm_keeps_its_inventory_and_attributes_nothing():
+    """A trace that holds one arm (a hand-edited record, a tracer that failed on the other) still
+    gives that arm's kernels and timers; there is nothing to attribute a change to."""
+    call = TracedCall(event_ns=1_000 + 10_000, kernels=[
+        KernelActivity(name="k", grid=(4, 1, 1), block=(64, 1, 1), registers_per_thread=32, static_shared_bytes=0,
+                       dynamic_shared_bytes=0, local_bytes_per_thread=0, start_ns=0, end_ns=10_000,
+                       correlation_id=1, stream_id=1)])  # fmt: skip
+    kernels = case_kernels({"base": [call]}, {}, FAKE_LIMITS, 1_000.0)
+    assert kernels.attribution == []
+    assert [(r.name, r.median_ns) for r in kernels.inventory["base"]] == [("k", 10_000.0)]
+    assert set(kernels.inventory) == set(kernels.timers) == {"base"} and kernels.timers["base"].agree
+
+
 def test_the_band_is_the_one_the_record_states():
     from qualify.evaluate.kernels import BAND_TEXT
 
