@@ -220,6 +220,21 @@ def test_inventory_keeps_two_launches_of_one_kernel_apart_and_takes_medians():
     assert (rows[0].blocks_per_sm, rows[0].warps_per_sm, rows[0].limiter) == (24, 48, "registers")
 
 
+def test_without_the_devices_limits_the_inventory_states_no_occupancy():
+    """A trial that could not read the device's limits still lists its kernels; what the launch
+    implies per SM is unknown, never computed from guessed limits."""
+    call = TracedCall(event_ns=0, kernels=[
+        KernelActivity(name="k", grid=(8, 1, 1), block=(128, 1, 1), registers_per_thread=64, static_shared_bytes=512,
+                       dynamic_shared_bytes=0, local_bytes_per_thread=0, start_ns=0, end_ns=2_000,
+                       correlation_id=1, stream_id=1)])  # fmt: skip
+    (known,) = inventory([call], {}, FAKE_LIMITS)
+    (unknown,) = inventory([call], {}, None)
+    assert known.blocks_per_sm and known.warps_per_sm and known.limiter
+    assert (unknown.blocks_per_sm, unknown.warps_per_sm, unknown.limiter) == (None, None, None)
+    assert unknown.model_dump(exclude={"blocks_per_sm", "warps_per_sm", "limiter"}) == known.model_dump(
+        exclude={"blocks_per_sm", "warps_per_sm", "limiter"})
+
+
 # --- the second timer --------------------------------------------------------------------------
 
 
