@@ -128,6 +128,17 @@ def test_shared_memory_is_rounded_up_to_its_allocation_unit():
     assert occupancy(FAKE_LIMITS, 32, 16, 0, 0).blocks_per_sm == 32
 
 
+def test_an_occupancy_is_a_value_no_caller_can_change():
+    """The inventory copies an occupancy into its row; the same launch must give an equal, hashable,
+    unchangeable answer."""
+    import dataclasses
+
+    occ = occupancy(FAKE_LIMITS, 256, 32, 0, 0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        occ.blocks_per_sm = 1  # type: ignore[misc]
+    assert len({occ, occupancy(FAKE_LIMITS, 256, 32, 0, 0)}) == 1
+
+
 # --- attribution -------------------------------------------------------------------------------
 
 
