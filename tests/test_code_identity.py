@@ -15,6 +15,7 @@ from plans import KERNEL, HEADER, make_repo, plan_copy
 from qualify.evaluate.verdict import verdict
 from qualify.plan.load import load_plan
 from qualify.record.render import render_readme
+from qualify.build.machine_code import CubinCode, FunctionCode
 from qualify.results.model import BufferParity, KernelActivity, Results, TracedCall
 from qualify.run import code_identity
 from qualify.run.engine import RunOptions, TrialRunner
@@ -208,3 +209,70 @@ def test_a_gate_on_the_median_of_free_aa_trials_reads_the_constructed_ratio(tmp_
     judged = verdict(loaded.plan, [measured])
     assert not any(g.value_pct == 0.0 for g in judged.gates)  # the fake's 20 %, as measured
     assert not any("construction" in r for r in judged.reasons)
+
+
+# --- what the record says about differing code, on synthetic identities -------------------------
+
+
+def _fn(name: str, text: bytes) -> FunctionCode:
+    return FunctionCode(name=name, text=text, facts=(("registers", "32"),))
+
+
+def _libraries(tmp_path, monkeypatch, base: CubinCode, candidate: CubinCode) -> tuple[Path, Path]:
+    """Two 'libraries' whose embedded code for sm_90 is `base` and `candidate`; the instruction
+    nvdisasm would print is stood in for by the bytes of the CUBIN it was read from."""
+    files = {b"base cubin": base, b"candidate cubin": candidate}
+    monkeypatch.setattr(code_identity, "cubins", lambda data, sm: [data] if sm == 90 else [])
+    monkeypatch.setattr(code_identity, "machine_code", lambda cubin: files[cubin])
+    monkeypatch.setattr(code_identity, "first_instructions",
+                        lambda cubin, function, offset, tool=None: f"{cubin.decode()}:{function}+{offset:#x}")
+    paths = []
+    for side, data in (("base", b"base cubin"), ("candidate", b"candidate cubin")):
+        (tmp_path / f"{side}.so").write_bytes(data)
+        paths.append(tmp_path / f"{side}.so")
+    return paths[0], paths[1]
+
+
+def test_the_first_differing_instruction_is_shown_as_each_arm_holds_it(tmp_path, monkeypatch):
+    same = b"\x01" * 32
+    base = CubinCode(sm=90, functions={"a_gone": _fn("a_gone", same), "k": _fn("k", same + b"\x02" * 16)},
+                     module=())  # fmt: skip
+    candidate = CubinCode(sm=90, functions={"k": _fn("k", same + b"\x03" * 16)}, module=())
+    code = code_identity.library(*_libraries(tmp_path, monkeypatch, base, candidate), "sm_90")
+    assert code.status == "differs" and code.functions == 2
+    # the function only base defines has no instruction to show; k's first difference does
+    assert code.differences == [
+        "k at 0x0020: base base cubin:k+0x20 / candidate candidate cubin:k+0x20",
+        "a_gone: only in base",
+        "k: instructions differ, first at instruction offset 0x0020",
+    ]
+
+
+def test_a_long_list_of_differences_names_the_first_twenty_and_counts_the_rest(tmp_path, monkeypatch):
+    names = [f"f{i:02d}" for i in range(25)]
+    base = CubinCode(sm=90, functions={n: _fn(n, b"\x01" * 16) for n in names} | {"old": _fn("old", b"")}, module=())
+    candidate = CubinCode(sm=90, functions={n: _fn(n, b"\x01" * 16) for n in names[:23]} | {"new": _fn("new", b"")},
+                          module=())  # fmt: skip
+    code = code_identity.library(*_libraries(tmp_path, monkeypatch, base, candidate), "sm_90")
+    # every function either arm defines is counted, the ones only one of them does included
+    assert code.functions == 27
+    # f23, f24, old only in base, new only in candidate: four lines; no cap reached
+    assert code.differences == ["f23: only in base", "f24: only in base", "new: only in candidate", "old: only in base"]
+    many = CubinCode(sm=90, functions={n: _fn(n, b"\x02" * 16) for n in names}, module=())
+    code = code_identity.library(*_libraries(tmp_path, monkeypatch, base, many), "sm_90")
+    lines = code.differences
+    # 25 differing functions, `old`, and the instruction shown first: 27 lines, 20 kept
+    assert len(lines) == 21 and lines[-1] == "... and 7 more"
+    assert lines[0] == "f00 at 0x0000: base base cubin:f00+0x0 / candidate candidate cubin:f00+0x0"
+    assert lines[1:20] == [f"f{i:02d}: instructions differ, first at instruction offset 0x0000" for i in range(19)]
+
+
+def test_nvdisasm_is_looked_for_in_the_toolkits_home_when_not_on_the_path(monkeypatch):
+    home = "/usr/local/cuda/bin/nvdisasm"
+    monkeypatch.setattr(code_identity.shutil, "which", lambda tool: None)
+    monkeypatch.setattr(Path, "is_file", lambda self: str(self) == home)
+    assert code_identity.nvdisasm_tool() == home
+    monkeypatch.setattr(Path, "is_file", lambda self: False)
+    assert code_identity.nvdisasm_tool() is None
+    monkeypatch.setattr(code_identity.shutil, "which", lambda tool: f"/opt/bin/{tool}")
+    assert code_identity.nvdisasm_tool() == "/opt/bin/nvdisasm"

@@ -128,6 +128,17 @@ def test_shared_memory_is_rounded_up_to_its_allocation_unit():
     assert occupancy(FAKE_LIMITS, 32, 16, 0, 0).blocks_per_sm == 32
 
 
+def test_an_occupancy_is_a_value_no_caller_can_change():
+    """The inventory copies an occupancy into its row; the same launch must give an equal, hashable,
+    unchangeable answer."""
+    import dataclasses
+
+    occ = occupancy(FAKE_LIMITS, 256, 32, 0, 0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        occ.blocks_per_sm = 1  # type: ignore[misc]
+    assert len({occ, occupancy(FAKE_LIMITS, 256, 32, 0, 0)}) == 1
+
+
 # --- attribution -------------------------------------------------------------------------------
 
 
@@ -185,6 +196,19 @@ def test_a_kernel_of_zero_duration_in_base_changes_by_nanoseconds_only():
     assert (grown.outcome, grown.change_pct, change_text(grown)) == ("slower", None, "slower")
 
 
+def test_a_case_traced_on_one_arm_keeps_its_inventory_and_attributes_nothing():
+    """A trace that holds one arm (a hand-edited record, a tracer that failed on the other) still
+    gives that arm's kernels and timers; there is nothing to attribute a change to."""
+    call = TracedCall(event_ns=1_000 + 10_000, kernels=[
+        KernelActivity(name="k", grid=(4, 1, 1), block=(64, 1, 1), registers_per_thread=32, static_shared_bytes=0,
+                       dynamic_shared_bytes=0, local_bytes_per_thread=0, start_ns=0, end_ns=10_000,
+                       correlation_id=1, stream_id=1)])  # fmt: skip
+    kernels = case_kernels({"base": [call]}, {}, FAKE_LIMITS, 1_000.0)
+    assert kernels.attribution == []
+    assert [(r.name, r.median_ns) for r in kernels.inventory["base"]] == [("k", 10_000.0)]
+    assert set(kernels.inventory) == set(kernels.timers) == {"base"} and kernels.timers["base"].agree
+
+
 def test_the_band_is_the_one_the_record_states():
     from qualify.evaluate.kernels import BAND_TEXT
 
@@ -205,6 +229,21 @@ def test_inventory_keeps_two_launches_of_one_kernel_apart_and_takes_medians():
         ("a", 0, 20.0, 3), ("b", 0, 35.0, 3), ("a", 1, 80.0, 3)]
     # 40 regs x 32 = 1,280 per warp; 16,384 // 1,280 = 12 warps per sub-partition, 48 per SM, 24 blocks of 2
     assert (rows[0].blocks_per_sm, rows[0].warps_per_sm, rows[0].limiter) == (24, 48, "registers")
+
+
+def test_without_the_devices_limits_the_inventory_states_no_occupancy():
+    """A trial that could not read the device's limits still lists its kernels; what the launch
+    implies per SM is unknown, never computed from guessed limits."""
+    call = TracedCall(event_ns=0, kernels=[
+        KernelActivity(name="k", grid=(8, 1, 1), block=(128, 1, 1), registers_per_thread=64, static_shared_bytes=512,
+                       dynamic_shared_bytes=0, local_bytes_per_thread=0, start_ns=0, end_ns=2_000,
+                       correlation_id=1, stream_id=1)])  # fmt: skip
+    (known,) = inventory([call], {}, FAKE_LIMITS)
+    (unknown,) = inventory([call], {}, None)
+    assert known.blocks_per_sm and known.warps_per_sm and known.limiter
+    assert (unknown.blocks_per_sm, unknown.warps_per_sm, unknown.limiter) == (None, None, None)
+    assert unknown.model_dump(exclude={"blocks_per_sm", "warps_per_sm", "limiter"}) == known.model_dump(
+        exclude={"blocks_per_sm", "warps_per_sm", "limiter"})
 
 
 # --- the second timer --------------------------------------------------------------------------
