@@ -109,8 +109,7 @@ def test_library_fixtures():
     base, comment, change = (FATBINS / f"{n}.so" for n in ("base", "comment", "change"))
     same = code_identity.library(base, comment, "sm_90")
     assert same.status == "identical" and same.arms == "library" and same.functions == 2
-    assert same.launches_match is None and not same.free_aa  # the launches are not known
-    assert code_identity.library(base, comment, "sm_90", launches=True).free_aa
+    assert same.launches_match is None and not same.free_aa  # the launches are not known until traced
     differs = code_identity.library(base, change, "sm_89")
     assert differs.status == "differs" and differs.differences[-1].startswith("_Z5scalePfi: instructions")
 
@@ -185,7 +184,7 @@ def test_without_a_trace_of_every_case_the_launches_stay_unknown():
     assert code_identity.with_traced_launches(code, [_case([_call()], [_call()]), _case([], [_call()])]) == code
     assert code_identity.with_traced_launches(code, []) == code
     known = code.model_copy(update={"launches_match": False})
-    assert code_identity.with_traced_launches(known, [_case([_call()], [_call()])]) == known  # a caller's answer stands
+    assert code_identity.with_traced_launches(known, [_case([_call()], [_call()])]) == known  # an answer given stands
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C compiler")
@@ -276,3 +275,31 @@ def test_nvdisasm_is_looked_for_in_the_toolkits_home_when_not_on_the_path(monkey
     assert code_identity.nvdisasm_tool() is None
     monkeypatch.setattr(code_identity.shutil, "which", lambda tool: f"/opt/bin/{tool}")
     assert code_identity.nvdisasm_tool() == "/opt/bin/nvdisasm"
+
+
+# --- report --check: the machine-code fact must follow from what the trial holds ---------------
+
+
+def test_an_edited_free_aa_or_status_is_named_by_the_evidence_check(tmp_path):
+    from qualify.record.evidence import _code_problems
+
+    _, trial = trial_of(tmp_path, plan_for(SAME_AS_BASE))
+    assert trial.code.free_aa and _code_problems(trial) == []
+    claimed = trial.model_copy(update={"code": trial.code.model_copy(update={"launches_match": False})})
+    assert any("code.free_aa is True" in p for p in _code_problems(claimed))
+    _, differs = trial_of(tmp_path / "two", plan_for({}))
+    forged = differs.model_copy(update={"code": differs.code.model_copy(
+        update={"status": "identical", "launches_match": True, "free_aa": True})})
+    assert any("code.status is 'identical', but its digests" in p for p in _code_problems(forged))
+
+
+def test_a_library_launch_claim_the_trace_does_not_bear_is_named():
+    from qualify.record.evidence import _code_problems
+
+    code = _library_identical()
+    same = [_case([_call()], [_call()])]
+    honest = SimpleNamespace(code=code_identity.with_traced_launches(code, same), cases=same)
+    assert honest.code.free_aa and _code_problems(honest) == []
+    other = [_case([_call()], [_call(grid=(9, 1, 1))])]
+    forged = SimpleNamespace(code=honest.code, cases=other)
+    assert any("the kernel trace and outputs say False" in p for p in _code_problems(forged))

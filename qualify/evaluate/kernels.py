@@ -84,3 +84,27 @@ def case_kernels(trace: dict[str, list[TracedCall]], names: dict[str, str], limi
     attribution = attribute(rows["base"], rows["candidate"]) if {"base", "candidate"} <= rows.keys() else []
     return CaseKernels(inventory=rows, attribution=attribution,
                        timers={side: agreement(calls, floor_ns, offset_ns) for side, calls in trace.items()})  # fmt: skip
+
+
+def traced_launches_match(cases) -> bool | None:
+    """Whether the kernel inventory saw both libraries launch the same kernels the same way and
+    write the same bytes, in every case; None when a case has no trace to judge by.
+
+    `cases`: the trial's CaseTrial list (raw CUPTI records in `trace`, parity per output).
+    """
+    if not cases:
+        return None
+    for case in cases:
+        if not case.trace or any(not case.trace.get(side) for side in ("base", "candidate")):
+            return None
+        if not all(p.equal for p in case.parity):
+            return False
+        shapes = {side: {_launch_shape(call) for call in case.trace[side]} for side in ("base", "candidate")}
+        if len(shapes["base"]) != 1 or shapes["base"] != shapes["candidate"]:
+            return False  # the arms launch differently, or one arm's calls disagree among themselves
+    return True
+
+
+def _launch_shape(call) -> tuple:
+    return tuple((k.name, tuple(k.grid), tuple(k.block), k.registers_per_thread, k.static_shared_bytes,
+                  k.dynamic_shared_bytes, k.local_bytes_per_thread) for k in call.kernels)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qualify.evaluate.samples import key
+from qualify.evaluate.kernels import traced_launches_match
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.plan.digest import sha256_file
 from qualify.plan.model import LibraryArm, Plan
@@ -250,6 +251,28 @@ def trial_fact_problems(trial: Trial, plan: Plan, arrays: dict[str, np.ndarray])
     out.extend(_parity_problems(trial, plan))
     out.extend(_control_problems(trial, plan))
     out.extend(_sanitizer_problems(trial, plan))
+    out.extend(_code_problems(trial))
+    return out
+
+
+def _code_problems(trial: Trial) -> list[str]:
+    """The machine-code fact against itself and the trial's trace: a free A/A makes every gate read
+    a ratio of exactly 1, so it must follow from what the trial holds, never stand alone."""
+    code = trial.code
+    if code is None:
+        return []
+    out = []
+    digests = [code.digests.get(side) for side in ("base", "candidate")]
+    if None not in digests and (digests[0] == digests[1]) != (code.status == "identical"):
+        out.append(f"code.status is {code.status!r}, but its digests {_short(digests[0])} and "
+                   f"{_short(digests[1])} {'agree' if digests[0] == digests[1] else 'differ'}")  # fmt: skip
+    if code.free_aa != (code.status == "identical" and code.launches_match is True):
+        out.append(f"code.free_aa is {code.free_aa}, but the code is {code.status} and its launches_match "
+                   f"is {code.launches_match}")  # fmt: skip
+    if code.arms == "library":
+        traced = traced_launches_match(trial.cases)
+        if traced is not None and code.launches_match != traced:
+            out.append(f"code.launches_match is {code.launches_match}, but the kernel trace and outputs say {traced}")
     return out
 
 

@@ -31,6 +31,7 @@ from qualify.build.elf import ElfProblem
 from qualify.build.fatbin import cubins
 from qualify.build.machine_code import CubinCode, compare, first_instructions, machine_code, merged
 from qualify.build.nvrtc import CompiledKernel
+from qualify.evaluate.kernels import traced_launches_match
 from qualify.io import UnreadableFile, read_limited
 from qualify.plan.resolve import ResolvedCase
 from qualify.results.model import CodeIdentity
@@ -57,9 +58,9 @@ def nvrtc(base: CompiledKernel, candidate: CompiledKernel, cases: list[ResolvedC
     return _identity(a, b, "nvrtc", arch, launches_match(base, candidate, cases), ([base.cubin], [candidate.cubin]))
 
 
-def library(base: Path, candidate: Path, arch: str, launches: bool | None = None) -> CodeIdentity:
-    """`launches`: whether both libraries' entry points launch the same kernels the same way, when
-    a kernel inventory of both arms says so; None (unknown) otherwise."""
+def library(base: Path, candidate: Path, arch: str) -> CodeIdentity:
+    """The embedded code of both libraries compared; whether their launches match is left unknown
+    here, for the kernel inventory to answer once the trial has traced them (with_traced_launches)."""
     sm = _sm_number(arch)
     codes, raw = [], []
     for side, path in (("base", base), ("candidate", candidate)):
@@ -78,35 +79,11 @@ def library(base: Path, candidate: Path, arch: str, launches: bool | None = None
         except ElfProblem as exc:
             return CodeIdentity(status="unknown", arms="library", arch=arch,
                                 reason=f"a CUBIN of the {side} library is unreadable: {exc}")  # fmt: skip
-    return _identity(codes[0], codes[1], "library", arch, launches, (raw[0], raw[1]))
-
-
-def traced_launches_match(cases) -> bool | None:
-    """Whether the kernel inventory saw both libraries launch the same kernels the same way and
-    write the same bytes, in every case; None when a case has no trace to judge by.
-
-    `cases`: the trial's CaseTrial list (raw CUPTI records in `trace`, parity per output).
-    """
-    if not cases:
-        return None
-    for case in cases:
-        if not case.trace or any(not case.trace.get(side) for side in ("base", "candidate")):
-            return None
-        if not all(p.equal for p in case.parity):
-            return False
-        shapes = {side: {_launch_shape(call) for call in case.trace[side]} for side in ("base", "candidate")}
-        if len(shapes["base"]) != 1 or shapes["base"] != shapes["candidate"]:
-            return False  # the arms launch differently, or one arm's calls disagree among themselves
-    return True
-
-
-def _launch_shape(call) -> tuple:
-    return tuple((k.name, tuple(k.grid), tuple(k.block), k.registers_per_thread, k.static_shared_bytes,
-                  k.dynamic_shared_bytes, k.local_bytes_per_thread) for k in call.kernels)
+    return _identity(codes[0], codes[1], "library", arch, None, (raw[0], raw[1]))
 
 
 def with_traced_launches(code: CodeIdentity, cases) -> CodeIdentity:
-    """Library arms: the inventory's answer to "do the launches match?", where none was given."""
+    """Library arms: the inventory's answer to "do the launches match?", where none is given yet."""
     if code.arms != "library" or code.launches_match is not None:
         return code
     launches = traced_launches_match(cases)

@@ -540,21 +540,23 @@ class CudaDevice:
         stop → release), then waited for and its activity flushed, so every call's kernels are its
         own. qualify's helper kernels (the flush, the blocking kernel) are dropped from the records.
         """
-        self._prepare_helpers()
-        helpers = {k.compiled.lowered_name for k in (self._blocker, self._flusher, self._toucher, self._settler,
-                                                     self._differ)}  # fmt: skip
-        return self._traced(enqueue, calls, cold, helpers, timeout_s)
+        return self._traced(enqueue, calls, cold, self._helper_names(), timeout_s)
 
     def trace_null_calls(self, calls: int, cold: bool, timeout_s: float = SAMPLE_TIMEOUT_S) -> list[TracedCall]:
         """`calls` traced calls of qualify's one-thread settle kernel (asked to wait 0 ns), queued
         exactly as trace_calls queues an arm's call: what a traced window holds beyond its kernels."""
-        self._prepare_helpers()
-        helpers = {k.compiled.lowered_name for k in (self._blocker, self._flusher, self._toucher, self._differ)}
 
         def null() -> None:
             self.launch(self._settler, (1, 1, 1), (1, 1, 1), 0, [("u64", 0)])
 
+        helpers = self._helper_names() - {self._settler.compiled.lowered_name}  # the settle kernel is kept
         return self._traced(null, calls, cold, helpers, timeout_s)
+
+    def _helper_names(self) -> set[str]:
+        """Names of qualify's own kernels, dropped from an arm's trace."""
+        self._prepare_helpers()
+        return {k.compiled.lowered_name for k in (self._blocker, self._flusher, self._toucher, self._settler,
+                                                  self._differ)}  # fmt: skip
 
     def _traced(self, enqueue: Callable[[], None], calls: int, cold: bool, helpers: set[str],
                 timeout_s: float) -> list[TracedCall]:

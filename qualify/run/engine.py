@@ -80,10 +80,6 @@ class RunOptions:
     preflight: Callable | None = None
     # shared-library arms: the builds named on `qualify compare`'s command line, by side
     libraries: dict[str, Path] = field(default_factory=dict)
-    # shared-library arms: whether both entry points launch the same kernels with the same
-    # configuration (a kernel inventory of both arms knows); None: not known, so identical
-    # embedded code is stated but the timing is still judged as measured
-    library_launches_match: bool | None = None
 
 
 @dataclass
@@ -269,7 +265,7 @@ class TrialRunner:
                 return code_identity.nvrtc(compiled["base"], compiled["candidate"], self.loaded.cases, arch)
             if len(self.libraries) == len(SIDES):
                 return code_identity.library(Path(self.libraries["base"].path), Path(self.libraries["candidate"].path),
-                                             arch, self.options.library_launches_match)  # fmt: skip
+                                             arch)  # fmt: skip
             return code_identity.unknown(arch, "library", "one arm is a library and the other compiled by NVRTC")
         except (ValueError, struct.error) as exc:  # a malformed binary this reader did not foresee
             return code_identity.unknown(arch, "nvrtc" if compiled else "library", f"unreadable device code: {exc}")
