@@ -17,6 +17,7 @@ from typing import Annotated, ClassVar, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from qualify import expr
+from qualify.dtypes import DType
 
 SCHEMA_VERSION = 1
 
@@ -236,13 +237,8 @@ class Hardware(Strict):
 # ---------------------------------------------------------------------------------------------
 # workload
 
-DType = Literal["bf16", "f16", "f32", "f64", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64"]
 ScalarType = Literal["i32", "u32", "i64", "u64", "f32", "f64"]
 
-DTYPE_BYTES = {
-    "bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1,
-    "i16": 2, "u16": 2, "i32": 4, "u32": 4, "i64": 8, "u64": 8,
-}  # fmt: skip
 MAX_BUFFER_BYTES = 64 * 2**30  # no single test buffer needs more than 64 GiB
 
 
