@@ -287,9 +287,9 @@ def _tool_check(host: Host, tool: str, needed: bool, what: str) -> Check:
 
 def plan_needs(plan) -> tuple[bool, bool]:
     """(needs nvcc, needs compute-sanitizer) for one plan: library arms are built with nvcc."""
-    from qualify.plan.model import LibraryArm
+    from qualify.plan.model import ARM_SIDES, LibraryArm
 
-    nvcc = any(isinstance(plan.arm(side), LibraryArm) for side in ("base", "candidate"))
+    nvcc = any(isinstance(plan.arm(side), LibraryArm) for side in ARM_SIDES)
     return nvcc, bool(plan.acceptance.sanitizer)
 
 

@@ -226,8 +226,10 @@ def library_skeleton(plan_path: Path, name: str, symbol: str, signature: list[st
             ptr_index += 1
         else:
             call.append({"kind": t, "value": _scalar_value(t)})
+    from qualify.plan.model import ARM_SIDES
+
     folder = plan_path.parent
-    for k, side in enumerate(("base", "candidate")):
+    for k, side in enumerate(ARM_SIDES):
         arm: dict = {"kind": "library", "symbol": symbol, "signature": list(signature)}
         if libraries is not None:
             arm = {"kind": "library", "library": _relative(libraries[k], folder), **{x: y for x, y in arm.items() if x != "kind"}}

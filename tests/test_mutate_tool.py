@@ -164,7 +164,7 @@ CORE = ("qualify/run/fidelity.py", "qualify/expr.py", "qualify/plan/digest.py", 
         "qualify/run/golden_stage.py", "qualify/run/parity_counts.py", "qualify/run/tolerance_gate.py",
         "qualify/evaluate/stopping.py", "qualify/run/schedule.py", "qualify/record/evidence.py",
         "qualify/evaluate/second_timer.py", "qualify/evaluate/occupancy.py", "qualify/evaluate/kernels.py",
-        "qualify/run/inventory.py", "qualify/generation.py", "qualify/run/code_identity.py")  # fmt: skip
+        "qualify/run/inventory.py", "qualify/generation.py", "qualify/run/code_identity.py", "qualify/dtypes.py")  # fmt: skip
 
 
 def test_the_configuration_names_every_core_module_with_existing_tests():

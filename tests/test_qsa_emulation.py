@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qualify.run.inputs import bf16_bits_to_f32, to_bf16_bits
+from qualify.dtypes import bf16_bits_to_f32, to_bf16_bits
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ROOT / "protocols/qsa-keyload/plan.json"

@@ -12,6 +12,7 @@ information: it explains a verdict, it never decides one.
 from __future__ import annotations
 
 from qualify.evaluate.second_timer import agreement
+from qualify.plan.model import ARM_SIDES
 from qualify.results.model import CaseKernels, DeviceLimits, KernelChange, KernelRow, TracedCall
 from qualify.run.inventory import inventory
 
@@ -95,11 +96,11 @@ def traced_launches_match(cases) -> bool | None:
     if not cases:
         return None
     for case in cases:
-        if not case.trace or any(not case.trace.get(side) for side in ("base", "candidate")):
+        if not case.trace or any(not case.trace.get(side) for side in ARM_SIDES):
             return None
         if not all(p.equal for p in case.parity):
             return False
-        shapes = {side: {_launch_shape(call) for call in case.trace[side]} for side in ("base", "candidate")}
+        shapes = {side: {_launch_shape(call) for call in case.trace[side]} for side in ARM_SIDES}
         if len(shapes["base"]) != 1 or shapes["base"] != shapes["candidate"]:
             return False  # the arms launch differently, or one arm's calls disagree among themselves
     return True

@@ -12,13 +12,14 @@ import numpy as np
 from qualify.evaluate.summarize import floor_ns, has_series, pair_stats, timing_summary
 from qualify.evaluate.kernels import case_kernels
 from qualify.evaluate.second_timer import traced_offset
+from qualify.plan.model import ARM_SIDES
 from qualify.results.model import CaseTrial, KernelTrace, Trial
 
 
 def derived_fields(arrays: dict[str, np.ndarray], cid: str, iterations: int) -> dict:
     """A case's timing summaries, paired statistics and A/A control, from the raw samples alone."""
     floor = floor_ns(arrays)
-    timing = {side: timing_summary(arrays, cid, side, floor, iterations) for side in ("base", "candidate")}
+    timing = {side: timing_summary(arrays, cid, side, floor, iterations) for side in ARM_SIDES}
     stats = pair_stats(arrays, cid, "base", "candidate", floor, iterations)
     aa = None
     if has_series(arrays, cid, "aa_a") and has_series(arrays, cid, "aa_b"):

@@ -13,7 +13,7 @@ from collections import defaultdict
 
 from qualify.evaluate.second_timer import disagreement_text
 from qualify.plan.checks import selected_cases
-from qualify.plan.model import Fidelity, Plan, SpeedGate
+from qualify.plan.model import ARM_SIDES, Fidelity, Plan, SpeedGate
 from qualify.plan.resolve import case_id
 from qualify.results.model import BufferParity, CaseTrial, GateResult, Trial, Verdict
 
@@ -242,7 +242,7 @@ def _sanitizer(plan: Plan, trials: list[Trial], failed: list[str], unsure: list[
     labels = {device_label(t) for t in trials if t.status == "complete"}
     for check in plan.acceptance.sanitizer:
         for cid in check.cases:
-            for side in ("base", "candidate"):
+            for side in ARM_SIDES:
                 for device in sorted(labels):
                     if (check.tool, cid, side) not in by_device[device]:
                         unsure.append(f"{check.tool} at {cid} ({side}) not run on {device}")

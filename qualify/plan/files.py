@@ -13,7 +13,7 @@ from pathlib import Path
 
 from qualify.errors import PlanError
 from qualify.io import MAX_SOURCE_BYTES, UnreadableFile, read_limited
-from qualify.plan.model import CudaArm, LibraryArm, Plan
+from qualify.plan.model import ARM_SIDES, CudaArm, LibraryArm, Plan
 
 # The scanner proposes; NVRTC decides. It over-approximates what a source may include: every
 # string literal and <...> name on any preprocessor line (so `#define HDR "tune.h"` + `#include HDR`
@@ -139,7 +139,7 @@ def collect_files(plan: Plan, plan_path: Path, frozen: tuple[str, ...] = ()) -> 
         if inside(root, path) and path.is_file():
             add(path)
 
-    for side in ("base", "candidate"):
+    for side in ARM_SIDES:
         arm = plan.arm(side)
         if isinstance(arm, CudaArm):
             defined = [(name, quoted) for value in arm.defines.values() if isinstance(value, str)

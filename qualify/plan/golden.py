@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from qualify.dtypes import FLOATS, SAFETENSORS, STORAGE, as_float64
 from qualify.errors import FrozenInputChanged, PlanError
 from qualify.plan.digest import canonical_json, sha256_bytes
 from qualify.plan.model import GoldenInit, Plan
@@ -31,13 +32,6 @@ from qualify.plan.resolve import ResolvedCase
 
 FORMAT = "qualify-golden"
 FORMAT_VERSION = 1
-FLOATS = ("bf16", "f16", "f32", "f64")
-# qualify dtype → the safetensors dtype it is stored as
-STORED = {"bf16": "U16", "f16": "F16", "f32": "F32", "f64": "F64", "i8": "I8", "u8": "U8",
-          "i16": "I16", "u16": "U16", "i32": "I32", "u32": "U32", "i64": "I64", "u64": "U64"}  # fmt: skip
-_NUMPY = {"bf16": np.uint16, "f16": np.float16, "f32": np.float32, "f64": np.float64,
-          "i8": np.int8, "u8": np.uint8, "i16": np.int16, "u16": np.uint16,
-          "i32": np.int32, "u32": np.uint32, "i64": np.int64, "u64": np.uint64}  # fmt: skip
 
 
 def config_digest(plan: Plan) -> str:
@@ -71,7 +65,7 @@ def write_golden(path: Path, plan: Plan, tensors: dict[str, tuple[str, np.ndarra
 
     arrays, dtypes = {}, {}
     for name, (dtype, array) in tensors.items():
-        arrays[name] = np.ascontiguousarray(np.asarray(array).astype(_NUMPY[dtype], copy=False))
+        arrays[name] = np.ascontiguousarray(np.asarray(array).astype(STORAGE[dtype], copy=False))
         dtypes[name] = dtype
     metadata = {**(extra_metadata or {}), "format": FORMAT, "format_version": str(FORMAT_VERSION),
                 "producer": producer, "config_sha256": config_digest(plan),
@@ -131,12 +125,12 @@ def load_golden(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCas
         stored_dtype, stored_shape, data = raw[name]
         if dtypes.get(name) != dtype:
             raise fail(name, f"dtype {dtypes.get(name)!r}, the plan's buffer is {dtype!r}")
-        if stored_dtype != STORED[dtype]:
-            raise fail(name, f"stored as {stored_dtype}, a {dtype} tensor is stored as {STORED[dtype]}")
+        if stored_dtype != SAFETENSORS[dtype]:
+            raise fail(name, f"stored as {stored_dtype}, a {dtype} tensor is stored as {SAFETENSORS[dtype]}")
         if tuple(stored_shape) != tuple(shape):
             raise fail(name, f"shape {list(stored_shape)}, the plan's case needs {list(shape)}")
         if dtype in FLOATS:
-            bad = np.flatnonzero(~np.isfinite(_floats(data, dtype)))
+            bad = np.flatnonzero(~np.isfinite(as_float64(data, dtype)))
             if bad.size:
                 raise fail(name, f"{bad.size} non-finite values, the first at flat index {int(bad[0])}")
         tensors[name] = data
@@ -163,8 +157,3 @@ def _read(path: Path) -> tuple[dict[str, tuple[str, list[int], np.ndarray]], dic
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise PlanError(f"not a readable safetensors file ({first})", file=path, field="header") from None
 
-
-def _floats(data: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "bf16":
-        return (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-    return data.view(_NUMPY[dtype])

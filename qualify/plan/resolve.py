@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Union
 
 from qualify import expr
+from qualify.dtypes import ITEMSIZE
 from qualify.errors import PlanError
 from qualify.plan.model import (
     ARM_SIDES,
-    DTYPE_BYTES,
     MAX_BUFFER_BYTES,
     MAX_THREADS_PER_BLOCK,
     BufferArg,
@@ -66,7 +66,7 @@ class ResolvedBuffer:
 
     @property
     def nbytes(self) -> int:
-        return self.elements * DTYPE_BYTES[self.dtype]
+        return self.elements * ITEMSIZE[self.dtype]
 
 
 @dataclass(frozen=True)

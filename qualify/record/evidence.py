@@ -31,7 +31,7 @@ from qualify.evaluate.samples import key
 from qualify.evaluate.kernels import traced_launches_match
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.plan.digest import sha256_file
-from qualify.plan.model import LibraryArm, Plan
+from qualify.plan.model import ARM_SIDES, LibraryArm, Plan
 from qualify.plan.resolve import case_id
 from qualify.results.model import Trial
 from qualify.results.store import LEDGER, Record
@@ -209,7 +209,7 @@ def device_planned(trial: Trial, plan: Plan) -> bool:
 def timed_cases(arrays: dict[str, np.ndarray]) -> set[str]:
     """Cases whose base and candidate were both timed: exactly the cases a trial reports."""
     cases = {name.rsplit("/", 2)[0] for name in arrays if name.count("/") >= 2}
-    return {c for c in cases if all(arrays.get(key(c, s, "ns"), np.empty(0)).size for s in ("base", "candidate"))}
+    return {c for c in cases if all(arrays.get(key(c, s, "ns"), np.empty(0)).size for s in ARM_SIDES)}
 
 
 def trial_fact_problems(trial: Trial, plan: Plan, arrays: dict[str, np.ndarray]) -> list[str]:
@@ -262,7 +262,7 @@ def _code_problems(trial: Trial) -> list[str]:
     if code is None:
         return []
     out = []
-    digests = [code.digests.get(side) for side in ("base", "candidate")]
+    digests = [code.digests.get(side) for side in ARM_SIDES]
     if None not in digests and (digests[0] == digests[1]) != (code.status == "identical"):
         out.append(f"code.status is {code.status!r}, but its digests {_short(digests[0])} and "
                    f"{_short(digests[1])} {'agree' if digests[0] == digests[1] else 'differ'}")  # fmt: skip

@@ -41,7 +41,7 @@ from qualify.evaluate.summarize import floor_ns, series_ns
 from qualify.evaluate.verdict import device_label
 from qualify.io import atomic_write_bytes
 from qualify.plan.checks import selected_cases
-from qualify.plan.model import Plan
+from qualify.plan.model import ARM_SIDES, Plan
 from qualify.plan.resolve import case_id
 from qualify.render.plain import visible
 from qualify.results.model import Results, Trial
@@ -225,7 +225,7 @@ def _samples(label: str, trials: list[Trial], plan: Plan, folder: Path, digest: 
     for i, cid in enumerate(cases):
         ax = axes[i // cols][i % cols]
         per_arm = {}
-        for side in ("base", "candidate"):
+        for side in ARM_SIDES:
             parts = [series_ns(a, cid, side, floor_ns(a), iterations) / 1e3 for t, a in loaded
                      if any(c.case == cid for c in t.cases) and key(cid, side, "ns") in a]  # fmt: skip
             per_arm[side] = np.concatenate(parts) if parts else np.empty(0)

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from qualify.dtypes import ITEMSIZE
 from qualify.plan.resolve import ResolvedArm
-from qualify.run.fidelity import ITEMSIZE
 
 
 @dataclass

@@ -33,6 +33,7 @@ from qualify.build.machine_code import CubinCode, compare, first_instructions, m
 from qualify.build.nvrtc import CompiledKernel
 from qualify.evaluate.kernels import traced_launches_match
 from qualify.io import UnreadableFile, read_limited
+from qualify.plan.model import ARM_SIDES
 from qualify.plan.resolve import ResolvedCase
 from qualify.results.model import CodeIdentity
 
@@ -99,7 +100,7 @@ def unknown(arch: str, arms: str, reason: str) -> CodeIdentity:
 
 def _identity(a: CubinCode, b: CubinCode, arms: str, arch: str, launches: bool | None,
               raw: tuple[list[bytes], list[bytes]]) -> CodeIdentity:
-    diff = compare(a, b, labels=("base", "candidate"))
+    diff = compare(a, b, labels=ARM_SIDES)
     lines = [d.describe() for d in diff.functions] + [f"module {m} differs" for m in diff.module]
     first = next((d for d in diff.functions if d.first_offset is not None), None)
     if first is not None:

@@ -5,11 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from qualify import expr
+from qualify.dtypes import ITEMSIZE, NUMPY_DTYPES, UNSIGNED, as_float64, to_bf16_bits
 from qualify.plan.model import Mutation
-from qualify.run.fidelity import ITEMSIZE
-from qualify.run.inputs import NUMPY_DTYPES, bf16_bits_to_f32, to_bf16_bits
-
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def mutate(data: np.ndarray, dtype: str, mutation: Mutation, params: dict) -> np.ndarray:
@@ -30,10 +27,10 @@ def mutate(data: np.ndarray, dtype: str, mutation: Mutation, params: dict) -> np
     if mutation.op == "flip_bit":
         if mutation.bit >= 8 * size:
             raise ValueError(f"bit {mutation.bit} outside a {8 * size}-bit element")
-        words = out.view(_UINT[size])
-        words[index] ^= _UINT[size](1) << _UINT[size](mutation.bit)
+        words = out.view(UNSIGNED[size])
+        words[index] ^= words.dtype.type(1) << words.dtype.type(mutation.bit)
         return out
-    values = _floats(out, dtype)
+    values = as_float64(out, dtype)
     values[index] = mutation.value if mutation.op == "set" else values[index] * mutation.value
     return _from_floats(values, dtype)
 
@@ -45,19 +42,15 @@ def _swap(out: np.ndarray, size: int, n: int, mutation: Mutation, params: dict) 
     first, second = sorted((first, second))
     if length < 1 or first < 0 or second + length > n or first + length > second:
         raise ValueError(f"swap of {length} elements at {first} and {second} does not fit {n} elements")
-    words = out.view(_UINT[size])
+    words = out.view(UNSIGNED[size])
     a, b = words[first:first + length].copy(), words[second:second + length].copy()
     words[first:first + length], words[second:second + length] = b, a
     return out
 
 
-def _floats(data: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "bf16":
-        return bf16_bits_to_f32(data.view(np.uint16)).astype(np.float64)
-    return data.view(NUMPY_DTYPES[dtype]).astype(np.float64)
-
-
 def _from_floats(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Mutated values back to bytes; integers are cast (truncated toward zero), not rounded as
+    `qualify.dtypes.from_float64` rounds generated inputs."""
     if dtype == "bf16":
         return to_bf16_bits(values).view(np.uint8)
     return values.astype(NUMPY_DTYPES[dtype]).view(np.uint8)

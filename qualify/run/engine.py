@@ -61,7 +61,7 @@ STAGES = ("build", "preflight", "inputs", "fidelity", "controls", "timing", "rea
 # A device-wide sync right after the stream's stop event returns in microseconds; a wait beyond
 # this means work was still running elsewhere on the device.
 ESCAPE_MIN_NS = 50_000.0
-SIDES = ("base", "candidate")
+from qualify.plan.model import ARM_SIDES as SIDES  # noqa: E402
 
 
 class BudgetExhausted(FrozenInputChanged):

@@ -15,18 +15,13 @@ import math
 
 import numpy as np
 
+from qualify.dtypes import FLOATS, ITEMSIZE, NUMPY_DTYPES, SIGNED, UNSIGNED, as_float64
 from qualify.results.model import BufferParity
-from qualify.run.inputs import NUMPY_DTYPES, bf16_bits_to_f32
-
-FLOAT_DTYPES = ("bf16", "f16", "f32", "f64")
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-_INT = {2: np.int16, 4: np.int32, 8: np.int64}
-ITEMSIZE = {"bf16": 2, **{k: np.dtype(v).itemsize for k, v in NUMPY_DTYPES.items()}}
 
 
 def _ordered(bits: np.ndarray, size: int) -> np.ndarray:
     """Float bit patterns → int64 keys, in the order of the values, one apart per ulp (±0 → 0)."""
-    signed = bits.view(_INT[size]).astype(np.int64)
+    signed = bits.view(SIGNED[size]).astype(np.int64)
     magnitude = signed & np.int64((1 << (8 * size - 1)) - 1)
     return np.where(signed < 0, -magnitude, magnitude)
 
@@ -39,12 +34,6 @@ def _distance(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """
     pu, qu = p.view(np.uint64), q.view(np.uint64)
     return np.where(p >= q, pu - qu, qu - pu)
-
-
-def _as_float(data: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "bf16":
-        return bf16_bits_to_f32(data.view(np.uint16)).astype(np.float64)
-    return data.view(NUMPY_DTYPES[dtype]).astype(np.float64)
 
 
 def _finite(value: float) -> float | None:
@@ -60,8 +49,8 @@ def _relative(diff: np.ndarray, expected: np.ndarray) -> float | None:
 
 def _distances(dtype: str, size: int, a: np.ndarray, b: np.ndarray) -> tuple[int | None, float | None, float | None]:
     """(max ulp, max abs, max rel) over differing elements `a` (expected) and `b` (actual), as raw bits."""
-    if dtype in FLOAT_DTYPES:
-        x, y = _as_float(a.view(np.uint8), dtype), _as_float(b.view(np.uint8), dtype)
+    if dtype in FLOATS:
+        x, y = as_float64(a.view(np.uint8), dtype), as_float64(b.view(np.uint8), dtype)
         if not (np.isfinite(x) & np.isfinite(y)).all():
             return None, None, None
         ulp = int(_distance(_ordered(a, size), _ordered(b, size)).max())
@@ -82,8 +71,8 @@ def compare(name: str, dtype: str, expected: np.ndarray, actual: np.ndarray) -> 
         raise ValueError(
             f"{name}: {expected.nbytes} and {actual.nbytes} bytes are not two {dtype} buffers of one length"
         )
-    a = expected.view(_UINT[size])
-    b = actual.view(_UINT[size])
+    a = expected.view(UNSIGNED[size])
+    b = actual.view(UNSIGNED[size])
     differ = np.flatnonzero(a != b)
     n = int(a.size)
     if differ.size == 0:

@@ -13,29 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+# the bf16 pair stays importable from here: golden scripts frozen in plan locks import it so
+from qualify.dtypes import bf16_bits_to_f32, from_float64, to_bf16_bits  # noqa: F401
 from qualify.plan.model import Buffer, ConstantInit, NormalInit, Seeds, UniformInit, ZerosInit
 from qualify.plan.resolve import ResolvedBuffer
-
-NUMPY_DTYPES = {
-    "f16": np.float16, "f32": np.float32, "f64": np.float64,
-    "i8": np.int8, "u8": np.uint8, "i16": np.int16, "u16": np.uint16,
-    "i32": np.int32, "u32": np.uint32, "i64": np.int64, "u64": np.uint64,
-}  # fmt: skip
-
-
-def to_bf16_bits(values: np.ndarray) -> np.ndarray:
-    """float → bf16 bit patterns (uint16), round to nearest even, NaN kept NaN."""
-    f32 = np.asarray(values, dtype=np.float32)
-    bits = f32.view(np.uint32)
-    # in 32 bits: only NaN patterns (exponent all ones) can wrap, and NaN is overwritten below
-    with np.errstate(over="ignore"):
-        rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
-    rounded[np.isnan(f32)] = 0x7FC0
-    return rounded
-
-
-def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def generator(seeds: Seeds, case_id: str, buffer_name: str) -> np.random.Generator:
@@ -58,13 +39,7 @@ def generate(seeds: Seeds, case_id: str, spec: Buffer, resolved: ResolvedBuffer)
         values = np.zeros(n)
     else:  # pragma: no cover - the model admits no other kind
         raise AssertionError(init)
-    if resolved.dtype == "bf16":
-        return to_bf16_bits(values).view(np.uint8)
-    dtype = np.dtype(NUMPY_DTYPES[resolved.dtype])
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        values = np.clip(np.rint(values), info.min, info.max)
-    return values.astype(dtype).view(np.uint8)
+    return from_float64(values, resolved.dtype)
 
 
 # Inputs already generated in this process, by everything that determines their bytes: a second

@@ -14,19 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from qualify.dtypes import FLOATS, ITEMSIZE, SIGNED, UNSIGNED, as_float64
 from qualify.results.tolerance import ParityCounts
-from qualify.run.inputs import bf16_bits_to_f32
-
-FLOAT_DTYPES = {"bf16": (np.uint16, np.int16), "f16": (np.uint16, np.int16),
-                "f32": (np.uint32, np.int32), "f64": (np.uint64, np.int64)}  # fmt: skip
-_VALUE = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
-
-
-def values(data: np.ndarray, dtype: str) -> np.ndarray:
-    """float64 values of a flat uint8 array of `dtype` elements."""
-    if dtype == "bf16":
-        return bf16_bits_to_f32(data.view(np.uint16)).astype(np.float64)
-    return data.view(_VALUE[dtype]).astype(np.float64)
 
 
 def step_index(data: np.ndarray, dtype: str) -> np.ndarray:
@@ -35,11 +24,11 @@ def step_index(data: np.ndarray, dtype: str) -> np.ndarray:
     Sign-magnitude bit patterns become a signed count of steps from zero, so the difference of two
     positions is the number of representable values between them; +0 and -0 both sit at 0.
     """
-    unsigned, signed = FLOAT_DTYPES[dtype]
-    bits = data.view(unsigned)
-    magnitude_mask = (1 << (8 * bits.itemsize - 1)) - 1
-    magnitude = (bits & unsigned(magnitude_mask)).astype(np.int64)
-    negative = bits.view(signed) < 0
+    size = ITEMSIZE[dtype]
+    bits = data.view(UNSIGNED[size])
+    magnitude_mask = (1 << (8 * size - 1)) - 1
+    magnitude = (bits & bits.dtype.type(magnitude_mask)).astype(np.int64)
+    negative = bits.view(SIGNED[size]) < 0
     return np.where(negative, -magnitude, magnitude)
 
 
@@ -51,13 +40,13 @@ def count(output: str, dtype: str, expected: np.ndarray, actual: np.ndarray, *,
     is exact equality of values (the bit-exact mode). Relative error is reported only where
     |expected| >= rel_floor: near zero it measures the magnitude of the expectation, not the error.
     """
-    if dtype not in FLOAT_DTYPES:
+    if dtype not in FLOATS:
         raise ValueError(f"parity counts need a float dtype, not {dtype!r}")
     if expected.nbytes != actual.nbytes:
         raise ValueError(f"{output}: {expected.nbytes} expected bytes against {actual.nbytes}")
-    unsigned = FLOAT_DTYPES[dtype][0]
+    unsigned = UNSIGNED[ITEMSIZE[dtype]]
     identical = expected.view(unsigned) == actual.view(unsigned)
-    exp, act = values(expected, dtype), values(actual, dtype)
+    exp, act = as_float64(expected, dtype), as_float64(actual, dtype)
     finite = np.isfinite(act) & np.isfinite(exp)
     n = int(exp.size)
     quanta = np.abs(step_index(actual, dtype) - step_index(expected, dtype))

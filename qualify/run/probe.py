@@ -22,14 +22,14 @@ import numpy as np
 
 from qualify.build.arms import kernel_spec
 from qualify.build.nvrtc import compile_kernel
+from qualify.dtypes import EXPONENT_BITS, FLOATS, ITEMSIZE, UNSIGNED
 from qualify.plan.load import LoadedPlan
 from qualify.plan.model import ARM_SIDES, LibraryArm
 from qualify.run import inputs as input_gen
 from qualify.run.arms import ArmExec
-from qualify.run.fidelity import _UINT, ITEMSIZE, _ordered, compare
+from qualify.run.fidelity import _ordered, compare
 from qualify.run.reference import host_values, load_reference, reference_outputs
 
-FLOATS = ("bf16", "f16", "f32", "f64")
 # Histogram edges of the per-element ulp distance: 0 (identical value, ±0 included), 1, 2, 3-4,
 # 5-8, ... doubling; the last bucket is open.
 ULP_EDGES = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096)
@@ -59,14 +59,11 @@ def ulp_histogram(dtype: str, expected: np.ndarray, actual: np.ndarray) -> tuple
     if dtype not in FLOATS:
         return (), 0
     size = ITEMSIZE[dtype]
-    a, b = expected.view(_UINT[size]), actual.view(_UINT[size])
+    a, b = expected.view(UNSIGNED[size]), actual.view(UNSIGNED[size])
     differ = np.flatnonzero(a != b)
     if differ.size == 0:
         return (), 0
-    exponent_all_ones = {2: 0x7C00, 4: 0x7F800000, 8: 0x7FF0000000000000}[size]
-    if dtype == "bf16":
-        exponent_all_ones = 0x7F80
-    mask = _UINT[size](exponent_all_ones)
+    mask = a.dtype.type(EXPONENT_BITS[dtype])
     nonfinite = ((a[differ] & mask) == mask) | ((b[differ] & mask) == mask)
     finite = differ[~nonfinite]
     dist = np.abs(_ordered(a[finite], size) - _ordered(b[finite], size))

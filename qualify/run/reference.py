@@ -19,9 +19,8 @@ from typing import Callable
 
 import numpy as np
 
+from qualify.dtypes import FLOATS, NUMPY_DTYPES, as_float64, from_float64
 from qualify.errors import PlanError
-from qualify.run.fidelity import _as_float
-from qualify.run.inputs import NUMPY_DTYPES, to_bf16_bits
 
 FIELD = "acceptance.fidelity.reference"
 
@@ -47,25 +46,13 @@ def load_reference(plan_path: Path, spec: str) -> Callable:
 
 def host_values(dtype: str, data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """An input's bytes as the reference sees them: float64 (int64 for integers), read-only."""
-    if dtype in ("bf16", "f16", "f32", "f64"):
-        values = _as_float(data, dtype)
+    if dtype in FLOATS:
+        values = as_float64(data, dtype)
     else:
         values = data.view(NUMPY_DTYPES[dtype]).astype(np.int64)
     values = values.reshape(shape)
     values.flags.writeable = False
     return values
-
-
-def rounded(dtype: str, values: np.ndarray) -> np.ndarray:
-    """float64 values rounded to nearest even in `dtype`, as a flat uint8 array (bf16 through
-    float32, as qualify's input generator does)."""
-    if dtype == "bf16":
-        return to_bf16_bits(values.astype(np.float32)).view(np.uint8)
-    target = np.dtype(NUMPY_DTYPES[dtype])
-    if target.kind in "iu":
-        info = np.iinfo(target)
-        values = np.clip(np.rint(values), info.min, info.max)
-    return values.astype(target).view(np.uint8)
 
 
 def reference_outputs(function: Callable, params: dict, inputs: dict[str, np.ndarray],
@@ -87,5 +74,5 @@ def reference_outputs(function: Callable, params: dict, inputs: dict[str, np.nda
         if values.size != elements:
             raise PlanError(f"case {case}: output {name!r} has {values.size} values, the buffer {elements}",
                             file=plan_path, field=FIELD)  # fmt: skip
-        out[name] = rounded(dtype, values)
+        out[name] = from_float64(values, dtype)
     return out

@@ -17,13 +17,12 @@ from collections.abc import Mapping
 import numpy as np
 
 from qualify import expr
+from qualify.dtypes import ITEMSIZE, LARGEST_FINITE_BITS, MANTISSA, UNSIGNED, as_float64
 from qualify.plan.model import BuildControl, CaseSelector, Calibration, Fidelity, InputControl, ToleranceRule
 from qualify.results.tolerance import ControlOutcome, MutationResolution, MutationStep, ParityCounts
-from qualify.run.parity_counts import FLOAT_DTYPES, count, values
+from qualify.run.parity_counts import count
 
 Params = Mapping[str, int | float]
-# dtype → (explicit mantissa bits, exponent of the smallest normal)
-_MANTISSA = {"bf16": (7, -126), "f16": (10, -14), "f32": (23, -126), "f64": (52, -1022)}
 
 
 def selects(selector: CaseSelector, case_id: str, params: Params) -> bool:
@@ -53,10 +52,10 @@ def quantum_at_rms(dtype: str, expected: np.ndarray) -> float:
     """One representable step of `dtype` at the RMS magnitude of the expected values: the spacing
     2^(e - mantissa bits) of the binade [2^e, 2^(e+1)) that holds the RMS. An all-zero expectation
     has no magnitude to speak of; its quantum is the dtype's smallest normal step."""
-    finite = values(expected, dtype)
+    finite = as_float64(expected, dtype)
     finite = finite[np.isfinite(finite)]
     rms = float(np.sqrt(np.mean(np.square(finite)))) if finite.size else 0.0
-    mantissa, min_exponent = _MANTISSA[dtype]
+    mantissa, min_exponent = MANTISSA[dtype]
     exponent = max(int(np.floor(np.log2(rms))), min_exponent) if rms > 0 else min_exponent
     return float(np.ldexp(1.0, exponent - mantissa))
 
@@ -133,14 +132,14 @@ def perturb(actual: np.ndarray, dtype: str, quanta: int, elements: int, seed: in
     """A copy of `actual` with `elements` seeded elements moved `quanta` steps away from zero on
     the dtype's grid (magnitude bits + k; saturating below the exponent's all-ones pattern, so the
     result stays finite)."""
-    unsigned, _ = FLOAT_DTYPES[dtype]
+    largest_finite = LARGEST_FINITE_BITS[dtype]
+    unsigned = UNSIGNED[ITEMSIZE[dtype]]
     words = actual.copy().view(unsigned)
     n = words.size
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(quanta, elements))))
     chosen = rng.choice(n, size=min(elements, n), replace=False)
     bits = 8 * words.itemsize
     sign = np.uint64(1) << np.uint64(bits - 1)
-    largest_finite = {"bf16": 0x7F7F, "f16": 0x7BFF, "f32": 0x7F7FFFFF, "f64": 0x7FEFFFFFFFFFFFFF}[dtype]
     w = words[chosen].astype(np.uint64)
     magnitude = np.minimum(w & (sign - np.uint64(1)), np.uint64(largest_finite)).astype(np.int64)
     up = magnitude + quanta

@@ -25,7 +25,7 @@ from qualify.errors import QualifyError
 from qualify.plan.load import load_plan
 from qualify.run import golden_stage
 from qualify.run.arms import ArmExec
-from qualify.plan.model import LibraryArm
+from qualify.plan.model import ARM_SIDES, LibraryArm
 from qualify.run.device import CudaDevice, KernelFault
 from qualify.run.library import EntryPointFailed, load_library
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qualify.run.worker")
     parser.add_argument("plan")
     parser.add_argument("--case", dest="cases", action="append", required=True)
-    parser.add_argument("--side", choices=("base", "candidate"), required=True)
+    parser.add_argument("--side", choices=ARM_SIDES, required=True)
     parser.add_argument("--device", type=int, default=0)
     parser.add_argument("--library", help="shared-library arms: the build to load (qualify compare's argument)")
     args = parser.parse_args(argv)
