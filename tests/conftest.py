@@ -7,13 +7,15 @@ never report green.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
 
 
+@functools.cache
 def _gpu_problem() -> str | None:
-    """Return why no GPU is usable, or None when one is."""
+    """Return why no GPU is usable, or None when one is (asked once per session)."""
     try:
         from cuda.bindings import driver
     except Exception as exc:  # noqa: BLE001 - any import failure means "no GPU stack"
@@ -35,20 +37,22 @@ def gpu_required() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    """Without a GPU, gpu tests are skipped, unless one is required (see pytest_runtest_setup)."""
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
-    if not gpu_items:
+    if not gpu_items or gpu_required():
         return
     problem = _gpu_problem()
     if problem is None:
         return
-    if gpu_required():
-        mark = pytest.mark.usefixtures("_fail_missing_gpu")
-    else:
-        mark = pytest.mark.skip(reason=f"gpu test: {problem}")
     for item in gpu_items:
-        item.add_marker(mark)
+        item.add_marker(pytest.mark.skip(reason=f"gpu test: {problem}"))
 
 
-@pytest.fixture
-def _fail_missing_gpu():
-    pytest.fail(f"QUALIFY_REQUIRE_GPU=1 but no usable GPU: {_gpu_problem()}")
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A required GPU that is missing fails each gpu test before any fixture opens a device. A hook,
+    not a fixture added at collection: pytest fixes a test's fixtures before collection ends."""
+    if gpu_required() and item.get_closest_marker("gpu"):
+        problem = _gpu_problem()
+        if problem is not None:
+            pytest.fail(f"QUALIFY_REQUIRE_GPU=1 but no usable GPU: {problem}", pytrace=False)

@@ -30,7 +30,7 @@ from qualify.generation import (
 )
 from plans import make_repo
 from test_doctor import by_name, healthy
-from test_hostile_inputs import refused
+from test_refused_inputs import refused
 
 ROOT = Path(__file__).resolve().parents[1]
 V = CudaVersion.parse

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from qualify.run.parity_counts import count
+from float_patterns import LARGEST, SIGN, words
+from qualify.run.parity_counts import count, step_index
 
 
 def bf16(*bits):
@@ -89,3 +90,32 @@ def test_refuses_non_float_and_mismatched_sizes():
         count("o", "i32", f32(1.0), f32(1.0))
     with pytest.raises(ValueError):
         count("o", "f32", f32(1.0), f32(1.0, 2.0))
+
+
+def test_f64_counts_by_hand():
+    one_up = np.nextafter(1.0, 2.0)
+    expected = np.array([1.0, 1.0, -4.0, 0.0]).view(np.uint8)
+    actual = np.array([1.0, one_up, -4.0 - 3 * 2**-50, -0.0]).view(np.uint8)
+    c = count("o", "f64", expected, actual, atol=0.0, rtol=2**-52)
+    # -0.0 against +0.0: equal values, different bits; 3 quanta of 2^-50 at -4 (quantum 2^-50)
+    assert (c.elements, c.identical, c.one_quantum, c.over_one_quantum, c.over_two_quanta) == (4, 1, 1, 1, 1)
+    assert c.max_abs == 3 * 2**-50
+    assert c.max_rel == pytest.approx(3 * 2**-52)
+    assert c.worst_bound_fraction == pytest.approx(3.0) and c.worst_index == 2
+    assert c.first_offending == 2 and not c.within
+
+
+@pytest.mark.parametrize("dtype", sorted(LARGEST))
+def test_step_index_is_signed_distance_from_zero(dtype):
+    top = LARGEST[dtype][0]
+    patterns = [0, SIGN[dtype], 1, SIGN[dtype] | 1, top, SIGN[dtype] | top]
+    assert step_index(words(dtype, patterns), dtype).tolist() == [0, 0, 1, -1, top, -top]
+
+
+@pytest.mark.parametrize("dtype", sorted(LARGEST))
+def test_an_output_with_no_elements_is_within_with_nothing_to_report(dtype):
+    empty = np.zeros(0, np.uint8)
+    c = count("o", dtype, empty, empty, atol=1.0)
+    assert (c.elements, c.identical, c.non_finite, c.max_abs) == (0, 0, 0, 0.0)
+    assert c.worst_bound_fraction == 0.0 and c.worst_index is None and c.max_rel is None
+    assert c.first_offending is None and c.within

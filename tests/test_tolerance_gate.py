@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from float_patterns import LARGEST, SIGN, words
 from qualify.plan.model import Calibration, Fidelity, InputControl
 from qualify.run.parity_counts import count
 from qualify.run.tolerance_gate import (
@@ -145,3 +146,34 @@ def test_gate_too_loose_for_the_ceiling_is_vacuous():
     expected = bf16([ONE] * 8)
     r = calibrate(loose, cal, "S=8", {"S": 8}, "out", "bf16", expected, expected.copy())
     assert r.vacuous and r.smallest_caught is None and len(r.steps) == 10
+
+
+# perturbation at each float dtype's edges
+
+
+@pytest.mark.parametrize("dtype", sorted(LARGEST))
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_perturbing_the_largest_finite_value_steps_toward_zero_and_stays_finite(dtype, k):
+    top = LARGEST[dtype][0]
+    data = words(dtype, [top, SIGN[dtype] | top])
+    moved = perturb(data, dtype, k, 2, seed=1)
+    c = count("o", dtype, data, moved)
+    assert c.non_finite == 0
+    assert (c.identical, c.one_quantum, c.over_one_quantum) == ((0, 2, 0) if k == 1 else (0, 0, 2))
+    # k steps below the top, each keeping its sign
+    assert moved.view(LARGEST[dtype][1]).tolist() == [top - k, SIGN[dtype] | (top - k)]
+
+
+@pytest.mark.parametrize("dtype", sorted(LARGEST))
+def test_perturbing_just_below_the_top_may_reach_it_but_never_infinity(dtype):
+    top = LARGEST[dtype][0]
+    moved = perturb(words(dtype, [top - 1]), dtype, 1, 1, seed=0)
+    assert moved.view(LARGEST[dtype][1]).tolist() == [top]
+
+
+def test_f64_perturbation_moves_exactly_n_elements_by_k_quanta():
+    data = np.linspace(-2.0, 2.0, 40).view(np.uint8)
+    moved = perturb(data, "f64", 3, 6, seed=5)
+    c = count("o", "f64", data, moved)
+    assert (c.identical, c.one_quantum, c.over_one_quantum, c.over_two_quanta) == (34, 0, 6, 6)
+    assert c.non_finite == 0

@@ -1,4 +1,4 @@
-"""The fill and swap mutations of input controls (the seed's saturated gate and exchanged heads)."""
+"""The fill and swap mutations of input controls (a saturated gate, exchanged heads)."""
 
 import numpy as np
 import pytest

@@ -1,9 +1,9 @@
-"""Issue 15, part A: the lock binds what NVRTC reads, and hostile input fails closed.
+"""The lock binds what NVRTC reads, and hostile input fails closed.
 
-Each attack from the adversarial review (and variants of it) is driven through the CLI where a
-user would meet it, and must end with its documented exit code and one line naming the file and,
-where there is one, the field. Hypothesis fuzzes the include scanner (against NVRTC itself) and
-the option filter.
+Each attack (and variants of it) is driven through the CLI where a user would meet it, and must end
+with its documented exit code and one line naming the file and, where there is one, the field.
+Hypothesis fuzzes the include scanner (against NVRTC itself) and the option filter. The compile
+cache has its own file (test_compile_cache.py), as has git_dirty (test_provenance.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from hypothesis import strategies as st
 from plans import HEADER, KERNEL, make_repo, plan_copy
 from qualify.build import nvrtc
 from qualify.build.nvrtc import KernelSpec, compile_kernel
-from test_hostile_inputs import refused, run_cli  # one CLI-refusal helper for both hostile suites
+from test_refused_inputs import refused, run_cli  # one CLI-refusal helper for both refusal suites
 from qualify.errors import FrozenInputChanged, PlanError, printable
 from qualify.plan.checks import warmup_launches
 from qualify.plan.files import include_candidates
@@ -587,135 +586,6 @@ def test_huge_integers(tmp_path, capsys, text, fragment):
     path = make_repo(tmp_path)
     path.write_text(path.read_text().replace('"base": 7', f'"base": {text}'))
     refused(capsys, ["plan", "check", "--no-compile", path], 2, fragment)
-
-
-# ---------------------------------------------------------------------------------------------
-# git_dirty counts the plan's untracked files
-
-
-@pytest.fixture
-def git_repo(tmp_path):
-    if shutil.which("git") is None:
-        pytest.skip("needs git")
-    root = tmp_path / "g"
-    path = make_repo(root)
-    shutil.rmtree(root / ".git")
-
-    def git(*args):
-        subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                       check=True, capture_output=True)  # fmt: skip
-
-    git("init", "-q")
-    return root, path, git
-
-
-def test_an_uncommitted_plan_is_dirty(git_repo):
-    from qualify.run.provenance import plan_files_dirty
-
-    root, path, git = git_repo
-    git("add", "kernels")
-    git("commit", "-qm", "kernels only")
-    assert plan_files_dirty(root, [path, root / "kernels" / "k.cu"]) is True
-
-
-def test_a_committed_plan_is_clean_and_an_edit_makes_it_dirty(git_repo):
-    from qualify.run.provenance import plan_files_dirty
-
-    root, path, git = git_repo
-    git("add", "-A")
-    git("commit", "-qm", "all")
-    files = [path, root / "kernels" / "k.cu", root / "kernels" / "common.cuh"]
-    assert plan_files_dirty(root, files) is False
-    (root / "kernels" / "common.cuh").write_text(HEADER + "// edit\n")
-    assert plan_files_dirty(root, files) is True
-
-
-def test_an_ignored_header_is_dirty(git_repo):
-    from qualify.run.provenance import plan_files_dirty
-
-    root, path, git = git_repo
-    (root / ".gitignore").write_text("*.cuh\n")
-    git("add", "-A")
-    git("commit", "-qm", "header ignored")
-    assert plan_files_dirty(root, [path, root / "kernels" / "common.cuh"]) is True
-
-
-# ---------------------------------------------------------------------------------------------
-# the compile cache
-
-
-@pytest.fixture
-def cached_source(tmp_path):
-    (tmp_path / "tune.h").write_text("#define TUNE 2\n")
-    source = tmp_path / "k.cu"
-    source.write_text('#include "tune.h"\nextern "C" __global__ void k(int* x) { x[0] = TUNE; }\n')
-    return KernelSpec(source=source, kernel="k", arch="sm_90", root=tmp_path)
-
-
-def _entries() -> list[Path]:
-    return sorted((nvrtc.cache_dir() / "nvrtc").glob("*.json"))
-
-
-def test_second_compile_hits_in_memory_and_on_disk(cached_source):
-    first = compile_kernel(cached_source)
-    assert not first.cached and len(_entries()) == 1
-    assert compile_kernel(cached_source).cached  # memo
-    nvrtc.clear_memo()
-    again = compile_kernel(cached_source)  # disk, as a worker process would find it
-    assert again.cached and again.cubin == first.cubin and again.lowered_name == first.lowered_name
-
-
-@pytest.mark.parametrize("change", ["header", "source", "option", "define", "arch", "kernel"])
-def test_any_input_change_misses(cached_source, change):
-    from dataclasses import replace
-
-    compile_kernel(cached_source)
-    spec = cached_source
-    if change == "header":
-        (spec.source.parent / "tune.h").write_text("#define TUNE 3\n")
-    elif change == "source":
-        spec.source.write_text(spec.source.read_text() + "// edit\n")
-    elif change == "option":
-        spec = replace(spec, options=("--use_fast_math",))
-    elif change == "define":
-        spec = replace(spec, defines=(("EXTRA", "1"),))
-    elif change == "arch":
-        spec = replace(spec, arch="sm_89")
-    else:
-        spec.source.write_text(spec.source.read_text() + 'extern "C" __global__ void k2(int* x) { x[0] = 1; }\n')
-        spec = replace(spec, kernel="k2")
-    assert not compile_kernel(spec).cached
-
-
-@pytest.mark.parametrize("damage", [b"", b"{not json", b'{"format": 1}', b"\xff\xfe"])
-def test_a_damaged_entry_is_ignored_and_rebuilt(cached_source, damage):
-    good = compile_kernel(cached_source)
-    (entry,) = _entries()
-    entry.write_bytes(damage)
-    nvrtc.clear_memo()
-    rebuilt = compile_kernel(cached_source)
-    assert not rebuilt.cached and rebuilt.cubin == good.cubin
-    nvrtc.clear_memo()
-    assert compile_kernel(cached_source).cached  # the entry was written again, whole
-
-
-def test_an_entry_whose_cubin_was_swapped_is_not_used(cached_source):
-    import base64
-
-    compile_kernel(cached_source)
-    (entry,) = _entries()
-    data = json.loads(entry.read_text())
-    data["cubin"] = base64.b64encode(b"\x7fELF" + b"\0" * 60).decode()
-    entry.write_text(json.dumps(data))
-    nvrtc.clear_memo()
-    assert not compile_kernel(cached_source).cached
-
-
-def test_an_unwritable_cache_only_costs_time(cached_source, monkeypatch, tmp_path):
-    blocker = tmp_path / "not-a-folder"
-    blocker.write_text("")
-    monkeypatch.setenv("QUALIFY_CACHE_DIR", str(blocker))
-    assert compile_kernel(cached_source).cubin[:4] == b"\x7fELF"
 
 
 def test_a_cache_hit_still_checks_the_lock(tmp_path):

@@ -1,9 +1,6 @@
-"""Property-based fuzzing of the plan loader and the expression evaluator (hypothesis).
-
-Whatever a plan file holds, loading it either succeeds or raises PlanError, and the CLI answers
-with a documented exit code and no traceback; whatever an expression says, the evaluator returns
-a bounded real number or raises ExprError, quickly. Runs are derandomized, so CI sees the same
-examples every time; QUALIFY_FUZZ_PROFILE=explore searches afresh and longer.
+"""Property-based tests of the plan loader (hypothesis): whatever a plan file holds, loading it
+either succeeds or raises PlanError, and the CLI answers with a documented exit code and no
+traceback. The profile is fuzzing.py's.
 """
 
 from __future__ import annotations
@@ -12,28 +9,17 @@ import contextlib
 import copy
 import io
 import json
-import math
-import os
-import time
-import warnings
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
+from fuzzing import PROFILE
 from plans import PLAN, make_repo
-from qualify import expr
 from qualify.cli import main
 from qualify.errors import PlanError
 from qualify.plan.load import load_plan
-
-settings.register_profile(
-    "ci", max_examples=150, deadline=None, derandomize=True, database=None, print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)  # fmt: skip
-settings.register_profile("explore", max_examples=2_000, deadline=None)
-PROFILE = settings.get_profile(os.environ.get("QUALIFY_FUZZ_PROFILE", "ci"))
 
 DOCUMENTED_EXITS = {0, 2, 3, 4}  # `plan check --no-compile` never reaches 1, 5-7
 
@@ -174,44 +160,3 @@ def test_mutated_plan_loads_or_is_refused(repo, plan):
 def test_the_unmutated_plan_loads(repo):
     """Guards the mutation test: without a mutation the plan is valid, so refusals are earned."""
     assert load_or_plan_error(repo, PLAN) == "ok"
-
-
-# -- (c) expressions ---------------------------------------------------------------------------
-
-TOKENS = [
-    *"0123456789", "T", "N", "BM", "x", "_", ".", "'", '"', " ", "(", ")", ",",
-    "+", "-", "*", "/", "//", "%", "**", "<", "<=", "==", "!=", ">", "and", "or", "not", "if", "else",
-    "cdiv", "round_up", "min", "max", "abs", "sqrt", "rsqrt", "log2", "ceil", "floor",
-    "e", "j", "lambda", "__import__", "[", "]", "{", "}", ":", "=", "@", "~", "<<", "^", "\\",
-]  # fmt: skip
-PARAMS = {"T": 512, "N": 1024, "BM": 64}
-
-
-@PROFILE
-@given(tokens=st.lists(st.sampled_from(TOKENS), max_size=40))
-@example(tokens=["(", "N", "-", "2", "*", "N", ")", "**", "0", ".", "5"])  # complex
-@example(tokens=["3", "if", " ", "N", " ", "else", " ", "4"])  # a SyntaxWarning on stderr
-@example(tokens=["(", "2", "**", "6", "2", ")", "**", "6", "4"])  # too large to format as a float
-def test_expressions_evaluate_to_a_bounded_number_or_raise_expr_error(tokens):
-    source = "".join(tokens)
-    start = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the evaluator must not print, warnings included
-        try:
-            value = expr.evaluate(source, PARAMS)
-        except expr.ExprError:
-            value = None
-    assert time.perf_counter() - start < 0.5, source
-    if value is not None:
-        assert type(value) in (int, float), (source, value)
-        assert math.isfinite(value) and abs(value) <= expr.MAX_MAGNITUDE, (source, value)
-
-
-@PROFILE
-@given(source=st.text(max_size=220))
-def test_arbitrary_text_is_an_expression_or_expr_error(source):
-    try:
-        value = expr.evaluate(source, PARAMS)
-    except expr.ExprError:
-        return
-    assert type(value) in (int, float) and math.isfinite(value)

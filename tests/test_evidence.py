@@ -1,4 +1,4 @@
-"""`report --check` checks the evidence, not only the numbers (issue 15, causes 5, 6, 7, 9, 13, 16).
+"""`report --check` checks the evidence, not only the numbers.
 
 Each attack takes a record that checks out, changes it the way a forger would (often re-rendering
 results.json and README.md afterwards with `qualify report`, so that only the evidence can give

@@ -1,0 +1,82 @@
+"""Kernel attribution between the arms: the wording, the band's edges, and how kernels are matched."""
+
+from __future__ import annotations
+
+import pytest
+
+from qualify.evaluate.kernels import SAME_NS, SAME_PCT, attribute, case_kernels, change_text, label
+from qualify.results.model import KernelActivity, KernelRow, TracedCall
+from qualify.run.fake import FAKE_LIMITS
+
+
+def row(name: str, ns: float, occurrence: int = 0) -> KernelRow:
+    return KernelRow(name=name, occurrence=occurrence, grid=(1, 1, 1), block=(128, 1, 1), registers=32,
+                     static_shared_bytes=0, dynamic_shared_bytes=0, local_bytes=0, blocks_per_sm=16,
+                     warps_per_sm=64, limiter="warps", calls=5, median_ns=ns)  # fmt: skip
+
+
+def test_attribution_wording():
+    changes = attribute([row("flash<128>", 100_000), row("prep", 10_000), row("gone", 500)],
+                        [row("prep", 10_100), row("flash<128>", 112_100), row("tail", 900)])  # fmt: skip
+    text = {label(c): change_text(c) for c in changes}
+    assert text == {"flash<128>": "+12.1 %", "prep": "same", "gone": "only in base", "tail": "only in candidate"}
+    assert [c.name for c in changes] == ["flash<128>", "prep", "gone", "tail"]  # base's order, then new ones
+
+
+@pytest.mark.parametrize(
+    "base, cand, outcome",
+    [
+        (100_000, 100_000 * (1 + SAME_PCT / 100), "same"),  # at the relative edge
+        (100_000, 100_000 * (1 + SAME_PCT / 100) + 1, "slower"),
+        (100_000, 100_000 * (1 - SAME_PCT / 100), "same"),
+        (100_000, 100_000 * (1 - SAME_PCT / 100) - 1, "faster"),
+        (2_000, 2_000 + SAME_NS, "same"),  # +15 %, but within the absolute band
+        (2_000, 2_000 + SAME_NS + 1, "slower"),
+        (2_000, 2_000 - SAME_NS - 1, "faster"),
+    ],
+)
+def test_attribution_band_edges(base, cand, outcome):
+    (change,) = attribute([row("k", base)], [row("k", cand)])
+    assert change.outcome == outcome
+    if outcome != "same":
+        assert change_text(change) == f"{(cand - base) / base * 100:+.1f} %"
+
+
+def test_duplicates_match_by_launch_order_and_templates_by_name():
+    changes = attribute([row("prep", 1_000), row("prep", 5_000, 1), row("fwd<64>", 50_000)],
+                        [row("prep", 1_000), row("prep", 8_000, 1), row("fwd<128>", 40_000)])  # fmt: skip
+    assert [(label(c), change_text(c)) for c in changes] == [
+        ("prep", "same"), ("prep #2", "+60.0 %"), ("fwd<64> → fwd<128>", "-20.0 %")]
+
+
+def test_exact_names_are_matched_before_templates():
+    changes = attribute([row("k<1>", 1_000), row("k<2>", 9_000)], [row("k<2>", 9_000), row("k<1>", 1_000)])
+    assert [(label(c), c.outcome) for c in changes] == [("k<1>", "same"), ("k<2>", "same")]
+    changes = attribute([row("k<1>", 1_000)], [row("k<1>", 1_000), row("k<2>", 5_000)])
+    assert [(label(c), change_text(c)) for c in changes] == [("k<1>", "same"), ("k<2>", "only in candidate")]
+
+
+def test_a_kernel_of_zero_duration_in_base_changes_by_nanoseconds_only():
+    (tiny,) = attribute([row("k", 0)], [row("k", SAME_NS)])
+    (grown,) = attribute([row("k", 0)], [row("k", SAME_NS + 1)])
+    assert (tiny.outcome, tiny.change_pct) == ("same", None)
+    assert (grown.outcome, grown.change_pct, change_text(grown)) == ("slower", None, "slower")
+
+
+def test_a_case_traced_on_one_arm_keeps_its_inventory_and_attributes_nothing():
+    """A trace that holds one arm (a hand-edited record, a tracer that failed on the other) still
+    gives that arm's kernels and timers; there is nothing to attribute a change to."""
+    call = TracedCall(event_ns=1_000 + 10_000, kernels=[
+        KernelActivity(name="k", grid=(4, 1, 1), block=(64, 1, 1), registers_per_thread=32, static_shared_bytes=0,
+                       dynamic_shared_bytes=0, local_bytes_per_thread=0, start_ns=0, end_ns=10_000,
+                       correlation_id=1, stream_id=1)])  # fmt: skip
+    kernels = case_kernels({"base": [call]}, {}, FAKE_LIMITS, 1_000.0)
+    assert kernels.attribution == []
+    assert [(r.name, r.median_ns) for r in kernels.inventory["base"]] == [("k", 10_000.0)]
+    assert set(kernels.inventory) == set(kernels.timers) == {"base"} and kernels.timers["base"].agree
+
+
+def test_the_band_is_the_one_the_record_states():
+    from qualify.evaluate.kernels import BAND_TEXT
+
+    assert BAND_TEXT == "same: within ±2 % or ±0.3 µs of base"
