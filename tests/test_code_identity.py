@@ -197,13 +197,13 @@ def test_host_only_libraries_in_compare_record_an_unknown(tmp_path):
     assert "no .nv_fatbin" in trial.code.reason
 
 
-def test_a_gate_on_the_median_of_free_aa_trials_reads_the_constructed_ratio(tmp_path):
+def test_a_gate_pooled_over_free_aa_trials_reads_the_constructed_ratio(tmp_path):
     gates = [{"name": "faster", "where": "N >= 4096", "min_speedup_pct": 1.0, "every_trial": False}]
     loaded, trial = trial_of(tmp_path, plan_for(SAME_AS_BASE, gates))
     v = verdict(loaded.plan, [trial])
     (gate,) = v.gates
     assert gate.trial is None and not gate.passed and gate.value_pct == 0.0
-    assert any("median of trials" in r and "no change by construction" in r for r in v.reasons)
+    assert any("pooled over 1 trial" in r and "no change by construction" in r for r in v.reasons)
     measured = trial.model_copy(update={"code": trial.code.model_copy(update={"free_aa": False})})
     judged = verdict(loaded.plan, [measured])
     assert not any(g.value_pct == 0.0 for g in judged.gates)  # the fake's 20 %, as measured

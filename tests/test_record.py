@@ -609,3 +609,58 @@ def test_markdown_escapes_keep_ordinary_labels_readable():
     assert line_start("# h") == "\\# h" and line_start("12. x") == "12\\. x" and line_start("- y") == "\\- y"
     assert code("a`b") == "``a`b``" and code("`x`") == "`` `x` ``"
     assert code("a|b") == "`a|b`" and code("a|b", cell=True) == "`a\\|b`"
+
+
+# ---------------------------------------------------------------------------------------------
+# the pooled two-level statistics
+
+
+def test_readme_shows_the_pooled_change_interval_parts_and_mde(built):
+    results = Record(built).results()
+    lines = readme_lines(built)
+    assert set(results.pooled) == {"NVIDIA H200 (GPU-1111aaaa)", "NVIDIA L40S (GPU-2222bbbb)"}
+    for device, cases in results.pooled.items():
+        section = lines[lines.index(f"## Results on {device}"):]
+        for cid, p in cases.items():
+            assert p.trials == 2 and p.between_pct is not None  # the L40S's interrupted trial is left out
+            row = (f"| {cid} | 2 | {p.delta_pct:+.2f} % | [{p.ci_low:.4f}, {p.ci_high:.4f}] | {p.case_class} | "
+                   f"{p.within_pct:.2f} % | {p.between_pct:.2f} % | {p.df:.1f} | {p.mde_pct:.2f} % |")
+            assert row in section
+    assert not any("one process only" in line for line in lines)
+
+
+def test_a_one_trial_readme_says_its_interval_covers_one_process_only(built):
+    plan, lock = plan_and_lock()
+    results = assemble_results(plan, lock, Record(built).trials()[:1])
+    (p,) = {cid: p for cid, p in results.pooled["NVIDIA H200 (GPU-1111aaaa)"].items() if cid == "N=1024"}.values()
+    assert p.trials == 1 and p.between_pct is None and p.reason.endswith("covers one process only")
+    text = render_readme(results, plan)
+    assert "From one trial the interval covers one process only" in text
+    assert f"| N=1024 | 1 | {p.delta_pct:+.2f} % | [{p.ci_low:.4f}, {p.ci_high:.4f}] |" in text
+    assert "| n/a (one trial) |" in text
+
+
+def test_a_tampered_pooled_figure_is_found(copy):
+    data = json.loads((copy / "results.json").read_text())
+    data["pooled"]["NVIDIA H200 (GPU-1111aaaa)"]["N=1024"]["ci_high"] *= 1.01
+    (copy / "results.json").write_text(json.dumps(data, indent=1) + "\n")
+    problems = check_record(copy)
+    assert any(p.startswith("results.json: the pooled statistics are not the ones its trials give: "
+                            "pooled.NVIDIA H200 (GPU-1111aaaa).N=1024.ci_high: found") for p in problems)
+
+
+def test_a_results_json_without_pooled_figures_is_found(copy):
+    data = json.loads((copy / "results.json").read_text())
+    del data["pooled"]
+    (copy / "results.json").write_text(json.dumps(data, indent=1) + "\n")
+    assert any("pooled.NVIDIA H200 (GPU-1111aaaa): missing" in p for p in check_record(copy))
+
+
+def test_a_trial_whose_recorded_log_moments_were_edited_is_found(copy):
+    path = copy / "trials" / "trial-1.json"
+    data = json.loads(path.read_text())
+    assert data["cases"][0]["stats"]["log_sd"] is not None
+    data["cases"][0]["stats"]["log_sd"] *= 0.5
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    assert any(p.startswith("trials/trial-1.json: differs from its raw samples: cases[0].stats.log_sd")
+               for p in check_record(copy))  # fmt: skip

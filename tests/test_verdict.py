@@ -37,7 +37,7 @@ def test_gate_limit_is_the_tighter_bound():
         (REGRESSION, 1.03, 1.021, 1.04, 1.0, "miss"),
         (REGRESSION, 1.00, 0.97, 1.03, 3.5, "cant_tell"),  # a point estimate inside is not enough
         (REGRESSION, 1.00, 0.97, 1.03, 1.5, "miss"),
-        # the median of trials has no interval: the point estimate decides once the margin is resolvable
+        # without an interval the point estimate decides once the margin is resolvable
         (REGRESSION, 1.01, None, None, 1.0, "pass"),
         (REGRESSION, 1.03, None, None, 1.0, "miss"),
         (REGRESSION, 1.01, None, None, 2.5, "cant_tell"),
@@ -94,11 +94,11 @@ def test_a_resolvable_gate_that_is_missed_is_not_qualified(tmp_path):
     assert any(r.startswith("gate five_pct missed at N=1024") for r in v.reasons)
 
 
-def test_median_of_trials_gate_uses_the_median_mde(tmp_path):
+def test_a_gate_over_trials_uses_the_pooled_mde(tmp_path):
     gates = [{"name": "no_regression", "max_regression_pct": 0.5}]
     plan, trial = _trial(tmp_path, _plan(gates, every_trial=False), 10_000.0, noise=0.08)
     v = verdict(plan, [trial])
-    assert v.gates == [] and any("(median of trials)" in r and "can't tell" in r for r in v.reasons)
+    assert v.gates == [] and any("(pooled over 1 trial (1 process))" in r and "can't tell" in r for r in v.reasons)
 
 
 def test_aa_control_is_judged_by_the_same_rule(tmp_path):
@@ -122,9 +122,10 @@ def test_a_gate_over_a_case_no_trial_measured_is_skipped_not_a_crash(tmp_path):
     assert [g.case for g in judged] == [trial.cases[0].case] and undecided == []
 
 
-def test_an_undecided_gate_names_the_trial_or_the_median_it_judged():
+def test_an_undecided_gate_names_the_trial_or_the_trials_it_pooled():
     from qualify.evaluate.verdict import _undecided
 
     gate = SpeedGate(name="g", min_speedup_pct=5.0)
-    assert "(trial 3)" in _undecided(gate, "N=1", "H200", 3, 1.0, 9.0, 0.9, 1.1)
-    assert "(median of trials)" in _undecided(gate, "N=1", "H200", None, 1.0, 9.0, None, None)
+    assert "(trial 3)" in _undecided(gate, "N=1", "H200", 3, 1.0, 9.0, 0.9, 1.1, trials=4)
+    assert "(pooled over 4 trials (4 processes))" in _undecided(gate, "N=1", "H200", None, 1.0, 9.0, None, None,
+                                                                trials=4)  # fmt: skip

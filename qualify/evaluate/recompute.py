@@ -13,7 +13,7 @@ from qualify.evaluate.summarize import floor_ns, has_series, pair_stats, timing_
 from qualify.evaluate.kernels import case_kernels
 from qualify.evaluate.second_timer import traced_offset
 from qualify.plan.model import ARM_SIDES
-from qualify.results.model import CaseTrial, KernelTrace, Trial
+from qualify.results.model import CaseStats, CaseTrial, KernelTrace, Trial
 
 
 def derived_fields(arrays: dict[str, np.ndarray], cid: str, iterations: int) -> dict:
@@ -51,3 +51,30 @@ def recompute_trial(trial: Trial, arrays: dict[str, np.ndarray], iterations: int
     timer = dict(trial.timer)
     timer["floor_ns"] = floor_ns(arrays)
     return trial.model_copy(update={"cases": cases, "timer": timer})
+
+
+# CaseStats fields that trials made before them lack (None where they would hold a value)
+LATER_STATS_FIELDS = ("log_mean", "log_sd")
+
+
+def _predating(fresh: CaseStats | None, recorded: CaseStats | None) -> CaseStats | None:
+    if fresh is None or recorded is None or recorded.log_mean is not None:
+        return fresh
+    return fresh.model_copy(update=dict.fromkeys(LATER_STATS_FIELDS))
+
+
+def in_recorded_shape(fresh: Trial, recorded: Trial) -> Trial:
+    """The recomputed trial as a trial made before the log moments were recorded holds it.
+
+    A recorded case without `log_mean` is compared without it; what the pooled statistics then
+    use instead (its ratio, interval and blocks) is compared in full.
+    """
+    kept = {c.case: c for c in recorded.cases}
+    cases = []
+    for case in fresh.cases:
+        old = kept.get(case.case)
+        if old is not None:
+            stats, aa = _predating(case.stats, old.stats), _predating(case.aa, old.aa)
+            case = case.model_copy(update={"stats": stats, "aa": aa})
+        cases.append(case)
+    return fresh.model_copy(update={"cases": cases})

@@ -88,7 +88,7 @@ def _incomplete_beta(a: float, b: float, x: float) -> float:
     return math.exp(log_front) * f / a
 
 
-def t_cdf(t: float, df: int) -> float:
+def t_cdf(t: float, df: float) -> float:
     """P(T <= t) for Student's t with df degrees of freedom."""
     t2 = t * t
     # P(|T| > |t|) = I_{df/(df+t²)}(df/2, 1/2) = 1 - I_{t²/(df+t²)}(1/2, df/2); take the form whose
@@ -101,7 +101,7 @@ def t_cdf(t: float, df: int) -> float:
 
 
 @lru_cache(maxsize=512)  # a trial asks for the same few (p, df) pairs over and over
-def t_quantile(p: float, df: int) -> float:
+def t_quantile(p: float, df: float) -> float:
     """The p-quantile of Student's t (0 < p < 1), by bisection: slow, exact to double precision."""
     if not 0.0 < p < 1.0 or df < 1:
         raise ValueError(f"t_quantile needs 0 < p < 1 and df >= 1, got p={p}, df={df}")
@@ -166,6 +166,10 @@ def paired_ratio(base_ns, base_block, cand_ns, cand_block, confidence: float = C
     ratio falls back to the pooled medians (or 1.0 if even those are zero), and the class says why.
     """
     logs = block_log_ratios(base_ns, base_block, cand_ns, cand_block)
+    return _ratio_of_logs(logs, base_ns, cand_ns, confidence)
+
+
+def _ratio_of_logs(logs: np.ndarray, base_ns, cand_ns, confidence: float = CONFIDENCE):
     n = int(logs.size)
     if n == 0:
         mb, mc = float(np.median(base_ns)), float(np.median(cand_ns))
@@ -203,7 +207,8 @@ def classify(ratio: float, lo: float | None, hi: float | None, band: float = SAM
 
 
 def case_stats(base_ns, base_block, cand_ns, cand_block) -> CaseStats:
-    ratio, lo, hi, blocks, mde = paired_ratio(base_ns, base_block, cand_ns, cand_block)
+    logs = block_log_ratios(base_ns, base_block, cand_ns, cand_block)
+    ratio, lo, hi, blocks, mde = _ratio_of_logs(logs, base_ns, cand_ns)
     case_class, reason = classify(ratio, lo, hi, mde=mde, blocks=blocks)
     return CaseStats(
         ratio=ratio,
@@ -214,6 +219,9 @@ def case_stats(base_ns, base_block, cand_ns, cand_block) -> CaseStats:
         reason=reason,
         blocks=blocks,
         mde_pct=mde,
+        # the trial's own moments, from which its trials' pooled interval is built (qualify.evaluate.pooled)
+        log_mean=float(np.mean(logs)) if logs.size else None,
+        log_sd=float(np.std(logs, ddof=1)) if logs.size >= 2 else None,
     )
 
 

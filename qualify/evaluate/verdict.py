@@ -8,14 +8,14 @@ sanitizer checks not run, an unplanned device, a gate finer than the case could 
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 
+from qualify.evaluate.pooled import pool
 from qualify.evaluate.second_timer import disagreement_text
 from qualify.plan.checks import selected_cases
 from qualify.plan.model import ARM_SIDES, Fidelity, Plan, SpeedGate
 from qualify.plan.resolve import case_id
-from qualify.results.model import BufferParity, CaseTrial, GateResult, Trial, Verdict
+from qualify.results.model import BufferParity, CaseTrial, GateResult, PooledStats, Trial, Verdict
 
 
 def device_label(trial: Trial) -> str:
@@ -64,8 +64,8 @@ def judge_gate(gate: SpeedGate, ratio: float, lo: float | None, hi: float | None
     interval straddles L, the case's minimum detectable effect says whether the case could have
     resolved a change the size of the gate's margin |L - 1|: if not, the answer is "can't tell"
     (never a miss or a pass the data cannot support); if it could, the candidate had its chance
-    and the gate is missed. On the median of trials there is no interval: the point estimate
-    decides, once the (median) MDE shows the margin is resolvable.
+    and the gate is missed. Without an interval but with an MDE that shows the margin is
+    resolvable, the point estimate decides.
     """
     limit = gate_limit(gate)
     speedup = (1.0 - ratio) * 100.0
@@ -83,12 +83,19 @@ def judge_gate(gate: SpeedGate, ratio: float, lo: float | None, hi: float | None
     return "miss", speedup, bound
 
 
+def pooled_text(trials: int) -> str:
+    """Where a gate judged over all of a device's trials looked: each trial is one process."""
+    if trials == 1:
+        return "pooled over 1 trial (1 process)"
+    return f"pooled over {trials} trials ({trials} processes)"
+
+
 def _undecided(gate: SpeedGate, cid: str, device: str, trial: int | None, speedup: float,
-               mde_pct: float | None, lo: float | None, hi: float | None) -> str:
-    where = f"trial {trial}" if trial is not None else "median of trials"
+               mde_pct: float | None, lo: float | None, hi: float | None, *, trials: int) -> str:
+    where = f"trial {trial}" if trial is not None else pooled_text(trials)
     margin = abs(gate_limit(gate) - 1.0) * 100.0
     if mde_pct is None:
-        why = "the case has no interval (fewer than two blocks)"
+        why = "the case has no interval (fewer than two blocks in a trial)"
     else:
         why = f"the smallest change this case resolves is {mde_pct:.2f}%, above the gate's {margin:g}%"
     interval = "" if lo is None or hi is None else f", 95% CI [{lo:.4f}, {hi:.4f}]"
@@ -110,40 +117,72 @@ def free_aa(trial: Trial) -> bool:
     return trial.code is not None and trial.code.free_aa
 
 
-def _evidence(trial: Trial, case: CaseTrial) -> tuple[float, float | None, float | None, float | None]:
+Evidence = tuple[float, float | None, float | None, float | None]  # ratio, CI low, CI high, MDE in %
+
+
+def _evidence(trial: Trial, case: CaseTrial) -> Evidence:
     """(ratio, CI low, CI high, MDE in %) a gate judges: the constructed ones in a free A/A."""
     if free_aa(trial):
         return BY_CONSTRUCTION
     return case.stats.ratio, case.stats.ci_low, case.stats.ci_high, case.stats.mde_pct
 
 
+def _pooled_evidence(cases: list[tuple[Trial, CaseTrial]]) -> Evidence:
+    """(ratio, CI low, CI high, MDE in %) over a device's trials: the two-level pooled interval,
+    or the constructed one when every trial is a free A/A."""
+    if all(free_aa(t) for t, _ in cases):
+        return BY_CONSTRUCTION
+    p = pool([c.stats for _, c in cases])
+    return p.ratio, p.ci_low, p.ci_high, p.mde_pct
+
+
+def by_device(trials: list[Trial]) -> dict[str, list[Trial]]:
+    """Complete trials per device, devices in the order they first ran: devices are never pooled
+    together (each is its own population)."""
+    out: dict[str, list[Trial]] = defaultdict(list)
+    for t in trials:
+        if t.status == "complete":
+            out[device_label(t)].append(t)
+    return dict(out)
+
+
+def pooled_cases(plan: Plan, trials: list[Trial]) -> dict[str, dict[str, PooledStats]]:
+    """Per device and case (the plan's order, unplanned ids last as found): the case's two-level
+    statistics over the device's complete trials, as measured (free A/A trials included)."""
+    planned = [case_id(c) for c in plan.workload.cases]
+    out = {}
+    for device, dtrials in by_device(trials).items():
+        found = [c.case for t in dtrials for c in t.cases]
+        unplanned = [cid for cid in dict.fromkeys(found) if cid not in planned]
+        order = [cid for cid in planned if cid in found] + unplanned
+        out[device] = {cid: pool([c.stats for t in dtrials for c in t.cases if c.case == cid]) for cid in order}
+    return out
+
+
 def judge_gates(plan: Plan, trials: list[Trial]) -> tuple[list[GateResult], list[str]]:
     """Judged gates, and the reasons of gates the data could not decide (no GateResult for them).
 
-    In a free A/A trial the gates see the ratio the construction fixes (BY_CONSTRUCTION), not the
-    measured one: a speed-up gate is missed and a regression bound is met, by construction."""
-    complete = [t for t in trials if t.status == "complete"]
-    by_device: dict[str, list[Trial]] = defaultdict(list)
-    for t in complete:
-        by_device[device_label(t)].append(t)
+    A gate judged in every trial reads each trial's interval; otherwise it reads the case's
+    two-level interval pooled over the device's complete trials (qualify.evaluate.pooled), never
+    over devices together. In a free A/A trial the gates see the ratio the construction fixes
+    (BY_CONSTRUCTION), not the measured one: a speed-up gate is missed and a regression bound is
+    met, by construction."""
     out, undecided = [], []
     for gate in plan.acceptance.gates:
         for cid in selected_cases(gate, plan):
-            for device, dtrials in by_device.items():
-                rows = [(t.index, _evidence(t, c)) for t in dtrials for c in t.cases if c.case == cid]
-                if not rows:
+            for device, dtrials in by_device(trials).items():
+                cases = [(t, c) for t in dtrials for c in t.cases if c.case == cid]
+                if not cases:
                     continue
                 if gate.every_trial:
-                    judged = [(index, *s) for index, s in rows]
+                    judged = [(t.index, *_evidence(t, c)) for t, c in cases]
                 else:
-                    mdes = [s[3] for _, s in rows]
-                    mde = None if None in mdes else statistics.median(mdes)
-                    lo_hi = (1.0, 1.0) if all(s == BY_CONSTRUCTION for _, s in rows) else (None, None)
-                    judged = [(None, statistics.median(s[0] for _, s in rows), *lo_hi, mde)]
+                    judged = [(None, *_pooled_evidence(cases))]
                 for index, ratio, lo, hi, mde in judged:
                     outcome, value, bound = judge_gate(gate, ratio, lo, hi, mde)
                     if outcome == "cant_tell":
-                        undecided.append(_undecided(gate, cid, device, index, value, mde, lo, hi))
+                        undecided.append(_undecided(gate, cid, device, index, value, mde, lo, hi,
+                                                    trials=len(cases)))  # fmt: skip
                         continue
                     out.append(GateResult(gate=gate.name, case=cid, trial=index, device=device,
                                           passed=outcome == "pass", value_pct=value, bound=bound))  # fmt: skip
@@ -171,11 +210,12 @@ def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
     gates, undecided = judge_gates(plan, trials)
     complete = [t for t in trials if t.status == "complete"]
     constructed = {t.index for t in complete if free_aa(t)}
-    # on the median of trials, a device whose every complete trial is a free A/A
+    # pooled over trials, a device whose every complete trial is a free A/A
     constructed_devices = {device_label(t) for t in complete} - {device_label(t) for t in complete if not free_aa(t)}
     for g in gates:
         if not g.passed:
-            trial = f"trial {g.trial}" if g.trial is not None else "median of trials"
+            pooled = [t for t in complete if device_label(t) == g.device and any(c.case == g.case for c in t.cases)]
+            trial = f"trial {g.trial}" if g.trial is not None else pooled_text(len(pooled))
             by_construction = g.trial in constructed if g.trial is not None else g.device in constructed_devices
             why = "; identical machine code and launches: no change by construction" if by_construction else ""
             failed.append(f"gate {g.gate} missed at {g.case} on {g.device} ({trial}): "

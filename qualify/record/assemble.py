@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from qualify.errors import FrozenInputChanged, PlanError
-from qualify.evaluate.verdict import verdict
+from qualify.evaluate.verdict import pooled_cases, verdict
 from qualify.io import atomic_write_text
 from qualify.plan.digest import freeze_from_hashes, read_lock
 from qualify.plan.load import read_plan_json, validate_plan
@@ -66,6 +66,7 @@ def derive_results(plan: Plan, lock: dict, trials: list[Trial]) -> Results:
         files=dict(lock["files"]),
         trials=list(trials),
         verdict=verdict(plan, trials),
+        pooled=pooled_cases(plan, trials),
     )
 
 

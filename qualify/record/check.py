@@ -20,8 +20,8 @@ import numpy as np
 
 from qualify.errors import ExitCode, PlanError
 from qualify.evaluate import samples as raw
-from qualify.evaluate.recompute import recompute_trial
-from qualify.evaluate.verdict import verdict
+from qualify.evaluate.recompute import in_recorded_shape, recompute_trial
+from qualify.evaluate.verdict import pooled_cases, verdict
 from qualify.plan.digest import sha256_file
 from qualify.plan.model import Plan
 from qualify.record.assemble import (
@@ -37,7 +37,7 @@ from qualify.record.assemble import (
 from qualify.record import evidence
 from qualify.record.evidence import Problem
 from qualify.record.render import render_readme
-from qualify.results.model import Results, Trial
+from qualify.results.model import PooledStats, Results, Trial
 from qualify.results.store import Record, results_json
 
 # JSON round-trips floats exactly, so recomputed statistics normally match bit for bit; the
@@ -122,7 +122,8 @@ def _trial_problems(record: Record, trial: Trial, plan: Plan, lock: dict) -> tup
         again = recompute_trial(trial, arrays, plan.schedule.iterations_per_sample)
     except KeyError as exc:  # a listed case its samples do not time: reported above
         return problems + [f"{trial.samples_file}: lacks the series {exc}"], None
-    diffs = differences(trial.model_dump(mode="json"), again.model_dump(mode="json"))
+    shaped = in_recorded_shape(again, trial)
+    diffs = differences(trial.model_dump(mode="json"), shaped.model_dump(mode="json"))
     return problems + _listed(where, diffs, "differs from its raw samples"), again
 
 
@@ -193,6 +194,10 @@ def check_evidence(folder: Path) -> Evidence:
     return Evidence(plan, lock, trials, rederived, problems)
 
 
+def _pooled_json(pooled: dict[str, dict[str, PooledStats]]) -> dict:
+    return {device: {cid: p.model_dump(mode="json") for cid, p in cases.items()} for device, cases in pooled.items()}
+
+
 def inspect_record(folder: Path) -> list[Problem]:
     """Every way the record disagrees with its own evidence; an empty list means it checks out."""
     folder = Path(folder)
@@ -219,6 +224,10 @@ def inspect_record(folder: Path) -> list[Problem]:
     fresh = verdict(plan, ev.rederived)
     diffs = differences(results.verdict.model_dump(mode="json"), fresh.model_dump(mode="json"), "verdict")
     found.extend(_listed("results.json", diffs, "the verdict is not the one its trials give"))
+    # the pooled two-level statistics, from the trials as their raw samples give them
+    expected, written = _pooled_json(pooled_cases(plan, ev.rederived)), _pooled_json(results.pooled)
+    diffs = differences(written, expected, "pooled")
+    found.extend(_listed("results.json", diffs, "the pooled statistics are not the ones its trials give"))
     derived = derive_results(plan, lock, trials)
     if not found:
         # equal in every value is not enough: the file must be the bytes `qualify report` writes

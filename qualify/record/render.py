@@ -33,6 +33,7 @@ from qualify.results.model import (
     ControlResult,
     DeviceInfo,
     Failure,
+    PooledStats,
     Results,
     SanitizerResult,
     Trial,
@@ -142,7 +143,7 @@ def ratio(value: float | None) -> str:
     return Md("n/a" if value is None else f"{value:.4f}")
 
 
-def interval(stats: CaseStats | None) -> str:
+def interval(stats: CaseStats | PooledStats | None) -> str:
     if stats is None:
         return Md("n/a")
     if stats.ci_low is None or stats.ci_high is None:
@@ -277,8 +278,8 @@ class TrialsMedian:
 def median_of_trials(trials: tuple[Trial, ...], cid: str) -> TrialsMedian | None:
     """Medians over complete trials: of each arm's median, and of the change.
 
-    The change is the median of the trials' changes, the same statistic a gate judged over the
-    median of trials uses, rather than a ratio of the two medians shown beside it.
+    The change is the median of the trials' changes rather than a ratio of the two medians shown
+    beside it; gates judged over trials read the pooled two-level interval instead (Results.pooled).
     """
     rows = [c for t in trials if t.status == "complete" for c in t.cases if c.case == cid]
     if not rows:

@@ -4,7 +4,8 @@ History of the format (bump RESULTS_VERSION on any incompatible change and say w
   1 — first version: trials with per-case timing summaries, parity, resources, controls; the
       verdict; raw samples live beside it in trials/<index>.npz. Optional fields added since,
       absent from trials made before them (results.json writes trials as their files hold them):
-      a case's raw CUPTI `trace` and the `kernels` derived from it, the trial's `kernel_trace`.
+      a case's raw CUPTI `trace` and the `kernels` derived from it, the trial's `kernel_trace`,
+      a case's `log_mean` and `log_sd`, and the record's `pooled` two-level statistics.
 
 Every statistic here is derived from the raw samples by `qualify.evaluate`; `qualify report
 --check` recomputes them and refuses a results.json or README that disagrees.
@@ -97,6 +98,32 @@ class CaseStats(Model):
         default=None, description="minimum detectable change in % (95 % confidence, 80 % power); "
         "None below 2 blocks",
     )
+    log_mean: float | None = Field(default=None, description="mean of the block log-ratios (absent in "
+                                   "trials made before it was recorded; None without a usable block)")
+    log_sd: float | None = Field(default=None, description="their standard deviation (ddof 1); None "
+                                 "below 2 blocks or where not recorded")
+
+
+class PooledStats(Model):
+    """A case on one device over its complete trials, each trial one process: a two-level interval
+    in which the spread between processes enters beside the spread of blocks within each
+    (qualify.evaluate.pooled)."""
+
+    ratio: float = Field(description="candidate / base: exp of the mean over trials of their mean block "
+                         "log-ratios")
+    ci_low: float | None = Field(description="95 % two-level t-interval; None where a trial has no interval")
+    ci_high: float | None
+    delta_pct: float = Field(description="(ratio - 1) * 100: negative is faster")
+    case_class: CaseClass
+    reason: str
+    trials: int = Field(description="complete trials pooled, each one process")
+    df: float | None = Field(description="degrees of freedom (Welch-Satterthwaite over the two parts)")
+    within_pct: float | None = Field(description="the within-trial part: a trial's standard error, "
+                                     "expm1(sqrt(mean of the trials' squared standard errors)) in %")
+    between_pct: float | None = Field(description="the between-trial part: the spread of processes' "
+                                      "true ratios, expm1(sqrt(b)) in %; None from one trial")
+    mde_pct: float | None = Field(description="minimum detectable change in % (95 % confidence, 80 % "
+                                  "power) of the pooled estimate")
 
 
 class BufferParity(Model):
@@ -367,3 +394,7 @@ class Results(Model):
     files: dict[str, str]
     trials: list[Trial]
     verdict: Verdict
+    pooled: dict[str, dict[str, PooledStats]] = Field(
+        default_factory=dict, description="per device (as the verdict labels it) and case: the "
+        "two-level statistics over its complete trials; devices are never pooled together",
+    )
