@@ -11,7 +11,9 @@ from qualify.errors import DeviceError
 from qualify.plan.resolve import ResolvedBuffer
 from qualify.run.device import DeviceBuffer
 from qualify.run.fake import FakeDevice
-from qualify.run.placement import OFFSET_LIMIT, PlacementPool, check_granularity, draw_layouts, shared_keys
+from qualify.run.placement import (
+    OFFSET_LIMIT, PlacementPool, check_granularity, draw_layouts, layout_rng, shared_keys,
+)  # fmt: skip
 
 N = 1024
 
@@ -200,6 +202,24 @@ def test_the_same_seed_draws_the_same_layouts_and_another_seed_others():
     assert one == draw_layouts(sizes, 8, np.random.default_rng(11))
     assert one != draw_layouts(sizes, 8, np.random.default_rng(12))
     assert draw_layouts(sizes, 3, np.random.default_rng(11)) == one[:3]
+
+
+def test_a_cases_layouts_follow_from_the_plan_seed_the_trial_and_the_case():
+    sizes = shared_keys(ARMS)
+    one = draw_layouts(sizes, 8, layout_rng(5, 0, "N=1"))
+    assert one == draw_layouts(sizes, 8, layout_rng(5, 0, "N=1"))
+    for other in ((6, 0, "N=1"), (5, 1, "N=1"), (5, 0, "N=2")):
+        assert draw_layouts(sizes, 8, layout_rng(*other)) != one
+
+
+def test_the_facts_are_plain_json():
+    import json
+
+    with PlacementPool(Recording(), ARMS, inputs(), 3, np.random.default_rng(2), granularity=4096) as pool:
+        facts = json.loads(json.dumps(pool.facts.to_json()))
+    assert facts["used"] == 3 and facts["granularity"] == 4096 and len(facts["placements"]) == 3
+    assert facts["placements"][1]["spacer_bytes"] > 0
+    assert {b["name"] for b in facts["placements"][2]["buffers"]} == {"x", "y", "out", "scratch"}
 
 
 @pytest.mark.parametrize("granularity", [0, 128, 300, -256, OFFSET_LIMIT])

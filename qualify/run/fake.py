@@ -15,7 +15,7 @@ import numpy as np
 
 from qualify.evaluate.occupancy import REGISTER_UNIT, SHARED_UNIT, SUB_PARTITIONS
 from qualify.results.model import ArmResources, DeviceInfo, DeviceLimits, KernelActivity, TracedCall
-from qualify.run.device import MAX_BATCH, DeviceBuffer, KernelFault
+from qualify.run.device import FLUSH_SLOTS, MAX_BATCH, DeviceBuffer, KernelFault
 from qualify.run.telemetry import Reading
 
 FAKE_INFO = DeviceInfo(
@@ -146,7 +146,7 @@ class FakeDevice:
     def free_memory(self) -> int:
         return self.free_bytes - self.live_bytes
 
-    def prepare_flush_slots(self, count: int = 4) -> int:
+    def prepare_flush_slots(self, count: int = FLUSH_SLOTS) -> int:
         self.calls.append(("flush_slots", count))
         self.flush_slots = max(self.flush_slots, count)
         return self.flush_slots

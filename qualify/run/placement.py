@@ -25,6 +25,7 @@ Rules of a pool:
 from __future__ import annotations
 
 import hashlib
+import zlib
 from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
@@ -111,6 +112,13 @@ def shared_keys(arms: Mapping[str, Sequence[BufferSpec]]) -> dict[BufferKey, int
         for b in specs:
             out.setdefault((b.name, b.dtype, tuple(b.shape)), b.nbytes)
     return out
+
+
+def layout_rng(seed: int, trial: int, case_id: str) -> np.random.Generator:
+    """The generator a case's placements are drawn from in one trial: keyed by the plan's seed,
+    the trial index and the case id (its own stream, apart from the inputs' and the schedule's)."""
+    key = (zlib.crc32(b"placement layout"), trial, zlib.crc32(case_id.encode()))
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
 
 
 def check_granularity(granularity: int) -> None:
