@@ -2,7 +2,9 @@
 
 series: 'base' and 'candidate' (the ABBA arms), 'aa_a' and 'aa_b' (the A/A control: base twice).
 fields: 'ns' (event-window durations, float64 ns), 'block' (ABBA block index), 'sm_mhz',
-'throttle' (NVML clock-event reasons, 0 = none), 'temp_c', 'warmup_ns' (excluded runs).
+'throttle' (NVML clock-event reasons, 0 = none), 'temp_c', 'warmup_ns' (excluded runs), and
+'placement' (int32: which of the case's buffer placements the sample ran on; a series without
+it ran on one placement, number 0).
 The trial-wide 'floor_ns' holds the empty-window samples the floor is derived from.
 """
 
@@ -19,7 +21,7 @@ import numpy as np
 from qualify.io import atomic_write_bytes
 
 SERIES = ("base", "candidate", "aa_a", "aa_b")
-FIELDS = ("ns", "block", "sm_mhz", "throttle", "temp_c", "warmup_ns")
+FIELDS = ("ns", "block", "sm_mhz", "throttle", "temp_c", "warmup_ns", "placement")
 # Throttle reasons that slow the SM (NVML clocks-event bits): SW power cap, HW slowdown,
 # SW thermal, HW thermal, power brake. Idle (0x1) and application clocks (0x2) are not throttling.
 THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
@@ -36,9 +38,17 @@ class TrialSamples:
     def __init__(self) -> None:
         self._lists: dict[str, list] = {}
 
-    def add(self, case: str, series: str, *, ns: float, block: int, sm_mhz: float, throttle: int, temp_c: float) -> None:
+    def add(self, case: str, series: str, *, ns: float, block: int, sm_mhz: float, throttle: int, temp_c: float,
+            placement: int | None = None) -> None:
+        """One timed sample. `placement` is recorded for every sample of a series or for none
+        (a series without it ran on one placement)."""
+        placed = key(case, series, "placement") in self._lists
+        if (placement is not None) != placed and key(case, series, "ns") in self._lists:
+            raise ValueError(f"{case}/{series}: placement given for some samples and not for others")
         for field, value in (("ns", ns), ("block", block), ("sm_mhz", sm_mhz), ("throttle", throttle), ("temp_c", temp_c)):
             self._lists.setdefault(key(case, series, field), []).append(value)
+        if placement is not None:
+            self._lists.setdefault(key(case, series, "placement"), []).append(placement)
 
     def add_warmup(self, case: str, series: str, ns: float) -> None:
         self._lists.setdefault(key(case, series, "warmup_ns"), []).append(ns)
@@ -47,7 +57,7 @@ class TrialSamples:
         self._lists.setdefault("floor_ns", []).append(ns)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        dtypes = {"block": np.int32, "throttle": np.uint64}
+        dtypes = {"block": np.int32, "throttle": np.uint64, "placement": np.int32}
         return {
             k: np.asarray(v, dtype=dtypes.get(k.rsplit("/", 1)[-1], np.float64))
             for k, v in sorted(self._lists.items())
@@ -122,8 +132,9 @@ def _parse_npy(data: bytes, name: str) -> np.ndarray:
 _REAL = "f"
 _INTEGER = "iu"
 FIELD_KINDS = {"ns": _REAL, "block": _INTEGER, "sm_mhz": _REAL + _INTEGER, "throttle": _INTEGER,
-               "temp_c": _REAL + _INTEGER, "warmup_ns": _REAL}  # fmt: skip
+               "temp_c": _REAL + _INTEGER, "warmup_ns": _REAL, "placement": _INTEGER}  # fmt: skip
 PER_SAMPLE = ("ns", "block", "sm_mhz", "throttle", "temp_c")  # one entry per timed sample
+OPTIONAL_PER_SAMPLE = ("placement",)  # one entry per timed sample where present
 
 
 def series_problems(arrays: dict[str, np.ndarray]) -> list[str]:
@@ -151,7 +162,7 @@ def series_problems(arrays: dict[str, np.ndarray]) -> list[str]:
             problems.append(f"{name}: {problem}")
             if name != "floor_ns":
                 refused.add((parts[0], parts[1], field))
-        elif field in PER_SAMPLE:
+        elif field in PER_SAMPLE + OPTIONAL_PER_SAMPLE:
             lengths.setdefault((parts[0], parts[1]), {})[field] = arr.size
     for (case, series), found in sorted(lengths.items()):
         where = f"{case}/{series}"
@@ -167,6 +178,9 @@ def series_problems(arrays: dict[str, np.ndarray]) -> list[str]:
             if found.get(field) != found["ns"] and (case, series, field) not in refused:
                 have = "missing" if field not in found else f"{found[field]:,} entries"
                 problems.append(f"{where}/{field}: {have}, its ns has {found['ns']:,}")
+        for field in OPTIONAL_PER_SAMPLE:
+            if field in found and found[field] != found["ns"]:
+                problems.append(f"{where}/{field}: {found[field]:,} entries, its ns has {found['ns']:,}")
     return problems
 
 
@@ -179,6 +193,6 @@ def _array_problem(field: str, arr: np.ndarray) -> str | None:
         return f"dtype {arr.dtype.str}, expected {want}"
     if field in ("ns", "warmup_ns", "floor_ns") and not np.all(np.isfinite(arr) & (arr >= 0)):
         return "holds a negative or non-finite duration"
-    if field in ("block", "throttle") and arr.size and arr.min() < 0:
+    if field in ("block", "throttle", "placement") and arr.size and arr.min() < 0:
         return "holds a negative value"
     return None

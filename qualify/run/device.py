@@ -37,6 +37,16 @@ MAX_BATCH = 32
 TOUCH_STRIDE = 64 * 1024
 # A one-thread pause between a cold flush and the start event (benchmarks/timer decides it).
 SETTLE_NS = 0
+# Flush buffers a trial may rotate through (prepare_flush_slots): where the flush buffer sits
+# decides what it leaves in L2, so a trial draws it per block like the case's buffers. Slot 0 is
+# allocated with the helpers; slot s >= 1 follows a spacer of its own size, so each slot starts
+# after a different amount of memory.
+FLUSH_SLOTS = 4
+
+
+def flush_spacer_bytes(slot: int) -> int:
+    """The spacer allocated before flush slot `slot` (>= 1): s x 3 MiB + s x 64 KiB."""
+    return slot * (3 << 20) + slot * (64 << 10)
 
 # Errors after which the context is unusable: only a new process recovers.
 STICKY = {700: "illegal address", 702: "launch timeout", 710: "device-side assert",
@@ -176,6 +186,7 @@ class CudaDevice:
         self._buffers: list[DeviceBuffer] = []
         self._kernels: list[Kernel] = []
         self._host_flag = None
+        self._flush_bufs: list[DeviceBuffer] = []  # slot -> flush buffer; slot 0 made with the helpers
         self._helpers_ready = False
         self._lost = False
 
@@ -305,6 +316,11 @@ class CudaDevice:
         _check(self._driver.cuMemFree(buf.ptr), "cuMemFree")
         self._buffers.remove(buf)
 
+    def free_memory(self) -> int:
+        """Bytes of device memory free now (cuMemGetInfo), for sizing allocations up front."""
+        free, _total = _check(self._driver.cuMemGetInfo(), "cuMemGetInfo")
+        return int(free)
+
     def upload(self, buf: DeviceBuffer, data: np.ndarray) -> None:
         data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
         assert data.nbytes == buf.nbytes, (data.nbytes, buf.nbytes)
@@ -349,11 +365,30 @@ class CudaDevice:
         flags = d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE
         self._host_flag = int(_check(d.cuMemHostAlloc(16, flags), "cuMemHostAlloc"))
         self._flag_dev = int(_check(d.cuMemHostGetDevicePointer(self._host_flag, 0), "cuMemHostGetDevicePointer"))
-        # at least 2 x L2, in 16-byte elements
-        self._flush_buf = self.alloc(2 * self.info.l2_bytes + (1 << 20))
-        _check(d.cuMemsetD8(self._flush_buf.ptr, 0x5A, self._flush_buf.nbytes), "cuMemsetD8")
+        self._flush_bufs = [self._new_flush_buffer()]
         self._sink = self.alloc(4)
         self._helpers_ready = True
+
+    def _new_flush_buffer(self) -> DeviceBuffer:
+        # at least 2 x L2, in 16-byte elements
+        buf = self.alloc(2 * self.info.l2_bytes + (1 << 20))
+        _check(self._driver.cuMemsetD8(buf.ptr, 0x5A, buf.nbytes), "cuMemsetD8")
+        return buf
+
+    def prepare_flush_slots(self, count: int = FLUSH_SLOTS) -> int:
+        """Make flush slots 0..count-1 ready (each a flush buffer after its spacer, kept until
+        close); returns how many are ready. Call once, before the cases' buffers are allocated;
+        a sample may name only a prepared slot. Slot 0 alone is what every sample used before."""
+        self._prepare_helpers()
+        while len(self._flush_bufs) < count:
+            self.alloc(flush_spacer_bytes(len(self._flush_bufs)))  # freed at close with the rest
+            self._flush_bufs.append(self._new_flush_buffer())
+        return len(self._flush_bufs)
+
+    def _flush_buffer(self, slot: int) -> DeviceBuffer:
+        if not 0 <= slot < len(self._flush_bufs):
+            raise ValueError(f"flush slot {slot}: {len(self._flush_bufs)} prepared (prepare_flush_slots)")
+        return self._flush_bufs[slot]
 
     def _flag(self) -> ctypes.c_int32:
         return ctypes.c_int32.from_address(self._host_flag)
@@ -386,11 +421,11 @@ class CudaDevice:
         self.synchronize()
         return bool(mark.value)
 
-    def _launch_flush(self) -> None:
+    def _launch_flush(self, slot: int = 0) -> None:
         """Leave L2 holding clean, unrelated lines (the persisting lines are reset by the caller)."""
-        n = self._flush_buf.nbytes // 16
+        buf = self._flush_buffer(slot)
         self.launch(self._flusher, (self.info.sm_count * 8, 1, 1), (512, 1, 1), 0,
-                    [("ptr", self._flush_buf.ptr), ("u64", n), ("ptr", self._sink.ptr)])  # fmt: skip
+                    [("ptr", buf.ptr), ("u64", buf.nbytes // 16), ("ptr", self._sink.ptr)])  # fmt: skip
 
     def _touch(self, buffers) -> None:
         for buf in buffers:
@@ -419,7 +454,7 @@ class CudaDevice:
                 time.sleep(0.0002)
 
     def time_sample(self, enqueue: Callable[[], None], cold: bool, block_stream: bool = True,
-                    timeout_s: float = SAMPLE_TIMEOUT_S, reset: bool = True) -> float:
+                    timeout_s: float = SAMPLE_TIMEOUT_S, reset: bool = True, flush_slot: int = 0) -> float:
         """Nanoseconds between two events around enqueue()'s launches.
 
         Order: [flush L2] → blocking kernel → start event → launches → stop event → release. The flush
@@ -430,7 +465,7 @@ class CudaDevice:
         self._prepare_helpers()
         d = self._driver
         if cold:
-            self._launch_flush()
+            self._launch_flush(flush_slot)
             if reset:
                 _check(d.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
         if block_stream:
@@ -457,7 +492,8 @@ class CudaDevice:
     def time_samples(self, enqueue: Callable[[], None], count: int, cold: bool,
                      before_each: Callable[[], None] | None = None, touch=(),
                      settle_ns: int = SETTLE_NS, reset_each: bool = False, settle_after_ns: int = 0,
-                     max_batch: int = MAX_BATCH, timeout_s: float = SAMPLE_TIMEOUT_S) -> list[float]:
+                     max_batch: int = MAX_BATCH, timeout_s: float = SAMPLE_TIMEOUT_S,
+                     flush_slot: int = 0) -> list[float]:
         """`count` samples, queued in batches behind one blocking kernel each and read once per batch.
 
         Per batch: [reset persisting L2] → blocking kernel → per sample: before_each() →
@@ -465,9 +501,10 @@ class CudaDevice:
         event pairs read back. Everything but enqueue() sits outside its sample's window; each
         sample's launches are queued before the GPU reaches them, so host launch latency never
         enters a window, and the GPU runs the batch back to back instead of waiting on the host
-        after every sample.
+        after every sample. Every flush of the call uses flush buffer `flush_slot`.
         """
         self._prepare_helpers()
+        self._flush_buffer(flush_slot)  # refused before anything is queued
         d = self._driver
         out: list[float] = []
         while len(out) < count:
@@ -481,7 +518,7 @@ class CudaDevice:
                     if before_each is not None:
                         before_each()
                     if cold:
-                        self._launch_flush()
+                        self._launch_flush(flush_slot)
                         if reset_each:
                             _check(d.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
                         self._touch(touch)

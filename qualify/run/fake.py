@@ -15,7 +15,7 @@ import numpy as np
 
 from qualify.evaluate.occupancy import REGISTER_UNIT, SHARED_UNIT, SUB_PARTITIONS
 from qualify.results.model import ArmResources, DeviceInfo, DeviceLimits, KernelActivity, TracedCall
-from qualify.run.device import MAX_BATCH, DeviceBuffer, KernelFault
+from qualify.run.device import FLUSH_SLOTS, MAX_BATCH, DeviceBuffer, KernelFault
 from qualify.run.telemetry import Reading
 
 FAKE_INFO = DeviceInfo(
@@ -34,6 +34,7 @@ FAKE_LIMITS = DeviceLimits(
     shared_unit=SHARED_UNIT, sub_partitions=SUB_PARTITIONS,
 )  # fmt: skip
 TRACE_GAP_NS = 400  # between kernels of one traced call
+FAKE_FREE_BYTES = 140 << 30  # device memory free before the fake's first allocation
 NULL_NS = 600  # the one-thread kernel of CudaDevice.trace_null_calls
 
 
@@ -78,6 +79,7 @@ class FakeDevice:
         cupti: bool = True,
         trace_skew_ns: float = 0.0,
         trace_offset_ns: float = 0.0,
+        free_bytes: int = FAKE_FREE_BYTES,
     ):
         self.info = info
         self.kernels = kernels
@@ -91,6 +93,10 @@ class FakeDevice:
         self.stream_handle = 0xF00D
         self._in_sample: list[str] | None = None
         self.live_buffers = 0
+        self.free_bytes = free_bytes  # what free_memory() reports before any allocation
+        self.live_bytes = 0
+        self.flush_slots = 1  # prepared flush buffers (CudaDevice.prepare_flush_slots)
+        self._batching = False  # inside time_samples, which logs each sample's flush itself
         # label -> the kernels one traced call launches: dicts of KernelActivity's launch fields
         # and `ns` (a library arm's entry point launches nothing the fake can see)
         self.activity = activity or {}
@@ -129,11 +135,25 @@ class FakeDevice:
 
     def alloc(self, nbytes: int) -> DeviceBuffer:
         self.live_buffers += 1
+        self.live_bytes += nbytes
         return DeviceBuffer(self.memory.alloc(nbytes), nbytes)
 
     def free(self, buf: DeviceBuffer) -> None:
         self.live_buffers -= 1
-        del self.memory.blocks[buf.ptr]
+        self.live_bytes -= buf.nbytes
+        del self.memory.blocks[buf.ptr]  # a view at an offset is not an allocation: KeyError
+
+    def free_memory(self) -> int:
+        return self.free_bytes - self.live_bytes
+
+    def prepare_flush_slots(self, count: int = FLUSH_SLOTS) -> int:
+        self.calls.append(("flush_slots", count))
+        self.flush_slots = max(self.flush_slots, count)
+        return self.flush_slots
+
+    def _check_slot(self, slot: int) -> None:
+        if not 0 <= slot < self.flush_slots:
+            raise ValueError(f"flush slot {slot}: {self.flush_slots} prepared (prepare_flush_slots)")
 
     def upload(self, buf: DeviceBuffer, data: np.ndarray) -> None:
         self.memory.view(buf.ptr, buf.nbytes)[:] = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
@@ -158,7 +178,11 @@ class FakeDevice:
 
             time.sleep(self.busy_after_ns / 1e9)
 
-    def time_sample(self, enqueue, cold: bool, block_stream: bool = True, timeout_s: float = 60.0) -> float:
+    def time_sample(self, enqueue, cold: bool, block_stream: bool = True, timeout_s: float = 60.0,
+                    flush_slot: int = 0) -> float:
+        if cold and not self._batching:
+            self._check_slot(flush_slot)
+            self.calls.append(("flush", flush_slot))
         self._in_sample = []
         try:
             enqueue()
@@ -169,9 +193,10 @@ class FakeDevice:
         return float(ns * (1.0 + self.noise * self.rng.standard_normal()))
 
     def time_samples(self, enqueue, count: int, cold: bool, before_each=None, touch=(), max_batch: int = MAX_BATCH,
-                     timeout_s: float = 60.0) -> list[float]:
+                     timeout_s: float = 60.0, flush_slot: int = 0) -> list[float]:
         """CudaDevice.time_samples's order of operations, as calls: hold → per sample [poison…]
-        [flush, touch] sample → release, in batches of at most max_batch."""
+        [(flush, slot), touch] sample → release, in batches of at most max_batch."""
+        self._check_slot(flush_slot)
         out: list[float] = []
         while len(out) < count:
             n = min(max_batch, count - len(out))
@@ -180,10 +205,14 @@ class FakeDevice:
                 if before_each is not None:
                     before_each()
                 if cold:
-                    self.calls.append(("flush",))
+                    self.calls.append(("flush", flush_slot))
                     if touch:
                         self.calls.append(("touch", len(touch)))
-                out.append(self.time_sample(enqueue, cold, True, timeout_s))
+                self._batching = True
+                try:
+                    out.append(self.time_sample(enqueue, cold, True, timeout_s))
+                finally:
+                    self._batching = False
             self.calls.append(("release",))
         return out
 

@@ -7,17 +7,30 @@ previous block's other arm, a clock that settles during the first samples. With 
 cost always fell on arm A (the base): an A/A control has the same arm on both sides but not the
 same positions, and it came out "faster"/"slower" on the H200 (issue 10).
 
-Why a fixed alternation rather than an order drawn from the plan's seed: it is balanced exactly
-in every pair of blocks (a random order is balanced only on average, and trials stop after few
-blocks), and it is a function of the block index alone, so the order never needs recording — the
-samples' block indices already say which order each block ran.
+block_order is that fixed alternation: balanced exactly in every pair of blocks and a function of
+the block index alone. An order drawn independently per block would be balanced only on average,
+and trials stop after few blocks; block_plan therefore draws one ABBA and one BAAB per pair, in a
+seeded order, which keeps the exact balance of every pair while no block position fixes the order.
 
 The A/A control uses the same shape with the base arm on both sides.
+
+`block_plan` draws, per block, what a trial randomizes inside itself: the placement of the case's
+buffers, the flush buffer, and the block's order. Orders are drawn per pair of blocks (one ABBA and
+one BAAB, in a seeded order), so every prefix of whole pairs stays exactly balanced however early
+a trial stops; placements and flush slots are drawn in rounds (each round a seeded permutation of
+all of them), so every prefix uses each as equally often as its length allows. Everything derives
+from (plan seed, trial index, case id) through SeedSequence spawn keys — no global generator — and
+each of the three draws has its own stream, so the plan of the first n blocks does not depend on
+how many blocks were planned: `report --check` recomputes it from the record alone.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
 
 ABBA = ("A", "B", "B", "A")
 BAAB = ("B", "A", "A", "B")
@@ -36,10 +49,66 @@ def block_order(block: int) -> tuple[str, str, str, str]:
     return ABBA if block % 2 == 0 else BAAB
 
 
-def block_halves(block: int, pair: tuple[tuple[str, str], tuple[str, str]]) -> list[Half]:
-    """The four halves of one block. pair = ((series_A, side_A), (series_B, side_B))."""
+def block_halves(block: int, pair: tuple[tuple[str, str], tuple[str, str]],
+                 order: str | tuple[str, ...] | None = None) -> list[Half]:
+    """The four halves of one block. pair = ((series_A, side_A), (series_B, side_B)); order is
+    "ABBA" or "BAAB" (a BlockDraw's), or None for the fixed alternation of block_order."""
+    letters = block_order(block) if order is None else tuple(order)
+    if letters not in (ABBA, BAAB):
+        raise ValueError(f"block order {order!r}: ABBA or BAAB")
     lookup = {"A": pair[0], "B": pair[1]}
-    return [Half(block, pos, *lookup[letter]) for pos, letter in enumerate(block_order(block))]
+    return [Half(block, pos, *lookup[letter]) for pos, letter in enumerate(letters)]
+
+
+Order = Literal["ABBA", "BAAB"]
+# The first spawn-key word of each stream block_plan draws from (crc32 of its name): distinct from
+# the inputs' keys (qualify.run.inputs), which are two words long.
+_STREAMS = {name: zlib.crc32(name.encode()) for name in ("placement", "flush", "order")}
+
+
+@dataclass(frozen=True)
+class BlockDraw:
+    """What one block of a case uses: both arms run on `placement` with flush buffer `flush_slot`,
+    in `order`."""
+
+    block: int
+    placement: int
+    flush_slot: int
+    order: Order
+
+
+def _stream(seed: int, trial: int, case_id: str, name: str) -> np.random.Generator:
+    key = (_STREAMS[name], trial, zlib.crc32(case_id.encode()))
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
+
+
+def _rounds(rng: np.random.Generator, size: int, count: int) -> list[int]:
+    """`count` values from rounds of seeded permutations of range(size)."""
+    out: list[int] = []
+    while len(out) < count:
+        out.extend(int(v) for v in rng.permutation(size))
+    return out[:count]
+
+
+def block_plan(seed: int, trial: int, case_id: str, blocks: int, placements: int = 1,
+               flush_slots: int = 1) -> tuple[BlockDraw, ...]:
+    """Per block of one case in one trial: its placement, flush slot and order.
+
+    seed: the plan's base seed; trial: the trial's index; placements and flush_slots: how many the
+    case has (the pool's K used, the device's prepared slots). Each placement and flush slot is
+    used equally often (±1) in every prefix; the blocks of every prefix of whole pairs are half
+    ABBA and half BAAB (an odd count: one more of the order its last pair drew first).
+    """
+    if blocks < 0 or placements < 1 or flush_slots < 1 or trial < 0:
+        raise ValueError(f"block plan of {blocks} blocks, {placements} placements, {flush_slots} flush slots, "
+                         f"trial {trial}")  # fmt: skip
+    where = _rounds(_stream(seed, trial, case_id, "placement"), placements, blocks)
+    flush = _rounds(_stream(seed, trial, case_id, "flush"), flush_slots, blocks)
+    orders_rng = _stream(seed, trial, case_id, "order")
+    orders: list[Order] = []
+    for _ in range((blocks + 1) // 2):
+        orders.extend(("ABBA", "BAAB") if orders_rng.integers(0, 2) == 0 else ("BAAB", "ABBA"))
+    return tuple(BlockDraw(b, where[b], flush[b], orders[b]) for b in range(blocks))
 
 
 MAIN = (("base", "base"), ("candidate", "candidate"))

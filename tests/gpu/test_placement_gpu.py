@@ -1,0 +1,46 @@
+"""Placements and flush slots on a real GPU: alignment kept, inputs identical, memory returned."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def device():
+    from qualify.run.device import CudaDevice
+
+    with CudaDevice(0) as dev:
+        yield dev
+
+
+def test_a_pool_of_eight_placements_on_the_device(device):
+    from qualify.plan.resolve import ResolvedBuffer
+    from qualify.run.placement import PlacementPool
+
+    n = 1 << 20
+    arms = {side: [ResolvedBuffer("x", "f32", (n,), "input"), ResolvedBuffer("out", "f32", (n,), "output")]
+            for side in ("base", "candidate")}  # fmt: skip
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    before = device.free_memory()
+    with PlacementPool(device, arms, {"base": {"x": x}}, 8, np.random.default_rng(1)) as pool:
+        assert pool.count == 8 and pool.facts.fewer_because is None
+        assert device.free_memory() < before
+        assert len({pool.buffers(p, "base")["x"].ptr for p in range(8)}) == 8
+        assert all(pool.buffers(p, "base")["x"].ptr % 256 == 0 for p in range(8))
+        assert pool.differing_inputs() == []
+        assert np.array_equal(device.download(pool.buffers(7, "candidate")["x"]).view(np.float32), x)
+    assert device.free_memory() >= before - (4 << 20)  # the pool's memory is back (allocator slack aside)
+
+
+def test_samples_flush_any_prepared_slot(device):
+    from qualify.run.device import FLUSH_SLOTS
+
+    assert device.prepare_flush_slots() == FLUSH_SLOTS
+    for slot in range(FLUSH_SLOTS):
+        floors = device.time_samples(lambda: None, 8, cold=True, flush_slot=slot)
+        assert len(floors) == 8 and all(0 < ns < 1e6 for ns in floors)
+    with pytest.raises(ValueError, match="flush slot"):
+        device.time_samples(lambda: None, 1, cold=True, flush_slot=FLUSH_SLOTS)
