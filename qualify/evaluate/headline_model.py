@@ -85,7 +85,7 @@ class GateMiss:
     bound: str
     cases: tuple[str, ...]
     all_cases: bool  # every case the gate judged on this device missed
-    missed: int  # judgements missed (one per trial, or one per case on the median of trials)
+    missed: int  # judgements missed (one per trial, or one per case pooled over trials)
     judged: int
     low_speedup_pct: float  # speed-up in %: positive is faster
     high_speedup_pct: float
