@@ -1,6 +1,5 @@
-"""The stages of `qualify run`, in order: plan → build → run → evaluate → results → record.
-
-Each stage is a plain function of the previous stages' values; this module only sequences them.
+"""`qualify run` and `compare` from a frozen plan to a record: the trials still planned for the
+device (each one sequenced by `qualify/run/engine.py`), then the record re-derived from them.
 """
 
 from __future__ import annotations

@@ -83,7 +83,8 @@ def install_caches() -> None:
 
     nvrtc.compile_kernel = cached_compile
     inputs.generate = cached_generate
-    for name in ("qualify.run.engine", "qualify.build.arms"):  # modules that imported the name
+    # modules that imported the name: the build and controls stages, and the arms specs
+    for name in ("qualify.run.stages.build", "qualify.run.stages.controls", "qualify.build.arms"):
         module = sys.modules.get(name) or __import__(name, fromlist=["compile_kernel"])
         if hasattr(module, "compile_kernel"):
             module.compile_kernel = cached_compile

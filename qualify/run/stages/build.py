@@ -1,0 +1,62 @@
+"""Build and load: each arm compiled by NVRTC (or its shared library opened) and loaded on the
+device, then both arms' machine code compared."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from qualify.build.arms import kernel_spec
+from qualify.build.nvrtc import CompiledKernel, compile_kernel
+from qualify.plan.load import LoadedPlan
+from qualify.plan.model import ARM_SIDES, LibraryArm
+from qualify.results.model import CodeIdentity, LibraryInfo
+from qualify.run import code_identity
+from qualify.run.stages import libraries
+from qualify.run.stages.where import watch
+
+
+@dataclass(frozen=True)
+class Built:
+    kernels: Mapping[str, object]  # side -> the device's kernel or a library's entry point
+    code: CodeIdentity  # both arms' machine code compared
+
+
+def build_and_load(
+    loaded: LoadedPlan, device, given_libraries: Mapping[str, Path], found_libraries: dict[str, LibraryInfo]
+) -> Built:
+    """Both arms ready to launch. A library arm's facts go into `found_libraries` as soon as it is
+    open, so a trial that fails on the other arm still records which build it compared."""
+    arch = device.info.arch
+    kernels: dict[str, object] = {}
+    compiled: dict[str, CompiledKernel] = {}
+    for side in ARM_SIDES:
+        arm = loaded.plan.arm(side)
+        with watch(side=side):
+            if isinstance(arm, LibraryArm):
+                kernels[side], found_libraries[side] = libraries.load(loaded, side, arm, given_libraries)
+                continue
+            compiled[side] = compile_kernel(kernel_spec(loaded, side, arch))
+            smem = max(c.arms[side].launch.shared_bytes for c in loaded.cases)
+            kernels[side] = device.load_kernel(side, compiled[side], smem)
+    return Built(kernels, _code_identity(loaded, compiled, found_libraries, arch))
+
+
+def _code_identity(
+    loaded: LoadedPlan,
+    compiled: Mapping[str, CompiledKernel],
+    found_libraries: Mapping[str, LibraryInfo],
+    arch: str,
+) -> CodeIdentity:
+    """Both arms' machine code compared once the arms are built and loaded; never fatal."""
+    try:
+        if len(compiled) == len(ARM_SIDES):
+            return code_identity.nvrtc(compiled["base"], compiled["candidate"], loaded.cases, arch)
+        if len(found_libraries) == len(ARM_SIDES):
+            paths = [Path(found_libraries[side].path) for side in ARM_SIDES]
+            return code_identity.library(*paths, arch)
+        return code_identity.unknown(arch, "library", "one arm is a library and the other compiled by NVRTC")
+    except (ValueError, struct.error) as exc:  # a malformed binary this reader did not foresee
+        return code_identity.unknown(arch, "nvrtc" if compiled else "library", f"unreadable device code: {exc}")

@@ -1,0 +1,71 @@
+"""Trace: a few calls per arm under CUPTI after a case's timing (tracing never touches a timed
+sample): the kernels each call launches and the second timer. A CUPTI failure ends tracing for
+the rest of the trial and is said in the record; a kernel fault is the trial's, as anywhere else."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from qualify.errors import DeviceError
+from qualify.plan.model import Plan
+from qualify.results.model import KernelTrace
+from qualify.run.demangle import demangle_all
+from qualify.run.device import KernelFault
+from qualify.run.library import EntryPointFailed
+from qualify.run.stages.case_setup import CaseSetup
+from qualify.run.stages.fidelity import CaseFacts
+
+
+class Tracer:
+    """The trial's CUPTI tracing: whether it is taken, and what is read once per trial."""
+
+    def __init__(self, plan: Plan, device):
+        self._plan = plan
+        self._device = device
+        self.untraced: str | None = None  # why no (further) trace is taken; None: traced
+        self._limits = None  # the device's occupancy limits, read at the first trace
+        self._null_calls: list = []  # traced calls of qualify's one-thread kernel (the second timer's offset)
+
+    def check_available(self) -> None:
+        """Once the arms are loaded: is there a tracer, and does the plan ask for traced calls."""
+        if self._plan.schedule.traced_calls == 0:
+            self.untraced = "off (schedule.traced_calls is 0)"
+            return
+        why = self._device.trace_missing()
+        self.untraced = None if why is None else f"not taken: {why}"
+
+    def trace_case(self, case_id: str, setup: CaseSetup) -> dict | None:
+        """schedule.traced_calls calls per arm (side -> [TracedCall]); None when not traced."""
+        if self.untraced is not None:
+            return None
+        device = self._device
+        cold = self._plan.schedule.cache == "cold"
+        calls = self._plan.schedule.traced_calls
+        trace = {}
+        side = None
+        try:
+            if self._limits is None:  # read while the context is sound: the trial may end in a fault
+                self._limits = device.limits()
+                # what a traced window holds beyond its kernels, measured once per trial, before
+                # the first arm's trace (the second timer subtracts it)
+                self._null_calls = device.trace_null_calls(calls, cold)
+            for side, ex in setup.arms.items():
+                trace[side] = device.trace_calls(lambda ex=ex: ex.enqueue(device), calls, side, cold)
+        except (KernelFault, EntryPointFailed):
+            raise  # the case's fault, named without an arm
+        except DeviceError as exc:  # CUPTI's own failure
+            self.untraced = f"stopped at {case_id} ({side}): {exc.one_line()}"
+            return None
+        return trace
+
+    def kernel_trace(self, cases: Iterable[CaseFacts]) -> KernelTrace:
+        """How this trial traced: the tool (or why it did not), the names as demangled here."""
+        cases = list(cases)
+        launched = [k.name for f in cases for calls in (f.trace or {}).values() for c in calls for k in c.kernels]
+        demangler, names = demangle_all(launched) if launched else ("none", {})
+        traced = any(f.trace for f in cases)
+        tool = self._device.trace_tool() if traced else (self.untraced or "not taken: no case was timed")
+        if traced and self.untraced:
+            tool = f"{tool}; {self.untraced}"
+        limits, null_calls = (self._limits, self._null_calls) if traced else (None, [])
+        return KernelTrace(tool=tool, demangler=demangler, names=names, limits=limits, null_calls=null_calls)
