@@ -10,7 +10,7 @@ import pytest
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.plan.model import Fidelity
 from qualify.results.model import BufferParity
-from qualify.run.fidelity import compare
+from qualify.evaluate.fidelity import compare
 from qualify.run.inputs import NUMPY_DTYPES
 
 # a comparison prints nothing: numpy's overflow or division warnings would land in the middle of

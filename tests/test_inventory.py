@@ -16,7 +16,7 @@ from qualify.results.model import DeviceLimits, KernelActivity, KernelRow, Trace
 from qualify.run import cupti_tracer
 from qualify.run.demangle import BUILTIN, builtin_demangle, demangle_all, short_name
 from qualify.run.fake import FAKE_LIMITS
-from qualify.run.inventory import inventory
+from qualify.evaluate.inventory import inventory
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cupti" / "attention-wide-entry.json"
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from qualify.run.parity_counts import count
+from qualify.evaluate.parity_counts import count
 
 
 def bf16(*bits):

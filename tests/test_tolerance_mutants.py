@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qualify.run.parity_counts import count, step_index
-from qualify.run.tolerance_gate import perturb
+from qualify.evaluate.parity_counts import count, step_index
+from qualify.evaluate.tolerance_gate import perturb
 
 # the largest finite bit pattern of each float dtype, and the unsigned word it is stored in
 LARGEST = {"bf16": (0x7F7F, np.uint16), "f16": (0x7BFF, np.uint16),

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qualify.plan.resolve import ResolvedArm
-from qualify.run.fidelity import ITEMSIZE
+from qualify.evaluate.fidelity import ITEMSIZE
 
 
 @dataclass

@@ -6,7 +6,7 @@ import numpy as np
 
 from qualify import expr
 from qualify.plan.model import Mutation
-from qualify.run.fidelity import ITEMSIZE
+from qualify.evaluate.fidelity import ITEMSIZE
 from qualify.run.inputs import NUMPY_DTYPES, bf16_bits_to_f32, to_bf16_bits
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}

@@ -21,8 +21,8 @@ import numpy as np
 from qualify.build.arms import kernel_spec
 from qualify.build.nvrtc import compile_kernel, nvrtc_version
 from qualify.errors import DeviceError, FrozenInputChanged, QualifyError, ToolError, UsageError
-from qualify.evaluate import samples as samples_io
-from qualify.evaluate.samples import TrialSamples, key
+from qualify.results import samples as samples_io
+from qualify.results.samples import TrialSamples, key
 from qualify.evaluate.stopping import stop_reason
 from qualify.evaluate.recompute import derived_fields, kernel_fields
 from qualify.evaluate.summarize import floor_ns, has_series, pair_stats
@@ -40,11 +40,12 @@ from qualify.run import code_identity, provenance
 from qualify.run.arms import ArmExec
 from qualify.run import golden_stage
 from qualify.run.controls import mutate
-from qualify.run.device import MAX_BATCH, KernelFault, LaunchHang, device_matches
-from qualify.run.fidelity import compare
+from qualify.run.device import MAX_BATCH, KernelFault, LaunchHang
+from qualify.evaluate.device_match import device_matches
+from qualify.evaluate.fidelity import compare
 from qualify.run.demangle import demangle_all
 from qualify.run.library import EntryPointFailed, LibraryEntry, load_library
-from qualify.run.schedule import AA, MAIN, block_halves
+from qualify.plan.schedule import AA, MAIN, block_halves
 
 FLOOR_SAMPLES = 100
 # Samples of kernels at least this long are queued a whole ABBA half behind one blocking kernel;

@@ -19,7 +19,7 @@ import numpy as np
 from qualify import expr
 from qualify.plan.model import BuildControl, CaseSelector, Calibration, Fidelity, InputControl, ToleranceRule
 from qualify.results.tolerance import ControlOutcome, MutationResolution, MutationStep, ParityCounts
-from qualify.run.parity_counts import FLOAT_DTYPES, count, values
+from qualify.evaluate.parity_counts import FLOAT_DTYPES, count, values
 
 Params = Mapping[str, int | float]
 # dtype → (explicit mantissa bits, exponent of the smallest normal)
