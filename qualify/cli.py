@@ -11,8 +11,6 @@ import sys
 from pathlib import Path
 
 import click
-from rich.text import Text
-from qualify.render.terminal import console
 
 from qualify import __version__
 from qualify.errors import BuildError, ExitCode, QualifyError, UsageError
@@ -23,6 +21,8 @@ class _Out:
     """Prints through a console made for the stream as it is now (tests and pipes replace it)."""
 
     def print(self, *objects, **kwargs) -> None:
+        from qualify.render.terminal import console
+
         console().print(*objects, **kwargs)
 
 
@@ -63,11 +63,11 @@ def plan() -> None:
 @click.option("--no-compile", is_flag=True, help="Validate and resolve only (no compilation, no launch or library checks).")
 def plan_check(plan_path: Path, archs: tuple[str, ...], no_compile: bool) -> None:
     """Validate PLAN, print its digest, resolve every case and compile both arms."""
-    from qualify.check import check_plan
+    from qualify.commands.check import check_plan
     from qualify.render.terminal import plan_check as render
 
     from qualify.errors import FrozenInputChanged
-    from qualify.refreeze import with_remedy
+    from qualify.commands.refreeze import with_remedy
 
     try:
         result = check_plan(plan_path, list(archs) or None, compile=not no_compile)
@@ -87,10 +87,10 @@ def plan_check(plan_path: Path, archs: tuple[str, ...], no_compile: bool) -> Non
               help="With --replace: also search this record folder for trials.")
 def plan_freeze(plan_path: Path, replace: bool, records: tuple[Path, ...]) -> None:
     """Write PLAN's lock (plan.lock.json): its digest and the sha256 of every file it uses."""
-    from qualify.check import freeze_plan
+    from qualify.commands.check import freeze_plan
     from qualify.errors import FrozenInputChanged
     from qualify.plan.load import load_plan
-    from qualify.refreeze import replace_lock, with_remedy
+    from qualify.commands.refreeze import replace_lock, with_remedy
 
     if replace:
         loaded = load_plan(plan_path)
@@ -130,39 +130,11 @@ def plan_new(plan_path: Path, source, kernel, cand_source, cand_kernel, library_
              candidate_so, abi_symbol, abi_version, error_symbol, archs, fidelity, bound, name) -> None:  # fmt: skip
     """Write a skeleton PLAN for a kernel pair (--cuda, --kernel) or a library pair (--library,
     --symbol, --signature) that passes `plan check` as written; then edit what it lists."""
-    from qualify import scaffold
+    from qualify.commands import scaffold
 
-    name = name or scaffold.default_name(plan_path)
-    archs = list(dict.fromkeys(archs))
-    if library_pair == (source is not None):
-        raise UsageError("give --cuda FILE --kernel NAME for a kernel pair, or --library for a library pair")
-    if library_pair:
-        if not symbol or not signature:
-            raise UsageError("a library pair needs --symbol NAME and --signature TYPES (e.g. ptr,ptr,i32,f32)")
-        if (base_so is None) != (candidate_so is None):
-            raise UsageError("give both --base-so and --candidate-so, or neither (then `compare` binds them)")
-        if (abi_symbol is None) != (abi_version is None):
-            raise UsageError("--abi-symbol and --abi-version go together")
-        skeleton = scaffold.library_skeleton(
-            plan_path, name, symbol, [t.strip() for t in signature.split(",")],
-            (base_so, candidate_so) if base_so is not None else None, archs, fidelity, bound,
-            (abi_symbol, abi_version) if abi_symbol else None, error_symbol)  # fmt: skip
-    else:
-        if not kernel:
-            raise UsageError("a kernel pair needs --kernel NAME")
-        cand_source, cand_kernel = cand_source or source, cand_kernel or kernel
-        if not Path(source).is_file() or not Path(cand_source).is_file():
-            raise UsageError("no such file", file=source if not Path(source).is_file() else cand_source)
-        sizes, _ = scaffold.compiled_sizes(source, kernel, archs[0])
-        cand_sizes, _ = scaffold.compiled_sizes(cand_source, cand_kernel, archs[0])
-        if cand_sizes != sizes:
-            raise UsageError(f"the candidate {cand_kernel} takes byte sizes {cand_sizes}, the base {kernel} "
-                             f"{sizes}: one launch serves both arms", file=cand_source)  # fmt: skip
-        params = scaffold.declared_params(Path(source).read_text(encoding="utf-8", errors="replace"), kernel)
-        if params is None:
-            raise UsageError(f"no __global__ declaration of {kernel.split('<')[0]} found", file=source)
-        skeleton = scaffold.kernel_skeleton(plan_path, name, (source, kernel), (cand_source, cand_kernel),
-                                            params, sizes, archs, fidelity, bound)  # fmt: skip
+    skeleton = scaffold.skeleton_from_options(
+        plan_path, name, source, kernel, cand_source, cand_kernel, library_pair, symbol, signature, base_so,
+        candidate_so, abi_symbol, abi_version, error_symbol, archs, fidelity, bound)  # fmt: skip
     scaffold.write_new_plan(plan_path, skeleton)
     out.print(f"wrote {plan_path} (plan check passes); edit before `qualify plan freeze`:", soft_wrap=True)
     for item in skeleton.todo:
@@ -233,75 +205,27 @@ def compare_cmd(base_lib: Path, cand_lib: Path, plan_path: Path | None, record_d
 
 
 def _execute_on_devices(command, plan_path, record_dir, devices, trials, exploratory, libraries) -> None:
-    """`--devices`: one `qualify run/compare --device N` worker per GPU, in parallel, into one record;
-    then one re-render, and the most severe worker code or the record's verdict as the exit code."""
-    import subprocess
-    import tempfile
+    """`--devices`: one `qualify run/compare --device N` worker per GPU, in parallel, into one record."""
+    from rich.text import Text
 
-    from qualify.pipeline import bind_libraries, check_libraries, default_record_dir, exit_code, load_frozen
-    from qualify.record.assemble import write_record
-    from qualify.results.store import Record
-    from qualify.run.device import device_count
-    from qualify.run.fleet import combined_exit_code, parse_devices, run_devices
+    from qualify.commands.fleet import run_on_devices
 
     terminate_as_interrupt()
-    loaded = load_frozen(plan_path)  # refused here once, not once per worker
-    if libraries is not None:
-        bind_libraries(loaded, libraries)
-    check_libraries(loaded, libraries)
-    ordinals = parse_devices(devices, device_count())
-    folder = Path(record_dir or default_record_dir(loaded))
-    extra = (["--trials", str(trials)] if trials else []) + (["--exploratory"] if exploratory else [])
-    logs = Path(tempfile.mkdtemp(prefix="qualify-devices-"))
-
-    def start(n: int):
-        log = open(logs / f"device-{n}.log", "w")  # noqa: SIM115 - closed with the process
-        return subprocess.Popen([sys.executable, "-m", "qualify", *command, "--record", str(folder),
-                                 "--device", str(n), *extra], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-
-    outcomes = run_devices(ordinals, start)
-    for o in outcomes:
-        tail = (logs / f"device-{o.ordinal}.log").read_text(errors="replace").strip().splitlines()[-1:]
-        out.print(Text(f"device {o.ordinal}: exit {o.exit_code}" + (f": {tail[0]}" if tail else "")))
-    record = Record(folder)
-    verdict = None
-    if record.trials():
-        with record.locked():
-            results = write_record(record, loaded.plan, loaded.lock)
-        verdict = int(exit_code(results))
-    raise SystemExit(combined_exit_code(outcomes, verdict))
+    code = run_on_devices(command, plan_path, record_dir, devices, trials, exploratory, libraries,
+                          say=lambda line: out.print(Text(line)))  # fmt: skip
+    raise SystemExit(code)
 
 
 def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> None:
     """`run` and `compare`: one code path from the frozen plan to the record and the exit code."""
-    from qualify.pipeline import bind_libraries, check_libraries, default_record_dir, exit_code, load_frozen, run_plan
+    from qualify.commands.pipeline import execute, exit_code
     from qualify.render.terminal import run_summary
-    from qualify.run.device import CudaDevice
-    from qualify.run.engine import samples_per_trial
-    from qualify.run.isolation import preflight
-    from qualify.run.sanitizer import run_check
-    from qualify.run.telemetry import Telemetry
 
     terminate_as_interrupt()
-    loaded = load_frozen(plan_path)
-    if libraries is not None:
-        libraries = bind_libraries(loaded, libraries)  # a frozen build cannot be swapped (exit 3)
-    check_libraries(loaded, libraries)  # before the driver: a wrong file is named as such
-    folder = record_dir or default_record_dir(loaded)
-    device = CudaDevice(ordinal)  # before any output: no GPU is a one-line error, exit 5
-    with _progress(samples_per_trial(loaded) * (trials or loaded.plan.schedule.trials)) as advance:
-        outcome = run_plan(
-            loaded, folder, lambda: device, Telemetry,
-            exploratory=exploratory, trials=trials, argv=sys.argv[1:], progress=advance,
-            sanitize=lambda tool, case, side, timeout: run_check(tool, loaded.path, case, side, timeout, ordinal,
-                                                                 library=(libraries or {}).get(side)),
-            preflight=lambda side, cases: preflight(loaded.path, side, cases, ordinal,
-                                                    library=(libraries or {}).get(side)),
-            libraries=libraries,
-        )  # fmt: skip
-    out.print(run_summary(outcome, folder, loaded.plan))
-    interrupted = any(t.status == "interrupted" for t in outcome.trials)
-    raise SystemExit(exit_code(outcome.results, interrupted))
+    run = execute(plan_path, record_dir, ordinal, trials, exploratory, libraries, _progress, sys.argv[1:])
+    out.print(run_summary(run.outcome, run.folder, run.loaded.plan))
+    interrupted = any(t.status == "interrupted" for t in run.outcome.trials)
+    raise SystemExit(exit_code(run.outcome.results, interrupted))
 
 
 @cli.command("probe")
@@ -312,10 +236,10 @@ def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> 
 def probe_cmd(plan_path: Path, ordinal: int, base_so: Path | None, candidate_so: Path | None) -> None:
     """On a GPU: run each case of PLAN once per arm and print the parity a fidelity gate would see,
     to choose a bound before freezing. Unfrozen plans are allowed; nothing is recorded."""
-    from qualify.pipeline import check_libraries
+    from qualify.commands.pipeline import check_libraries
     from qualify.plan.load import load_plan
     from qualify.run.device import CudaDevice
-    from qualify.run.probe import format_probe, run_probe
+    from qualify.commands.probe import format_probe, run_probe
 
     loaded = load_plan(plan_path)
     libraries = {side: p for side, p in (("base", base_so), ("candidate", candidate_so)) if p is not None}
@@ -337,7 +261,7 @@ def probe_cmd(plan_path: Path, ordinal: int, base_so: Path | None, candidate_so:
               help="Merge the RECORDs (same plan, other devices or hosts) into this new record.")
 def report_cmd(folders: tuple[Path, ...], check_only: bool, merge_into: Path | None) -> None:
     """Re-render a record's results.json and README.md from its trials, check it, or merge records."""
-    from qualify.pipeline import exit_code
+    from qualify.commands.pipeline import exit_code
     from qualify.record.check import check_exit_code, inspect_record, rebuild_record
     from qualify.record.merge import merge_records
 
@@ -375,7 +299,7 @@ def report_cmd(folders: tuple[Path, ...], check_only: bool, merge_into: Path | N
               help="Append to this file (e.g. $GITHUB_STEP_SUMMARY) instead of printing.")
 def summary_cmd(folder: Path, target: Path | None) -> None:
     """Markdown summary of RECORD for a CI run's page; exits with the verdict's code, as report does."""
-    from qualify.pipeline import exit_code
+    from qualify.commands.pipeline import exit_code
     from qualify.render.summary import render_summary
     from qualify.results.store import Record
 
@@ -401,7 +325,7 @@ def summary_cmd(folder: Path, target: Path | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a versioned JSON document instead of plan paths.")
 def changed_cmd(base: str | None, head: str, paths: tuple[str, ...], sources: tuple[str, ...], as_json: bool) -> None:
     """List the protocols a change touches: their plans, frozen files, the files they use now."""
-    from qualify.changed import ChangedReport, changed_paths, git_root, parse_sources, touched_protocols
+    from qualify.commands.changed import ChangedReport, changed_paths, git_root, parse_sources, touched_protocols
 
     if (base is None) == (not paths):
         raise UsageError("give --base REV or one or more --path PATH, not both", field="--base")
@@ -428,7 +352,7 @@ def changed_cmd(base: str | None, head: str, paths: tuple[str, ...], sources: tu
 @click.option("--json", "as_json", is_flag=True, help="Print a versioned JSON document instead of lines.")
 def doctor_cmd(ordinal: int, plan_path: Path | None, as_json: bool) -> None:
     """Check that this host can qualify: packages, NVRTC, driver and GPU, NVML, toolkit tools."""
-    from qualify.doctor import diagnose, format_report, plan_needs, real_host
+    from qualify.commands.doctor import diagnose, format_report, plan_needs, real_host
 
     plan = None
     needs = (True, True)
@@ -469,6 +393,8 @@ def _progress(total: int):
     from contextlib import contextmanager
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from qualify.render.terminal import console
 
     @contextmanager
     def bar():

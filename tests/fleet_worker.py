@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 def run_on_fake_device(plan_path: str, record: str, ordinal: int, fail: bool = False) -> None:
     import fakes
-    from qualify.pipeline import run_plan
+    from qualify.commands.pipeline import run_plan
     from qualify.plan.load import load_plan
     from qualify.run.fake import FAKE_INFO, FakeDevice, FakeTelemetry
 

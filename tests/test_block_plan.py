@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from qualify.run.schedule import AA, MAIN, BlockDraw, Half, block_halves, block_plan
+from qualify.plan.schedule import AA, MAIN, BlockDraw, Half, block_halves, block_plan
 
 
 def _spread(values, size):

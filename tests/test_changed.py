@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from plans import HEADER, KERNEL, make_repo, plan_copy
 
-from qualify.changed import ChangedReport, changed_paths, touched_protocols
+from qualify.commands.changed import ChangedReport, changed_paths, touched_protocols
 from qualify.cli import main
 from qualify.errors import UsageError
 
@@ -202,6 +202,6 @@ def test_cli_bad_input_is_one_line_and_exit_2(git_repo, capsys, monkeypatch, arg
 
 def test_the_published_json_schema_is_current():
     """Fails when the model changes without regenerating the file:
-    python -c 'import json; from qualify.changed import ChangedReport; print(json.dumps(ChangedReport.model_json_schema(), indent=2))' \\
+    python -c 'import json; from qualify.commands.changed import ChangedReport; print(json.dumps(ChangedReport.model_json_schema(), indent=2))' \\
       > qualify/schemas/changed.schema.json"""
     assert json.loads(SCHEMA.read_text()) == ChangedReport.model_json_schema()

@@ -14,7 +14,7 @@ import fakes
 from plans import KERNEL, HEADER, make_repo, plan_copy
 from qualify.evaluate.verdict import verdict
 from qualify.plan.load import load_plan
-from qualify.record.render import render_readme
+from qualify.render.readme import render_readme
 from qualify.build.machine_code import CubinCode, FunctionCode
 from qualify.results.model import BufferParity, KernelActivity, Results, TracedCall
 from qualify.run import code_identity

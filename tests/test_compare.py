@@ -142,7 +142,7 @@ def frozen_plan(tmp_path, trials: int = 1) -> Path:
 
 
 def compare(tmp_path, base: Path, cand: Path, trials: int = 1, run_trials: int | None = None, **device_kw):
-    from qualify.pipeline import load_frozen, run_plan
+    from qualify.commands.pipeline import load_frozen, run_plan
     from qualify.run.fake import FakeDevice, FakeTelemetry
 
     loaded = load_frozen(frozen_plan(tmp_path, trials))
@@ -237,7 +237,7 @@ def test_signature_must_match_the_call(tmp_path, capsys):
 def test_run_on_a_plan_whose_libraries_come_from_compare(tmp_path):
     """`qualify run` on a compare plan: a usage error before the ledger moves."""
     from qualify.errors import UsageError
-    from qualify.pipeline import load_frozen, run_plan
+    from qualify.commands.pipeline import load_frozen, run_plan
     from qualify.run.fake import FakeDevice, FakeTelemetry
 
     loaded = load_frozen(frozen_plan(tmp_path))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import qualify.doctor as doctor
+import qualify.commands.doctor as doctor
 from qualify.cli import main
-from qualify.doctor import DoctorReport, Host, NvmlState, diagnose, format_report, plan_needs
+from qualify.commands.doctor import DoctorReport, Host, NvmlState, diagnose, format_report, plan_needs
 from qualify.errors import DeviceError
 from qualify.generation import missing_extra
 from qualify.plan.load import load_plan
@@ -212,7 +212,7 @@ def test_the_real_command_with_no_visible_gpu_is_exit_5_without_traceback():
 
 def test_the_published_json_schema_is_current():
     """Fails when the model changes without regenerating the file:
-    python -c 'import json; from qualify.doctor import DoctorReport; print(json.dumps(DoctorReport.model_json_schema(), indent=2))' \\
+    python -c 'import json; from qualify.commands.doctor import DoctorReport; print(json.dumps(DoctorReport.model_json_schema(), indent=2))' \\
       > qualify/schemas/doctor.schema.json"""
     assert json.loads(SCHEMA.read_text()) == DoctorReport.model_json_schema()
 

@@ -172,7 +172,7 @@ def test_interrupted_trial_keeps_its_samples(tmp_path):
     assert trial.status == "interrupted"
     assert trial.failures[-1].kind == "interrupted"
     record = Record(tmp_path / "record")
-    from qualify.evaluate.samples import load
+    from qualify.results.samples import load
 
     arrays = load(record.samples_path(1))
     assert arrays["N=1024/base/ns"].size > 0  # what was measured before the interrupt is kept

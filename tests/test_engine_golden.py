@@ -97,7 +97,7 @@ def test_candidate_outside_the_golden_is_a_fidelity_failure(tmp_path):
 
 def test_record_tables_from_a_golden_trial(tmp_path):
     from qualify.plan.model import Mutation
-    from qualify.record.tolerance_text import controls_table, counts_table, fidelity_text, mutation_text, resolution_lines
+    from qualify.render.tolerance_text import controls_table, counts_table, fidelity_text, mutation_text, resolution_lines
 
     loaded = frozen_golden_repo(tmp_path)
     trial = run(loaded, fakes.axpy_one_wrong, tmp_path)
@@ -125,9 +125,9 @@ def test_per_case_tolerances_reach_the_counts_and_the_record(tmp_path):
 
     from qualify.evaluate.headline import contract
     from qualify.plan.golden import load_golden
-    from qualify.record.render import fidelity_text
-    from qualify.record.tolerance_text import bounds_table
-    from qualify.run.tolerance_gate import quantum_at_rms
+    from qualify.render.readme import fidelity_text
+    from qualify.render.tolerance_text import bounds_table
+    from qualify.evaluate.tolerance_gate import quantum_at_rms
 
     plan = golden_plan()
     plan["acceptance"]["fidelity"]["tolerances"] = [{"cases": ["N=1024"], "bit_exact": True},
@@ -148,7 +148,7 @@ def test_per_case_tolerances_reach_the_counts_and_the_record(tmp_path):
 
 def test_a_record_with_per_case_tolerances_renders_and_checks(tmp_path):
     """The whole path on the fake device: run, record, README with each case's bound, report --check."""
-    from qualify.pipeline import run_plan
+    from qualify.commands.pipeline import run_plan
     from qualify.record.check import check_record
 
     plan = golden_plan()

@@ -24,8 +24,8 @@ import pytest
 import fakes
 from plans import make_repo
 from qualify.cli import main
-from qualify.evaluate import samples as raw
-from qualify.pipeline import load_frozen, run_plan
+from qualify.results import samples as raw
+from qualify.commands.pipeline import load_frozen, run_plan
 from qualify.plan.digest import freeze_from_hashes, sha256_file
 from qualify.plan.load import validate_plan
 from qualify.record.assemble import write_record

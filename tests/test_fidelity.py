@@ -11,7 +11,7 @@ from qualify.dtypes import NUMPY_DTYPES
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.plan.model import Fidelity
 from qualify.results.model import BufferParity
-from qualify.run.fidelity import compare
+from qualify.evaluate.fidelity import compare
 
 # a comparison prints nothing: numpy's overflow or division warnings would land in the middle of
 # a run's terminal output

@@ -12,7 +12,7 @@ from plans import make_repo, plan_copy
 from qualify.errors import ExitCode, UsageError
 from qualify.record.check import check_record
 from qualify.results.store import Record
-from qualify.run.fleet import DeviceOutcome, combined_exit_code, parse_devices, run_devices
+from qualify.commands.fleet import DeviceOutcome, combined_exit_code, parse_devices, run_devices
 
 
 class ProcessWorker:

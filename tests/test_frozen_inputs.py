@@ -341,7 +341,7 @@ def test_compare_refuses_a_library_other_than_the_frozen_one(library_plan, capsy
 
 
 def test_compare_accepts_the_frozen_build_from_another_path(library_plan):
-    from qualify.pipeline import bind_libraries, load_frozen
+    from qualify.commands.pipeline import bind_libraries, load_frozen
 
     path, v1, _ = library_plan
     loaded = load_frozen(path)
@@ -349,7 +349,7 @@ def test_compare_accepts_the_frozen_build_from_another_path(library_plan):
 
 
 def test_run_plan_itself_refuses_a_swapped_library(library_plan, tmp_path):
-    from qualify.pipeline import load_frozen, run_plan
+    from qualify.commands.pipeline import load_frozen, run_plan
 
     path, v1, v2 = library_plan
     opened = []
@@ -572,12 +572,12 @@ def test_an_unreadable_plan(tmp_path, capsys, monkeypatch):
 
 
 def test_an_os_error_nobody_caught_names_its_file(tmp_path, capsys, monkeypatch):
-    import qualify.check
+    import qualify.commands.check
 
     def broken(*args, **kwargs):
         raise OSError(errno.EIO, "Input/output error", "/some/file")
 
-    monkeypatch.setattr(qualify.check, "check_plan", broken)
+    monkeypatch.setattr(qualify.commands.check, "check_plan", broken)
     refused(capsys, ["plan", "check", make_repo(tmp_path)], 5, "/some/file: ", "Input/output error")
 
 

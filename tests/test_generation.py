@@ -14,7 +14,7 @@ import pytest
 
 import qualify.run.device as device_module
 from qualify.build.nvrtc import nvrtc_version, toolkit_include_dir
-from qualify.doctor import diagnose
+from qualify.commands.doctor import diagnose
 from qualify.errors import DeviceError
 from qualify.generation import (
     GENERATIONS,

@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent(
     import fakes
     from qualify.cli import terminate_as_interrupt
     from qualify.errors import ExitCode
-    from qualify.pipeline import exit_code, load_frozen, run_plan
+    from qualify.commands.pipeline import exit_code, load_frozen, run_plan
     from qualify.run.fake import FakeDevice, FakeTelemetry
 
     def slow(memory, args, kernel):
@@ -69,7 +69,7 @@ def test_signal_mid_run_keeps_the_trial(tmp_path, signum):
     assert "STATUSES ['interrupted']" in out
     events = [json.loads(line) for line in ledger.read_text().splitlines()]
     assert [(e["event"], e.get("status")) for e in events] == [("trial_started", None), ("trial_ended", "interrupted")]
-    from qualify.evaluate.samples import load
+    from qualify.results.samples import load
 
     arrays = load(record / "trials" / "trial-1.npz")
     assert arrays["N=1024/base/ns"].size > 0  # every sample taken before the signal is kept
@@ -78,7 +78,7 @@ def test_signal_mid_run_keeps_the_trial(tmp_path, signum):
     # the next run follows the budget: the interrupted trial counts (max_trials 3)
     from test_engine import fake
 
-    from qualify.pipeline import load_frozen, run_plan
+    from qualify.commands.pipeline import load_frozen, run_plan
     from qualify.run.fake import FakeTelemetry
 
     again = run_plan(load_frozen(path), record, lambda: fake(), lambda u: FakeTelemetry())

@@ -13,7 +13,7 @@ from qualify.results.model import DeviceLimits, KernelActivity, TracedCall
 from qualify.run import cupti_tracer
 from qualify.run.demangle import demangle_all
 from qualify.run.fake import FAKE_LIMITS
-from qualify.run.inventory import inventory
+from qualify.evaluate.inventory import inventory
 
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cupti" / "attention-wide-entry.json"

@@ -11,7 +11,7 @@ from plans import make_repo, plan_copy
 from qualify.build.elf import ElfProblem
 from qualify.build.nvrtc import KernelSpec, compile_kernel
 from qualify.build.params import _records, kernel_params, params_from_info
-from qualify.check import check_plan
+from qualify.commands.check import check_plan
 from qualify.cli import main
 from qualify.errors import PlanError
 

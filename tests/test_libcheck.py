@@ -13,7 +13,7 @@ from plans import make_repo
 from qualify.build.elf import HOST_MACHINES, parse
 from qualify.cli import main
 from qualify.errors import PlanError
-from qualify.libcheck import check_library, host_machine
+from qualify.commands.libcheck import check_library, host_machine
 from test_compare import ARM, LIB, PLAN, arm, build
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C compiler")

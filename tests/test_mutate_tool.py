@@ -159,12 +159,12 @@ def test_a_module_without_configured_tests_is_refused(tmp_path, capsys):
 
 
 # the modules issue 18 holds to the 90 % bar
-CORE = ("qualify/run/fidelity.py", "qualify/expr.py", "qualify/plan/digest.py", "qualify/evaluate/stats.py",
+CORE = ("qualify/evaluate/fidelity.py", "qualify/expr.py", "qualify/plan/digest.py", "qualify/evaluate/stats.py",
         "qualify/evaluate/verdict.py", "qualify/record/check.py", "qualify/plan/golden.py",
-        "qualify/run/golden_stage.py", "qualify/run/parity_counts.py", "qualify/run/tolerance_gate.py",
-        "qualify/evaluate/stopping.py", "qualify/run/schedule.py", "qualify/record/evidence.py",
+        "qualify/run/golden_stage.py", "qualify/evaluate/parity_counts.py", "qualify/evaluate/tolerance_gate.py",
+        "qualify/evaluate/stopping.py", "qualify/plan/schedule.py", "qualify/record/evidence.py",
         "qualify/evaluate/second_timer.py", "qualify/evaluate/occupancy.py", "qualify/evaluate/kernels.py",
-        "qualify/run/inventory.py", "qualify/generation.py", "qualify/run/code_identity.py", "qualify/dtypes.py")  # fmt: skip
+        "qualify/evaluate/inventory.py", "qualify/generation.py", "qualify/run/code_identity.py", "qualify/dtypes.py")  # fmt: skip
 
 
 def test_the_configuration_names_every_core_module_with_existing_tests():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from float_patterns import LARGEST, SIGN, words
-from qualify.run.parity_counts import count, step_index
+from qualify.evaluate.parity_counts import count, step_index
 
 
 def bf16(*bits):

@@ -8,7 +8,7 @@ import pytest
 
 from qualify.cli import main
 from qualify.errors import ExitCode, FrozenInputChanged
-from qualify.pipeline import exit_code, load_frozen, run_plan
+from qualify.commands.pipeline import exit_code, load_frozen, run_plan
 from qualify.run.fake import FakeDevice, FakeTelemetry
 
 import fakes

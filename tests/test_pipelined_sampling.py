@@ -140,7 +140,7 @@ def test_an_honest_candidate_matches_after_every_half(tmp_path):
 
 
 def test_preflight_runs_once_per_invocation_and_later_trials_say_they_reused_it(tmp_path):
-    from qualify.pipeline import run_plan
+    from qualify.commands.pipeline import run_plan
     from qualify.run.isolation import CaseOutcome
 
     calls = []

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from qualify.evaluate.placements import block_placements, placement_deltas
-from qualify.evaluate.samples import TrialSamples, load, save, series_problems
+from qualify.results.samples import TrialSamples, load, save, series_problems
 from qualify.evaluate.summarize import pair_stats
 
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from qualify.run.schedule import block_halves
+from qualify.plan.schedule import block_halves
 import pytest
 
-from qualify.evaluate.samples import TrialSamples
+from qualify.results.samples import TrialSamples
 from qualify.record.assemble import write_record
-from qualify.record.plots import (
+from qualify.render.plots import (
     AA,
     MAIN,
     device_plots,
@@ -74,7 +74,7 @@ def test_plots_are_the_same_bytes_every_time_and_in_another_process(record):
     # a fresh interpreter with another hash seed: ids and ordering must not depend on either
     code = ("import sys, hashlib, json; sys.path[:0] = sys.argv[1:3]\n"
             "from test_record import plan_and_lock\n"
-            "from qualify.record.plots import render_plots\n"
+            "from qualify.render.plots import render_plots\n"
             "from qualify.results.store import Record\n"
             "r = Record(sys.argv[3]).results()\n"
             "print(json.dumps({k: hashlib.sha256(v).hexdigest() for k, v in "

@@ -13,7 +13,7 @@ from plans import make_repo, plan_copy
 from qualify.errors import DeviceError
 from qualify.plan.load import load_plan
 from qualify.run.fake import FakeDevice
-from qualify.run.probe import format_probe, probe_buffer, run_probe, ulp_histogram
+from qualify.commands.probe import format_probe, probe_buffer, run_probe, ulp_histogram
 
 
 def f32(values) -> np.ndarray:

@@ -18,13 +18,14 @@ import pytest
 
 from qualify.errors import FrozenInputChanged, PlanError
 from qualify.evaluate.recompute import recompute_trial
-from qualify.evaluate.samples import TrialSamples, load, save
+from qualify.results.samples import TrialSamples, load, save
 from qualify.plan.digest import freeze_from_hashes, sha256_bytes
 from qualify.plan.load import validate_plan
 from qualify.record.assemble import assemble_results, write_record
 from qualify.record.check import check_record, differences, rebuild_record
 from qualify.record.merge import merge_records
-from qualify.record.render import duration, render_readme, signed_pct
+from qualify.render.markdown import duration, signed_pct
+from qualify.render.readme import render_readme
 from qualify.results.model import (
     ArmResources,
     BufferParity,
@@ -599,7 +600,7 @@ def test_hostile_labels_render_as_plain_text(built):
 
 
 def test_markdown_escapes_keep_ordinary_labels_readable():
-    from qualify.record.render import code, line_start, md
+    from qualify.render.markdown import code, line_start, md
 
     assert md("attention_gated_fwd<64>") == "attention_gated_fwd<64>"
     assert md("regression <= 2 %") == "regression <= 2 %"

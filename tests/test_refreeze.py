@@ -104,7 +104,7 @@ def test_paths_in_errors_are_relative_to_the_working_folder(tmp_path, capsys, mo
 
 def test_run_on_a_changed_plan_names_the_remedy(tmp_path):
     from qualify.errors import FrozenInputChanged
-    from qualify.pipeline import load_frozen
+    from qualify.commands.pipeline import load_frozen
 
     path, _ = frozen_then_changed(tmp_path)
     with pytest.raises(FrozenInputChanged, match="plan freeze --replace"):

@@ -8,7 +8,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from qualify.evaluate.samples import TrialSamples, load, save
+from qualify.results.samples import TrialSamples, load, save
 
 
 def test_round_trip(tmp_path):
@@ -53,7 +53,7 @@ def test_refuses_object_arrays(tmp_path):
 
 
 def test_refuses_a_zip_bomb_unread(tmp_path, monkeypatch):
-    import qualify.evaluate.samples as samples
+    import qualify.results.samples as samples
 
     s = TrialSamples()
     for i in range(100):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from qualify.errors import ToolError
+from qualify.evaluate import sanitizer_output
 from qualify.run import sanitizer
 
 CLEAN = """========= COMPUTE-SANITIZER
@@ -33,19 +34,19 @@ NO_SUMMARY = "Traceback (most recent call last):\n  ImportError: qualify\n"
     "tool, rc, output, status, errors",
     [
         ("memcheck", 0, CLEAN, "clean", 0),
-        ("memcheck", sanitizer.FINDINGS_EXIT, OOB, "findings", 1),
-        ("racecheck", sanitizer.FINDINGS_EXIT, RACE, "findings", 1),
+        ("memcheck", sanitizer_output.FINDINGS_EXIT, OOB, "findings", 1),
+        ("racecheck", sanitizer_output.FINDINGS_EXIT, RACE, "findings", 1),
         ("memcheck", 0, OOB, "findings", 1),  # errors counted even if the exit code were lost
         ("memcheck", 1, NO_SUMMARY, "error", None),  # a crashed worker is not a clean bill
         ("memcheck", 0, "{\"event\": \"done\"}\n", "error", None),  # no summary line: not clean
         ("memcheck", None, "", "timeout", None),
         ("memcheck", 3, '{"event": "fault", "code": 700}\n========= ERROR SUMMARY: 0 errors', "fault", 0),
-        ("memcheck", sanitizer.FINDINGS_EXIT, OOB + '{"event": "fault", "code": 719}\n', "findings", 1),
+        ("memcheck", sanitizer_output.FINDINGS_EXIT, OOB + '{"event": "fault", "code": 719}\n', "findings", 1),
     ],
     ids=["clean", "oob", "race", "oob-rc0", "crash", "no-summary", "timeout", "fault", "oob-aborts-kernel"],
 )
 def test_parse(tool, rc, output, status, errors):
-    r = sanitizer.parse(tool, "T=640", "base", rc, output, 1.5)
+    r = sanitizer_output.parse(tool, "T=640", "base", rc, output, 1.5)
     assert r.status == status
     assert r.errors == errors
     if status == "findings":
@@ -66,7 +67,7 @@ def test_missing_sanitizer_is_a_tool_error(monkeypatch, tmp_path):
 def test_command_runs_the_worker_under_the_tool(tmp_path):
     cmd = sanitizer.command("racecheck", tmp_path / "plan.json", "T=640", "candidate", 0, "/cs")
     assert cmd[:3] == ["/cs", "--tool", "racecheck"]
-    assert cmd[cmd.index("--error-exitcode") + 1] == str(sanitizer.FINDINGS_EXIT)
+    assert cmd[cmd.index("--error-exitcode") + 1] == str(sanitizer_output.FINDINGS_EXIT)
     assert cmd[-8:] == ["qualify.run.worker", str(tmp_path / "plan.json"), "--case", "T=640",
                         "--side", "candidate", "--device", "0"]
 
@@ -86,7 +87,7 @@ def test_engine_runs_declared_checks_once_per_device(tmp_path):
     def sanitize(tool, case, side, timeout):
         calls.append((tool, case, side))
         out = OOB if (tool, case, side) == ("memcheck", "N=4096", "candidate") else CLEAN
-        return sanitizer.parse(tool, case, side, 0, out, 0.1)
+        return sanitizer_output.parse(tool, case, side, 0, out, 0.1)
 
     opts = RunOptions(record_dir=tmp_path / "record", sanitize=sanitize)
     first = TrialRunner(loaded, fake(), FakeTelemetry(), opts).run()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from qualify.cli import main
-from qualify.scaffold import declared_params
+from qualify.commands.scaffold import declared_params
 
 SOFTMAX = """\
 // row softmax: block tree reduction (base) against warp shuffles (candidate)

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from qualify.run.schedule import AA, MAIN, Half, block_halves, block_order
+from qualify.plan.schedule import AA, MAIN, Half, block_halves, block_order
 
 
 @pytest.mark.parametrize("block, order", [

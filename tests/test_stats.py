@@ -19,7 +19,7 @@ from qualify.evaluate.stats import (
     t_cdf,
     t_quantile,
 )
-from qualify.run.schedule import block_order
+from qualify.plan.schedule import block_order
 
 
 def interleaved(base_ns: float, cand_ns: float, blocks: int = 10, per_half: int = 10, noise: float = 0.002,

@@ -11,7 +11,7 @@ from plans import plan_copy
 from qualify.errors import PlanError
 from qualify.evaluate.stopping import half_width_pct, replay_stop, stop_reason
 from qualify.plan.load import validate_plan
-from qualify.run.schedule import AA, MAIN, block_order
+from qualify.plan.schedule import AA, MAIN, block_order
 
 CASE = "N=1024"
 

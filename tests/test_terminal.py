@@ -11,8 +11,8 @@ import pytest
 from qualify.build.arms import FitRow
 from qualify.build.nvrtc import CompiledKernel
 from qualify.build.resources import KernelResources
-from qualify.check import check_plan
-from qualify.pipeline import RunOutcome
+from qualify.commands.check import check_plan
+from qualify.commands.pipeline import RunOutcome
 from qualify.render.terminal import LOG_WIDTH, console, label, plan_check, run_summary
 
 from plans import make_repo, plan_copy

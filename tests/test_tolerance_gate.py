@@ -5,8 +5,8 @@ import pytest
 
 from float_patterns import LARGEST, SIGN, words
 from qualify.plan.model import Calibration, Fidelity, InputControl
-from qualify.run.parity_counts import count
-from qualify.run.tolerance_gate import (
+from qualify.evaluate.parity_counts import count
+from qualify.evaluate.tolerance_gate import (
     calibrate, control_outcome, expected_outcome, is_exact, judge_output, passes, perturb,
 )
 

@@ -14,7 +14,7 @@ from qualify.cli import main
 from qualify.plan.digest import freeze_from_hashes
 from qualify.plan.load import validate_plan
 from qualify.plan.model import Fidelity
-from qualify.run.tolerance_gate import bound_for, judge_output, passes, quantum_at_rms
+from qualify.evaluate.tolerance_gate import bound_for, judge_output, passes, quantum_at_rms
 from test_golden import golden_plan, setup
 
 GOLDEN = {"against": "golden", "golden": "golden.safetensors"}

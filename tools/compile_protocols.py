@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from qualify import generation
     from qualify.build.nvrtc import nvrtc_version, toolkit_include_dir
-    from qualify.check import check_plan
+    from qualify.commands.check import check_plan
     from qualify.errors import ExitCode, QualifyError
 
     try:

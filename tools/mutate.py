@@ -9,7 +9,7 @@ means the suite cannot tell the bug from the real code. See docs/mutation.md.
 
     python tools/mutate.py qualify/expr.py                   # tests from tools/mutation.json
     python tools/mutate.py --all-targets --out benchmarks/mutation/run
-    python tools/mutate.py --list qualify/run/fidelity.py    # the mutants, nothing run
+    python tools/mutate.py --list qualify/evaluate/fidelity.py    # the mutants, nothing run
 
 The mutations are made on the source text, at the positions `ast` gives, so the module keeps its
 comments and layout and a surviving mutant's diff names the real line.

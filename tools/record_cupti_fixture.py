@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default="", help="comma-separated case ids (default: every case)")
     args = parser.parse_args(argv)
 
-    from qualify.pipeline import load_frozen, run_plan
+    from qualify.commands.pipeline import load_frozen, run_plan
     from qualify.run import cupti_tracer
     from qualify.run.device import CudaDevice
     from qualify.run.telemetry import Telemetry

@@ -137,7 +137,7 @@ def ladder_deltas(dev, bench: CaseBench, kernels: dict, blocks: int, per_half: i
     import math
     import statistics
 
-    from qualify.run.schedule import block_order
+    from qualify.plan.schedule import block_order
 
     base = bench.exec_for(kernels[0])
     floor = statistics.median(dev.time_sample(lambda: None, cold=True) for _ in range(30))

@@ -269,7 +269,7 @@ def qualify_pair(bench: Bench) -> dict:
     import numpy as np
 
     from qualify.evaluate.stats import case_stats
-    from qualify.run.schedule import AA, MAIN, block_halves
+    from qualify.plan.schedule import AA, MAIN, block_halves
 
     start = time.perf_counter()
     floor = statistics.median(bench.dev.time_samples(lambda: None, 100, cold=True))

@@ -35,7 +35,7 @@ from qualify.results.store import Record  # noqa: E402
 from qualify.run.controls import mutate  # noqa: E402
 from qualify.run.golden_stage import case_inputs  # noqa: E402
 from qualify.run.inputs import bf16_bits_to_f32  # noqa: E402
-from qualify.run.tolerance_gate import calibrate as resolve, control_outcome, judge_case, passes  # noqa: E402
+from qualify.evaluate.tolerance_gate import calibrate as resolve, control_outcome, judge_case, passes  # noqa: E402
 
 UNROUNDED_GATE = "QSA_MUTATION_UNROUNDED_GATE"  # the build define qsa.cu knows
 

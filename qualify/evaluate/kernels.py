@@ -14,7 +14,7 @@ from __future__ import annotations
 from qualify.evaluate.second_timer import agreement
 from qualify.plan.model import ARM_SIDES
 from qualify.results.model import CaseKernels, DeviceLimits, KernelChange, KernelRow, TracedCall
-from qualify.run.inventory import inventory
+from qualify.evaluate.inventory import inventory
 
 SAME_PCT = 2.0
 SAME_NS = 300.0

@@ -1,6 +1,6 @@
 """A case's paired comparison split by buffer placement: how far the placements spread.
 
-Each block runs both arms on one placement (qualify.run.schedule.block_plan), so a block's
+Each block runs both arms on one placement (qualify.plan.schedule.block_plan), so a block's
 log-ratio belongs to one placement. Grouping the block log-ratios by placement shows what one
 fixed layout would have concluded; a series recorded without placements is placement 0 throughout.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qualify.evaluate.samples import key
+from qualify.results.samples import key
 from qualify.evaluate.stats import block_log_ratios
 from qualify.evaluate.summarize import series_ns
 

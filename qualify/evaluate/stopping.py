@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qualify.evaluate.samples import key
+from qualify.results.samples import key
 from qualify.evaluate.stats import ci_half_width_pct
 from qualify.evaluate.summarize import floor_ns, pair_stats
 from qualify.plan.model import Plan
@@ -50,7 +50,7 @@ def stop_reason(arrays: dict[str, np.ndarray], case_id: str, pair, blocks_done: 
                 elapsed_s: float = 0.0) -> str | None:
     """Why the pair's timing stops after `blocks_done` blocks, or None to run another block.
 
-    `pair` is `qualify.run.schedule.MAIN` or `AA`; `elapsed_s` is the wall time the pair's timing
+    `pair` is `qualify.plan.schedule.MAIN` or `AA`; `elapsed_s` is the wall time the pair's timing
     has taken so far (the only input not in the samples).
     """
     sched, stop = plan.schedule, plan.stop

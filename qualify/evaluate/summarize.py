@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qualify.evaluate.samples import THROTTLE_MASK, key
+from qualify.results.samples import THROTTLE_MASK, key
 from qualify.evaluate.stats import case_stats, per_launch_ns, summarize
 from qualify.results.model import CaseStats, TimingSummary
 

@@ -1,8 +1,9 @@
-"""Record stage: results.json, README.md and the plots from a record's trial files; checking and merging records.
+"""Record stage: results.json and README.md from a record's trial files; checking and merging records.
 
 assemble  trials + plan + lock -> Results; writes results.json, README.md and the plots
-plots     the record's SVG plots (matplotlib), drawn from the raw samples, and their check
-render    Results + plan -> README.md text (jinja2 template, formatting filters)
 check     recompute everything a record claims and list every disagreement
+evidence  what a trial file says about itself, checked against the plan and lock
 merge     records of one plan from several devices or hosts -> one record
+
+Presentation (README text, plots) lives in qualify.render, which never imports this package.
 """

@@ -15,7 +15,7 @@ from qualify.io import atomic_write_text
 from qualify.plan.digest import freeze_from_hashes, read_lock
 from qualify.plan.load import read_plan_json, validate_plan
 from qualify.plan.model import Plan
-from qualify.record.render import render_readme
+from qualify.render.readme import render_readme
 from qualify.results.model import Results, Trial
 from qualify.results.store import Record
 
@@ -83,7 +83,7 @@ def assemble_results(plan: Plan, lock: dict, trials: list[Trial]) -> Results:
 def write_record(record: Record, plan: Plan, lock: dict) -> Results:
     """Derive results.json, README.md and the plots from the record's trial files (each written
     atomically)."""
-    from qualify.record.plots import write_plots
+    from qualify.render.plots import write_plots
 
     results = assemble_results(plan, lock, record.trials())
     record.write_results(results)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from qualify.errors import ExitCode, PlanError
-from qualify.evaluate import samples as raw
+from qualify.results import samples as raw
 from qualify.evaluate.recompute import in_recorded_shape, recompute_trial
 from qualify.evaluate.verdict import pooled_cases, verdict
 from qualify.plan.digest import sha256_file
@@ -36,7 +36,7 @@ from qualify.record.assemble import (
 )
 from qualify.record import evidence
 from qualify.record.evidence import Problem
-from qualify.record.render import render_readme
+from qualify.render.readme import render_readme
 from qualify.results.model import PooledStats, Results, Trial
 from qualify.results.store import Record, results_json
 
@@ -238,7 +238,7 @@ def inspect_record(folder: Path) -> list[Problem]:
     found.extend(_text_problem(folder, README_FILE, render_readme(derived, plan)))
     # the plots are drawn from the same evidence: missing, stale or edited ones are problems too
     # (their bytes under the matplotlib that drew them, their declared data under another)
-    from qualify.record.plots import plot_problems, samples_readable
+    from qualify.render.plots import plot_problems, samples_readable
 
     if samples_readable(folder, derived):
         found.extend(plot_problems(folder, derived, plan))

@@ -27,15 +27,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qualify.evaluate.samples import key
+from qualify.evaluate.device_match import device_matches
 from qualify.evaluate.kernels import traced_launches_match
+from qualify.evaluate.sanitizer_output import parse
+from qualify.evaluate.tolerance_gate import declared_bound, passes as tolerance_passes
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.plan.digest import sha256_file
 from qualify.plan.model import ARM_SIDES, LibraryArm, Plan
 from qualify.plan.resolve import case_id
 from qualify.results.model import Trial
+from qualify.results.samples import key
 from qualify.results.store import LEDGER, Record
-from qualify.run.tolerance_gate import declared_bound, passes as tolerance_passes
 
 
 @dataclass(frozen=True)
@@ -201,8 +203,6 @@ def _copy_problems(trials: list[Trial]) -> list[Problem]:
 
 def device_planned(trial: Trial, plan: Plan) -> bool:
     """Whether the plan lists the trial's device (the rule `qualify run` admits devices by)."""
-    from qualify.run.device import device_matches  # pure; device.py loads the driver lazily
-
     return device_matches(trial.provenance.device, plan.hardware.devices)
 
 
@@ -384,8 +384,6 @@ def _control_problems(trial: Trial, plan: Plan) -> list[str]:
 
 
 def _sanitizer_problems(trial: Trial, plan: Plan) -> list[str]:
-    from qualify.run.sanitizer import parse  # pure: the parser of compute-sanitizer's summary lines
-
     out = []
     declared = {(c.tool, cid) for c in plan.acceptance.sanitizer for cid in c.cases}
     runs = Counter((r.tool, r.case, r.side) for r in trial.sanitizer)

@@ -5,7 +5,7 @@ file holds (a device name, a failure message) is data. Before it lands in any ou
 a terminal, a plot — its newlines, escape sequences, bidi overrides and zero-width characters are
 turned into visible escapes (`\\n`, `\\x1b`, `\\u202e`), so it can neither start a new line, move
 the cursor, recolour the terminal nor reorder what a reader sees. Each format then escapes its
-own syntax on top (Markdown in qualify.record.render, rich in qualify.render.terminal).
+own syntax on top (Markdown in qualify.render.readme, rich in qualify.render.terminal).
 """
 
 from __future__ import annotations

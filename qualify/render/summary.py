@@ -3,7 +3,7 @@
 A reviewer reads it in the pull request's checks: the verdict, one row per device and case with the
 change and its class, the gates that failed, why the evidence is incomplete, and where the record
 is. It renders Results only (the record's README is the full account) and computes nothing that
-Results and `qualify.record.render`'s pure functions do not already hold.
+Results and `qualify.render.readme`'s pure functions do not already hold.
 
 GitHub refuses a step summary over 1 MiB, and one job's summaries share that limit, so every list
 here is capped and every label cut: the output stays under MAX_BYTES for any record, however
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import re
 
-from qualify.record.render import case_class, device_groups, duration, median_of_trials, signed_pct, verdict_status
+from qualify.render.markdown import case_class, duration, signed_pct, verdict_status
+from qualify.render.readme import device_groups, median_of_trials
 from qualify.results.model import Results
 
 MAX_ROWS = 60  # device x case rows of the table

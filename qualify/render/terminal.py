@@ -15,16 +15,18 @@ console `console()` makes. Two rules hold for everything shown:
 from __future__ import annotations
 
 import sys
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from qualify.check import PlanCheck
 from qualify.evaluate.headline import headline, headline_lines, reason_lines
 from qualify.plan.model import ARM_SIDES, CudaArm
 from qualify.render.plain import visible
+
+if TYPE_CHECKING:  # a type only: rendering a check never needs the command that makes one
+    from qualify.commands.check import PlanCheck
 
 # Wide enough for any table qualify prints; only lines that long use it (rich pads nothing).
 LOG_WIDTH = 1000
@@ -188,7 +190,7 @@ def run_summary(outcome, folder, plan=None) -> Group:
 
 def kernel_lines(results) -> list[str]:
     """Per trial and case, where the change lies by kernel: 'trial 1, T=640: flash<128>: +12.1 %; prep: same'."""
-    from qualify.record.kernels_text import attribution_parts
+    from qualify.render.kernels_text import attribution_parts
 
     out = []
     for t in results.trials:

@@ -163,7 +163,7 @@ class TracedCall(Model):
 
 
 class KernelRow(Model):
-    """One kernel a call launches, derived from the traced calls (qualify.run.inventory)."""
+    """One kernel a call launches, derived from the traced calls (qualify.evaluate.inventory)."""
 
     name: str = Field(description="demangled where the demangler could")
     occurrence: int = Field(description="0 for its first launch in a call, 1 for the second ...")

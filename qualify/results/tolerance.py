@@ -1,7 +1,7 @@
 """Result models of tolerance-gated fidelity: parity counts, control outcomes, gate resolution.
 
 Kept apart from `results/model.py` so the trial model only gains optional fields; every value here
-is derived by a pure function (`qualify.run.parity_counts`, `qualify.evaluate.tolerance_controls`)
+is derived by a pure function (`qualify.evaluate.parity_counts`, `qualify.evaluate.tolerance_controls`)
 from arrays or other values, and `report --check` can recompute it.
 """
 

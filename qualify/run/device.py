@@ -9,7 +9,6 @@ which implements the same surface and records every call.
 from __future__ import annotations
 
 import ctypes
-import fnmatch
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,6 @@ import numpy as np
 from qualify import generation
 from qualify.build.nvrtc import CompiledKernel, KernelSpec, compile_kernel
 from qualify.errors import BuildError, DeviceError
-from qualify.plan.model import DeviceSpec
 from qualify.results.model import ArmResources, DeviceInfo, DeviceLimits, TracedCall
 from qualify.run.cabi import C_TYPES
 
@@ -120,16 +118,6 @@ def _check(result, what: str):
     if not values:
         return None
     return values[0] if len(values) == 1 else tuple(values)
-
-
-def device_matches(info: DeviceInfo, specs: list[DeviceSpec]) -> bool:
-    for spec in specs:
-        if spec.name is not None and not fnmatch.fnmatchcase(info.name, spec.name):
-            continue
-        if spec.compute_capability is not None and spec.compute_capability != info.compute_capability:
-            continue
-        return True
-    return False
 
 
 def _uuid_string(raw) -> str:

@@ -25,7 +25,7 @@ from qualify.results.store import Record, now_iso
 from qualify.run import golden_stage
 from qualify.run.device import KernelFault, LaunchHang
 from qualify.run.library import EntryPointFailed
-from qualify.run.schedule import AA, MAIN
+from qualify.plan.schedule import AA, MAIN
 from qualify.run.stages import case_setup, fidelity, timing
 from qualify.run.stages.admission import Admission, BudgetExhausted, admit, samples_per_trial
 from qualify.run.stages.build import build_and_load

@@ -15,7 +15,7 @@ from qualify.plan.model import GoldenInit, Plan
 from qualify.plan.resolve import ResolvedArm, ResolvedCase
 from qualify.results.tolerance import CaseTolerance, ControlOutcome
 from qualify.run import inputs as input_gen
-from qualify.run.tolerance_gate import calibrate, control_outcome, judge_case, passes
+from qualify.evaluate.tolerance_gate import calibrate, control_outcome, judge_case, passes
 
 
 def open_golden(loaded) -> Golden | None:

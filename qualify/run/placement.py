@@ -4,7 +4,7 @@ Where the buffers sit moves a short, memory-bound kernel's time by several perce
 equally for both arms (measured on the H200 with benchmarks/placement/probe.py). A trial that
 times one set of buffers samples one placement and its interval describes that placement only.
 The pool allocates K placements up front; the timing stage gives each block one of them
-(qualify.run.schedule.block_plan), both arms of a block the same one.
+(qualify.plan.schedule.block_plan), both arms of a block the same one.
 
 Rules of a pool:
 - Placement 0 is today's layout: one plain allocation per shared buffer, offset 0, no spacer,

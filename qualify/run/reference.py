@@ -5,7 +5,7 @@ called once per case as `function(params, inputs)`; `params` holds the case's pa
 (`workload.params` and the case's keys — not the arms' own, which differ), `inputs` each input
 buffer as a read-only float64 array of its shape (integers as int64). It returns every output
 buffer's values as float64, which are rounded to the output's dtype before comparison, so one
-comparison function (`qualify.run.fidelity.compare`) serves every `against`, and "identical" means
+comparison function (`qualify.evaluate.fidelity.compare`) serves every `against`, and "identical" means
 correctly rounded.
 
 Used by `qualify probe` today; `run` and `compare` do not evaluate `against: float64` yet.

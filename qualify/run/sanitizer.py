@@ -1,15 +1,12 @@
 """The compute-sanitizer gate: each declared tool x case x arm in a child worker, parsed into data.
 
-The child is `python -m qualify.run.worker` under compute-sanitizer with a timeout. The gate reads
-the exit code first (compute-sanitizer's --error-exitcode marks findings), then the summary lines;
-any finding, timeout or failure of the child fails the gate. The first lines of each finding are
-kept for the record.
+The child is `python -m qualify.run.worker` under compute-sanitizer with a timeout; its output is
+read by qualify.evaluate.sanitizer_output, which says what the exit code and summary lines mean.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -17,13 +14,8 @@ import time
 from pathlib import Path
 
 from qualify.errors import ToolError
+from qualify.evaluate.sanitizer_output import FINDINGS_EXIT, parse
 from qualify.results.model import SanitizerResult
-
-FINDINGS_EXIT = 86
-_SUMMARY = re.compile(r"=+\s+((?:ERROR|RACECHECK|LEAK) SUMMARY:.*)")
-_ERRORS = re.compile(r"ERROR SUMMARY:\s+(\d+) errors?")
-_HAZARDS = re.compile(r"RACECHECK SUMMARY:\s+(\d+) hazards? displayed \((\d+) errors?")
-_FINDING = re.compile(r"^=+\s+(Invalid|Race|Uninitialized|Barrier|Program hit|Error|Leaked|Warning|Address)")
 
 
 def find_sanitizer() -> str:
@@ -48,38 +40,6 @@ def command(tool: str, plan: Path, case: str, side: str, ordinal: int, sanitizer
     cmd += [sys.executable, "-m", "qualify.run.worker", str(plan), "--case", case, "--side", side,
             "--device", str(ordinal)]  # fmt: skip
     return cmd + (["--library", str(library)] if library is not None else [])
-
-
-def parse(tool: str, case: str, side: str, returncode: int | None, output: str, seconds: float) -> SanitizerResult:
-    summary = [m.group(1).strip() for m in map(_SUMMARY.search, output.splitlines()) if m]
-    errors = None
-    for line in summary:
-        if m := _ERRORS.search(line):
-            errors = int(m.group(1))
-        if m := _HAZARDS.search(line):
-            errors = max(errors or 0, int(m.group(2)))
-    excerpt: list[str] = []
-    lines = output.splitlines()
-    for i, line in enumerate(lines):
-        if _FINDING.search(line) and len(excerpt) < 24:
-            excerpt.extend(ln.rstrip() for ln in lines[i : i + 4])
-    worker_fault = '"event": "fault"' in output
-    if returncode is None:
-        status = "timeout"
-    elif returncode == FINDINGS_EXIT or (errors or 0) > 0:
-        # before "fault": memcheck aborts a kernel at its first bad access, so the worker also
-        # sees a launch failure; the finding is the cause, the fault its consequence
-        status = "findings"
-    elif worker_fault:
-        status = "fault"
-    elif returncode != 0 or errors is None:
-        status = "error"  # the worker failed, or the tool printed no summary: not a clean bill
-    else:
-        status = "clean"
-    if status == "error" and not excerpt:
-        excerpt = [ln for ln in lines if ln.strip()][-8:]
-    return SanitizerResult(tool=tool, case=case, side=side, status=status, errors=errors, exit_code=returncode,
-                           summary=summary, excerpt=excerpt[:24], seconds=round(seconds, 3))  # fmt: skip
 
 
 def run_check(tool: str, plan: Path, case: str, side: str, timeout: float, ordinal: int = 0,

@@ -59,7 +59,7 @@ def build(tmp_path: Path, name: str, comment: bool) -> Path:
 
 
 def test_compare_of_byte_different_builds_states_identical_code(tmp_path):
-    from qualify.pipeline import load_frozen, run_plan
+    from qualify.commands.pipeline import load_frozen, run_plan
     from qualify.run.device import CudaDevice
     from qualify.run.telemetry import Telemetry
 

@@ -58,7 +58,7 @@ PLAN = {
 
 
 def test_work_on_another_stream_is_flagged(tmp_path):
-    from qualify.pipeline import load_frozen, run_plan
+    from qualify.commands.pipeline import load_frozen, run_plan
     from qualify.run.device import CudaDevice
     from qualify.run.telemetry import Telemetry
 

@@ -51,7 +51,7 @@ def test_vecload_trial_on_the_gpu(tmp_path):
     """A whole trial of a shortened vecload plan: byte parity, controls caught, the float4 arm faster."""
     import json
 
-    from qualify.pipeline import run_plan
+    from qualify.commands.pipeline import run_plan
     from qualify.plan.load import load_plan
     from qualify.run.device import CudaDevice
     from qualify.run.telemetry import Telemetry

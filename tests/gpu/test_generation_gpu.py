@@ -20,7 +20,7 @@ pytestmark = pytest.mark.gpu
 
 def installed_stack():
     from qualify.build.nvrtc import nvrtc_version, toolkit_include_dir
-    from qualify.doctor import _package_version
+    from qualify.commands.doctor import _package_version
     from qualify.generation import CudaStack, CudaVersion, header_version
     from qualify.run.device import driver_cuda_version
 

@@ -65,7 +65,7 @@ def entry_plan() -> dict:
 
 
 def test_attention_pair_inventory_attribution_and_second_timer(tmp_path, attention_libraries):
-    from qualify.pipeline import load_frozen, run_plan
+    from qualify.commands.pipeline import load_frozen, run_plan
     from qualify.record.check import check_record
     from qualify.run.device import CudaDevice
     from qualify.run.telemetry import Telemetry

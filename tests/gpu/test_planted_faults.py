@@ -93,7 +93,7 @@ def test_isolated_worker_catches(tmp_path, kernel, status):
 
 
 def test_trial_goes_on_after_a_trap(tmp_path):
-    from qualify.pipeline import load_frozen, run_plan
+    from qualify.commands.pipeline import load_frozen, run_plan
     from qualify.run.device import CudaDevice
     from qualify.run.isolation import preflight
     from qualify.run.telemetry import Telemetry
@@ -112,7 +112,7 @@ def test_trial_goes_on_after_a_trap(tmp_path):
 
 @pytest.mark.parametrize("kernel, first", [("one_wrong", N // 2), ("skips_last", N - 1)])
 def test_parity_catches(tmp_path, kernel, first):
-    from qualify.pipeline import load_frozen, run_plan
+    from qualify.commands.pipeline import load_frozen, run_plan
     from qualify.run.device import CudaDevice
     from qualify.run.telemetry import Telemetry
 

@@ -22,7 +22,7 @@ from qualify.plan.golden import load_golden
 from qualify.plan.load import load_plan
 from qualify.run.arms import ArmExec
 from qualify.run.golden_stage import case_inputs
-from qualify.run.tolerance_gate import judge_case, passes
+from qualify.evaluate.tolerance_gate import judge_case, passes
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from qualify.errors import DeviceError, FrozenInputChanged
 from qualify.plan.load import LoadedPlan
 from qualify.results.model import DeviceInfo
 from qualify.results.store import Record
-from qualify.run.device import device_matches
+from qualify.evaluate.device_match import device_matches
 from qualify.run.stages import libraries
 
 

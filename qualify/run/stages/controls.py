@@ -18,7 +18,7 @@ from qualify.results.tolerance import ControlOutcome
 from qualify.run import golden_stage
 from qualify.run.arms import ArmExec
 from qualify.run.controls import mutate
-from qualify.run.fidelity import compare
+from qualify.evaluate.fidelity import compare
 from qualify.run.stages.case_setup import CaseSetup
 from qualify.run.stages.fidelity import Reference
 from qualify.run.stages.where import watch

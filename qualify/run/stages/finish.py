@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qualify.build.nvrtc import nvrtc_version
-from qualify.evaluate import samples as samples_io
+from qualify.results import samples as samples_io
 from qualify.evaluate.recompute import derived_fields, kernel_fields
-from qualify.evaluate.samples import TrialSamples
+from qualify.results.samples import TrialSamples
 from qualify.evaluate.summarize import floor_ns, has_series
 from qualify.plan.digest import lock_path, sha256_bytes
 from qualify.plan.load import LoadedPlan

@@ -20,7 +20,7 @@ from qualify import expr
 from qualify.dtypes import ITEMSIZE, LARGEST_FINITE_BITS, MANTISSA, UNSIGNED, as_float64
 from qualify.plan.model import BuildControl, CaseSelector, Calibration, Fidelity, InputControl, ToleranceRule
 from qualify.results.tolerance import ControlOutcome, MutationResolution, MutationStep, ParityCounts
-from qualify.run.parity_counts import count
+from qualify.evaluate.parity_counts import count
 
 Params = Mapping[str, int | float]
 

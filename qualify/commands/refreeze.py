@@ -105,7 +105,7 @@ def replace_lock(loaded: LoadedPlan, extra_records: list[Path] = ()) -> tuple[Pa
                 )
     if old is None or old["digest"] != loaded.digest:
         # frozen as `plan freeze` freezes: with the headers NVRTC reports reading
-        from qualify.check import freeze_plan
+        from qualify.commands.check import freeze_plan
 
         path.unlink(missing_ok=True)
         _, path, _, _ = freeze_plan(loaded.path)

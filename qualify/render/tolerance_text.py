@@ -1,6 +1,6 @@
 """Markdown for golden-gated records: the seed's count table, control table and gate resolution.
 
-Each function returns lines and never prints; the README template (qualify/record/render.py)
+Each function returns lines and never prints; the README template (qualify/render/readme.py)
 decides where they go. Nothing is recomputed here: every number comes from the trial files.
 """
 
@@ -51,7 +51,7 @@ def tolerances_text(f: Fidelity) -> str:
 def bounds_table(plan: Plan, results: Results) -> list[str]:
     """Each case's bound per output in words, with the absolute part as the first trial that
     judged the case derived it from the golden; only for plans with per-case tolerances."""
-    from qualify.run.tolerance_gate import is_exact, rule_for
+    from qualify.evaluate.tolerance_gate import is_exact, rule_for
 
     f = plan.acceptance.fidelity
     if not f.tolerances:

@@ -207,7 +207,7 @@ def _cuda_check(found: CudaVersions) -> tuple[Check, CudaVersions]:
 
 
 def _plan_checks(plan, info: DeviceInfo) -> list[Check]:
-    from qualify.run.device import device_matches
+    from qualify.evaluate.device_match import device_matches
 
     specs = plan.hardware.devices
     listed = ", ".join(f"{s.name or '*'} (cc {s.compute_capability or 'any'})" for s in specs)

@@ -6,7 +6,7 @@ largest absolute and relative errors, and the worst fraction of the tolerance bo
 used. A quantum is counted on the output dtype's grid (the distance between the two bit patterns
 in representable steps), so "one bf16 quantum" means the same at 1e-3 and at 1e3.
 
-Pure functions over arrays; `qualify.run.fidelity.compare` keeps the byte parity of base against
+Pure functions over arrays; `qualify.evaluate.fidelity.compare` keeps the byte parity of base against
 candidate, this module serves goldens, controls and mutation calibration.
 """
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Protocol
 
 from qualify.errors import ExitCode, UsageError
@@ -97,3 +98,43 @@ def combined_exit_code(outcomes: list[DeviceOutcome], verdict_code: int | None) 
         return int(ExitCode.INTERNAL)
     return int(verdict_code) if verdict_code is not None else int(ExitCode.INCOMPLETE)
 
+
+def run_on_devices(command: list[str], plan_path: Path, record_dir: Path | None, devices: str, trials: int | None,
+                   exploratory: bool, libraries: dict[str, Path] | None, say: Callable[[str], None]) -> int:
+    """`--devices`: one `qualify run/compare --device N` worker per GPU, in parallel, into one record;
+    then one re-render. Returns the most severe worker code or the record's verdict as the exit code;
+    `say` gets one line per device (its exit code and its log's last line)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from qualify.commands.pipeline import bind_libraries, check_libraries, default_record_dir, exit_code, load_frozen
+    from qualify.record.assemble import write_record
+    from qualify.results.store import Record
+    from qualify.run.device import device_count
+
+    loaded = load_frozen(plan_path)  # refused here once, not once per worker
+    if libraries is not None:
+        bind_libraries(loaded, libraries)
+    check_libraries(loaded, libraries)
+    ordinals = parse_devices(devices, device_count())
+    folder = Path(record_dir or default_record_dir(loaded))
+    extra = (["--trials", str(trials)] if trials else []) + (["--exploratory"] if exploratory else [])
+    logs = Path(tempfile.mkdtemp(prefix="qualify-devices-"))
+
+    def start(n: int):
+        log = open(logs / f"device-{n}.log", "w")  # noqa: SIM115 - closed with the process
+        return subprocess.Popen([sys.executable, "-m", "qualify", *command, "--record", str(folder),
+                                 "--device", str(n), *extra], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+
+    outcomes = run_devices(ordinals, start)
+    for o in outcomes:
+        tail = (logs / f"device-{o.ordinal}.log").read_text(errors="replace").strip().splitlines()[-1:]
+        say(f"device {o.ordinal}: exit {o.exit_code}" + (f": {tail[0]}" if tail else ""))
+    record = Record(folder)
+    verdict = None
+    if record.trials():
+        with record.locked():
+            results = write_record(record, loaded.plan, loaded.lock)
+        verdict = int(exit_code(results))
+    return combined_exit_code(outcomes, verdict)

@@ -13,7 +13,7 @@ from qualify.build.arms import FitRow, compile_arms, headers_read, shared_memory
 from qualify.build.nvrtc import CompiledKernel, nvrtc_version
 from qualify.build.params import check_launches
 from qualify.errors import PlanError
-from qualify.libcheck import check_plan_libraries
+from qualify.commands.libcheck import check_plan_libraries
 from qualify.plan.digest import compute_freeze, freeze, verify_frozen
 from qualify.plan.files import PlanFiles
 from qualify.plan.golden import load_golden

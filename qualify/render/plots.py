@@ -19,7 +19,7 @@ digest from the raw samples and compares that (the drawing itself then goes unch
 re-rendered under the installed version brings the byte comparison back). PNG is not used: its
 bytes depend on the rasteriser and zlib builds as well.
 
-The sample order is rebuilt from the schedule (qualify.run.schedule.block_halves): within a block,
+The sample order is rebuilt from the schedule (qualify.plan.schedule.block_halves): within a block,
 each series' samples are stored in the order taken, its first half from the block's first
 appearance of the arm and its second half from the second.
 """
@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from qualify.evaluate import samples as raw
-from qualify.evaluate.samples import THROTTLE_MASK, key
+from qualify.results import samples as raw
+from qualify.results.samples import THROTTLE_MASK, key
 from qualify.evaluate.stats import SAME_BAND
 from qualify.evaluate.summarize import floor_ns, series_ns
 from qualify.evaluate.verdict import device_label
@@ -45,7 +45,7 @@ from qualify.plan.model import ARM_SIDES, Plan
 from qualify.plan.resolve import case_id
 from qualify.render.plain import visible
 from qualify.results.model import Results, Trial
-from qualify.run.schedule import AA, MAIN, block_halves
+from qualify.plan.schedule import AA, MAIN, block_halves
 
 PLOT_DIR = "plots"
 HASHSALT = "qualify"
@@ -345,7 +345,7 @@ def samples_readable(folder: Path, results: Results) -> bool:
     """Whether every trial's raw samples load and hold well-formed series (report --check names
     what is wrong otherwise; a plot of damaged evidence would only hide it)."""
     from qualify.errors import QualifyError
-    from qualify.evaluate.samples import series_problems
+    from qualify.results.samples import series_problems
 
     for t in results.trials:
         try:

@@ -25,7 +25,7 @@ def load_frozen(plan_path: Path) -> LoadedPlan:
     try:
         verify_frozen(loaded.path, loaded.freeze, loaded.lock)
     except FrozenInputChanged as exc:
-        from qualify.refreeze import with_remedy
+        from qualify.commands.refreeze import with_remedy
 
         raise with_remedy(exc) from None
     return loaded
@@ -69,7 +69,7 @@ def check_libraries(loaded: LoadedPlan, libraries: dict[str, Path] | None) -> No
     """Before the driver opens: the .so files given to `compare` (or named by the plan, for `run`)
     read as ELF and their ABI called, so a wrong file is named as such rather than reported as a
     device problem."""
-    from qualify.libcheck import check_compare_libraries, check_plan_libraries
+    from qualify.commands.libcheck import check_compare_libraries, check_plan_libraries
 
     if libraries:
         check_compare_libraries(loaded, libraries)
@@ -172,3 +172,42 @@ def exit_code(results: Results, interrupted: bool = False) -> ExitCode:
         "not_qualified": ExitCode.NOT_QUALIFIED,
         "incomplete": ExitCode.INCOMPLETE,
     }[results.verdict.status]
+
+
+@dataclass(frozen=True)
+class Executed:
+    """What `run` and `compare` did on one device: the plan, the record folder and the run's outcome."""
+
+    loaded: LoadedPlan
+    folder: Path
+    outcome: RunOutcome
+
+
+def execute(plan_path: Path, record_dir: Path | None, ordinal: int, trials: int | None, exploratory: bool,
+            libraries: dict[str, Path] | None, progress: Callable, argv: list[str]) -> Executed:
+    """`run` and `compare` on one device, from the frozen plan to the record, each check at its place.
+
+    `progress(total)` gives a context manager yielding the callback that advances a progress bar."""
+    from qualify.run.device import CudaDevice
+    from qualify.run.engine import samples_per_trial
+    from qualify.run.isolation import preflight
+    from qualify.run.sanitizer import run_check
+    from qualify.run.telemetry import Telemetry
+
+    loaded = load_frozen(plan_path)
+    if libraries is not None:
+        libraries = bind_libraries(loaded, libraries)  # a frozen build cannot be swapped (exit 3)
+    check_libraries(loaded, libraries)  # before the driver: a wrong file is named as such
+    folder = record_dir or default_record_dir(loaded)
+    device = CudaDevice(ordinal)  # before any output: no GPU is a one-line error, exit 5
+    with progress(samples_per_trial(loaded) * (trials or loaded.plan.schedule.trials)) as advance:
+        outcome = run_plan(
+            loaded, folder, lambda: device, Telemetry,
+            exploratory=exploratory, trials=trials, argv=argv, progress=advance,
+            sanitize=lambda tool, case, side, timeout: run_check(tool, loaded.path, case, side, timeout, ordinal,
+                                                                 library=(libraries or {}).get(side)),
+            preflight=lambda side, cases: preflight(loaded.path, side, cases, ordinal,
+                                                    library=(libraries or {}).get(side)),
+            libraries=libraries,
+        )  # fmt: skip
+    return Executed(loaded, folder, outcome)

@@ -278,7 +278,7 @@ def write_new_plan(plan_path: Path, skeleton: Skeleton) -> None:
     the check's error is reported (a bug in the skeleton, or a source outside the repository)."""
     import json
 
-    from qualify.check import check_plan
+    from qualify.commands.check import check_plan
     from qualify.errors import FrozenInputChanged, QualifyError
     from qualify.io import atomic_write_text
 
@@ -291,3 +291,43 @@ def write_new_plan(plan_path: Path, skeleton: Skeleton) -> None:
     except QualifyError:
         plan_path.unlink()
         raise
+
+
+def skeleton_from_options(plan_path: Path, name: str | None, source: Path | None, kernel: str | None,
+                          cand_source: Path | None, cand_kernel: str | None, library_pair: bool,
+                          symbol: str | None, signature: str | None, base_so: Path | None,
+                          candidate_so: Path | None, abi_symbol: str | None, abi_version: int | None,
+                          error_symbol: str | None, archs: tuple[str, ...], fidelity: str,
+                          bound: float | None) -> Skeleton:  # fmt: skip
+    """`plan new`'s options -> the skeleton they ask for; a missing or contradictory option is a UsageError."""
+    name = name or default_name(plan_path)
+    archs = list(dict.fromkeys(archs))
+    if library_pair == (source is not None):
+        raise UsageError("give --cuda FILE --kernel NAME for a kernel pair, or --library for a library pair")
+    if library_pair:
+        if not symbol or not signature:
+            raise UsageError("a library pair needs --symbol NAME and --signature TYPES (e.g. ptr,ptr,i32,f32)")
+        if (base_so is None) != (candidate_so is None):
+            raise UsageError("give both --base-so and --candidate-so, or neither (then `compare` binds them)")
+        if (abi_symbol is None) != (abi_version is None):
+            raise UsageError("--abi-symbol and --abi-version go together")
+        return library_skeleton(
+            plan_path, name, symbol, [t.strip() for t in signature.split(",")],
+            (base_so, candidate_so) if base_so is not None else None, archs, fidelity, bound,
+            (abi_symbol, abi_version) if abi_symbol else None, error_symbol)  # fmt: skip
+    else:
+        if not kernel:
+            raise UsageError("a kernel pair needs --kernel NAME")
+        cand_source, cand_kernel = cand_source or source, cand_kernel or kernel
+        if not Path(source).is_file() or not Path(cand_source).is_file():
+            raise UsageError("no such file", file=source if not Path(source).is_file() else cand_source)
+        sizes, _ = compiled_sizes(source, kernel, archs[0])
+        cand_sizes, _ = compiled_sizes(cand_source, cand_kernel, archs[0])
+        if cand_sizes != sizes:
+            raise UsageError(f"the candidate {cand_kernel} takes byte sizes {cand_sizes}, the base {kernel} "
+                             f"{sizes}: one launch serves both arms", file=cand_source)  # fmt: skip
+        params = declared_params(Path(source).read_text(encoding="utf-8", errors="replace"), kernel)
+        if params is None:
+            raise UsageError(f"no __global__ declaration of {kernel.split('<')[0]} found", file=source)
+        return kernel_skeleton(plan_path, name, (source, kernel), (cand_source, cand_kernel),
+                                            params, sizes, archs, fidelity, bound)  # fmt: skip

@@ -2,7 +2,7 @@
 
 A team choosing an ulp (or abs, rel) bound otherwise guesses, freezes, and spends a GPU trial to
 learn the guess was wrong. The probe runs every case once per arm with the plan's own seeded
-inputs and reports, per case and output buffer, what `qualify.run.fidelity.compare` measures —
+inputs and reports, per case and output buffer, what `qualify.evaluate.fidelity.compare` measures —
 the same function the gate uses — plus how the differing elements spread over ulp distances, and
 the smallest bound of each mode that every case would pass.
 
@@ -27,7 +27,7 @@ from qualify.plan.load import LoadedPlan
 from qualify.plan.model import ARM_SIDES, LibraryArm
 from qualify.run import inputs as input_gen
 from qualify.run.arms import ArmExec
-from qualify.run.fidelity import _ordered, compare
+from qualify.evaluate.fidelity import _ordered, compare
 from qualify.run.reference import host_values, load_reference, reference_outputs
 
 # Histogram edges of the per-element ulp distance: 0 (identical value, ±0 included), 1, 2, 3-4,

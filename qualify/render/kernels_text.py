@@ -1,5 +1,5 @@
 """The README's kernel section as values: which trials were traced, the attribution sentence, the
-second timer's rows. Templates only format what these return (qualify.record.render)."""
+second timer's rows. Templates only format what these return (qualify.render.readme)."""
 
 from __future__ import annotations
 
