@@ -109,6 +109,17 @@ def test_a_bit_exact_rule_fails_one_quantum():
     assert not passes(counts) and counts.atol == 0.0 and counts.rtol == 0.0
 
 
+@pytest.mark.parametrize("plan_fidelity", [
+    SEEDLIKE,                                                           # a bit_exact rule selects S=8
+    fidelity(exact=[{"cases": ["S=8"]}], tolerances=[{"rtol": 0.5, "atol": 1.0}]),  # an exact selector
+])
+def test_a_bit_exact_output_fails_an_error_that_any_bound_would_admit(plan_fidelity):
+    """Bit-exact means no bound at all: an error of 0.5 on 1.0 fails, as every difference does."""
+    expected, actual = bf16([1.0, 2.0]), bf16([1.0, 2.5])
+    assert not passes(judge_output(plan_fidelity, "S=8", {"S": 8}, "out", "bf16", expected, actual))
+    assert passes(judge_output(plan_fidelity, "S=8", {"S": 8}, "out", "bf16", expected, expected))
+
+
 def test_a_plan_without_tolerances_keeps_its_digest():
     """Existing records are bound to their plan's digest: the new field must not enter its dump."""
     plan = golden_plan()
