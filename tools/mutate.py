@@ -58,7 +58,7 @@ _CALL_SIBLING = {
     "min": "max", "max": "min", "amin": "amax", "amax": "amin", "nanmin": "nanmax", "nanmax": "nanmin",
     "minimum": "maximum", "maximum": "minimum", "argmin": "argmax", "argmax": "argmin",
     "any": "all", "all": "any", "floor": "ceil", "ceil": "floor",
-}  # fmt: skip
+}
 # Expressions whose value is a truth value: a returned one is negated rather than replaced by None.
 _BOOLEAN = (ast.Compare, ast.BoolOp)
 
@@ -220,7 +220,7 @@ def _membership_mutants(source: str, pos: _Positions, node: ast.Compare):
             inner = ", ".join(kept) + ("," if len(kept) == 1 and isinstance(container, ast.Tuple) else "")
             brackets = {ast.Tuple: "()", ast.List: "[]", ast.Set: "{}"}[type(container)]
             yield ("membership", f"element {i + 1} of {len(elements)} dropped", start, end,
-                   brackets[0] + inner + brackets[1])  # fmt: skip
+                   brackets[0] + inner + brackets[1])
 
 
 def find_mutants(source: str, module: str) -> list[Mutant]:
