@@ -16,6 +16,7 @@ from qualify.evaluate.stats import (
     mde_pct,
     paired_ratio,
     per_launch_ns,
+    summarize,
     t_cdf,
     t_quantile,
 )
@@ -64,6 +65,24 @@ def test_t_cdf_inverts_the_quantile():
     for df in (2, 5, 40):
         for p in (0.01, 0.3, 0.5, 0.9, 0.999):
             assert t_cdf(t_quantile(p, df), df) == pytest.approx(p, abs=1e-12)
+
+
+@pytest.mark.parametrize("t", [-1e3, -1e6, -1e8])
+def test_t_cdf_keeps_its_relative_precision_far_in_the_tails(t):
+    """Closed forms, written without cancellation: df = 1 (Cauchy), atan(1/|t|)/π; df = 2,
+    1/(r(r + |t|)) with r = √(2 + t²). A tail probability formed as 1 − (a number near 1) would
+    lose every digit here."""
+    import math
+
+    r = math.sqrt(2.0 + t * t)
+    assert t_cdf(t, 1) == pytest.approx(math.atan(1.0 / -t) / math.pi, rel=1e-9)
+    assert t_cdf(t, 2) == pytest.approx(1.0 / (r * (r - t)), rel=1e-9)
+
+
+def test_a_timing_summary_gives_the_quartiles_median_and_extremes():
+    summary = summarize(np.array([5.0, 1.0, 4.0, 2.0, 3.0]), 1, np.array([1400.0] * 5), np.zeros(5, dtype=bool))
+    assert (summary.q1_ns, summary.median_ns, summary.q3_ns) == (2.0, 3.0, 4.0)
+    assert (summary.min_ns, summary.max_ns, summary.samples, summary.warmup) == (1.0, 5.0, 5, 1)
 
 
 def test_t_quantile_refuses_impossible_arguments():

@@ -14,7 +14,7 @@ from qualify.cli import main
 from qualify.plan.digest import freeze_from_hashes
 from qualify.plan.load import validate_plan
 from qualify.plan.model import Fidelity
-from qualify.evaluate.tolerance_gate import bound_for, judge_output, passes, quantum_at_rms
+from qualify.evaluate.tolerance_gate import bound_for, judge_case, judge_output, passes, quantum_at_rms
 from test_golden import golden_plan, setup
 
 GOLDEN = {"against": "golden", "golden": "golden.safetensors"}
@@ -107,6 +107,30 @@ def test_a_bit_exact_rule_fails_one_quantum():
     expected, actual = bf16([1.0, 1.0]), bf16([1.0, 1.0 + 2**-7])
     counts = judge_output(SEEDLIKE, "S=8", {"S": 8}, "out", "bf16", expected, actual)
     assert not passes(counts) and counts.atol == 0.0 and counts.rtol == 0.0
+
+
+@pytest.mark.parametrize("plan_fidelity", [
+    SEEDLIKE,                                                           # a bit_exact rule selects S=8
+    fidelity(exact=[{"cases": ["S=8"]}], tolerances=[{"rtol": 0.5, "atol": 1.0}]),  # an exact selector
+])
+def test_a_bit_exact_output_fails_an_error_that_any_bound_would_admit(plan_fidelity):
+    """Bit-exact means no bound at all: an error of 0.5 on 1.0 fails, as every difference does."""
+    expected, actual = bf16([1.0, 2.0]), bf16([1.0, 2.5])
+    assert not passes(judge_output(plan_fidelity, "S=8", {"S": 8}, "out", "bf16", expected, actual))
+    assert passes(judge_output(plan_fidelity, "S=8", {"S": 8}, "out", "bf16", expected, expected))
+
+
+def test_a_case_is_judged_output_by_output_each_by_its_own_rule():
+    """At S=2048 the weights have their own rule and `out` the quanta rule: one count per output."""
+    ones = bf16(np.ones(4))
+    close = bf16([1.0, 1.0, 1.0, 1.0 + 2**-7])  # one quantum off in one element
+    counts = judge_case(SEEDLIKE, "S=2048", {"S": 2048}, {"out": "bf16", "weights": "bf16"},
+                        {"out": ones, "weights": ones}, {"out": close, "weights": close})
+    assert [c.output for c in counts] == ["out", "weights"]
+    assert (counts[0].atol, counts[0].rtol) == (4 * 2**-7, 2**-6) and passes(counts[0])
+    assert (counts[1].atol, counts[1].rtol) == (1e-6, 2**-7) and passes(counts[1])
+    at_eight = judge_case(SEEDLIKE, "S=8", {"S": 8}, {"out": "bf16"}, {"out": ones}, {"out": close})
+    assert [(c.output, c.atol, passes(c)) for c in at_eight] == [("out", 0.0, False)]
 
 
 def test_a_plan_without_tolerances_keeps_its_digest():

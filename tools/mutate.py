@@ -49,6 +49,18 @@ _CMP_SWAP = {
     ast.Eq: ("==", "!="), ast.NotEq: ("!=", "=="), ast.In: ("in", "not in"),
     ast.NotIn: ("not in", "in"), ast.Is: ("is", "is not"), ast.IsNot: ("is not", "is"),
 }  # fmt: skip
+# The ordering comparisons, reversed: `a < b` → `a > b` reads as `b < a`, operands swapped.
+_CMP_REVERSE = {ast.Lt: ">", ast.LtE: ">=", ast.Gt: "<", ast.GtE: "<="}
+# Calls of a statistic or a reduction, each replaced by its sibling: the same shape of answer, the
+# wrong summary. Matched on the called name alone (`np.median`, `statistics.median`, `x.min()`).
+_CALL_SIBLING = {
+    "median": "mean", "mean": "median", "nanmedian": "nanmean", "nanmean": "nanmedian",
+    "min": "max", "max": "min", "amin": "amax", "amax": "amin", "nanmin": "nanmax", "nanmax": "nanmin",
+    "minimum": "maximum", "maximum": "minimum", "argmin": "argmax", "argmax": "argmin",
+    "any": "all", "all": "any", "floor": "ceil", "ceil": "floor",
+}
+# Expressions whose value is a truth value: a returned one is negated rather than replaced by None.
+_BOOLEAN = (ast.Compare, ast.BoolOp)
 
 
 class ToolError(Exception):
@@ -60,7 +72,7 @@ class Mutant:
     """One text replacement in a module: source[start:end] becomes `replacement`."""
 
     module: str
-    operator: str  # binop, compare, boolop, unary, constant, condition, delete
+    operator: str  # binop, compare, reverse, boolop, unary, constant, condition, delete, args, call, return, membership
     description: str
     line: int
     start: int
@@ -161,6 +173,56 @@ def _inside_function(tree: ast.AST) -> set[int]:
     return inside
 
 
+def _call_mutants(source: str, pos: _Positions, node: ast.Call):
+    """(operator, description, start, end, text): two neighbouring positional arguments swapped,
+    and a statistic or reduction replaced by its sibling."""
+    args = node.args
+    for a, b in zip(args, args[1:]):
+        if isinstance(a, ast.Starred) or isinstance(b, ast.Starred):
+            continue
+        (a0, a1), (b0, b1) = pos.span(a), pos.span(b)
+        text = source[b0:b1] + source[a1:b0] + source[a0:a1]  # the separator between them stays
+        yield "args", f"arguments {args.index(a) + 1} and {args.index(a) + 2} swapped", a0, b1, text
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    sibling = _CALL_SIBLING.get(name or "")
+    if sibling:
+        end = pos.span(func)[1]
+        if source[end - len(name) : end] == name:  # type: ignore[arg-type]
+            yield "call", f"`{name}()` → `{sibling}()`", end - len(name), end, sibling  # type: ignore[arg-type]
+
+
+def _return_mutants(source: str, pos: _Positions, node: ast.Return):
+    """A returned truth value negated; any other returned value replaced by None."""
+    value = node.value
+    if value is None or (isinstance(value, ast.Constant) and (value.value is None or isinstance(value.value, bool))):
+        return  # nothing to replace, or a constant the constant operator already flips
+    start, end = pos.span(value)
+    if isinstance(value, _BOOLEAN) or (isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.Not)):
+        yield "return", "returned truth value negated", start, end, f"not ({source[start:end]})"
+    else:
+        yield "return", "returned value → `None`", start, end, "None"
+
+
+def _membership_mutants(source: str, pos: _Positions, node: ast.Compare):
+    """Each element of a literal tuple, list or set tested with `in`/`not in` dropped in turn:
+    `x in ("a", "b")` → `x in ("a",)`. (Blanking a string element, → `("a", "")`, is the constant
+    operator's mutant.)"""
+    for op, container in zip(node.ops, node.comparators):
+        if not isinstance(op, (ast.In, ast.NotIn)) or not isinstance(container, (ast.Tuple, ast.List, ast.Set)):
+            continue
+        elements = container.elts
+        if len(elements) < 2 or any(isinstance(e, ast.Starred) for e in elements):
+            continue
+        start, end = pos.span(container)
+        for i, dropped in enumerate(elements):
+            kept = [source[slice(*pos.span(e))] for j, e in enumerate(elements) if j != i]
+            inner = ", ".join(kept) + ("," if len(kept) == 1 and isinstance(container, ast.Tuple) else "")
+            brackets = {ast.Tuple: "()", ast.List: "[]", ast.Set: "{}"}[type(container)]
+            yield ("membership", f"element {i + 1} of {len(elements)} dropped", start, end,
+                   brackets[0] + inner + brackets[1])
+
+
 def find_mutants(source: str, module: str) -> list[Mutant]:
     """Every mutant of a module, in source order; each one parses and changes the module's AST."""
     tree = ast.parse(source)
@@ -195,6 +257,13 @@ def find_mutants(source: str, module: str) -> list[Mutant]:
                 span = _token_span(source, pos.span(operands[i])[1], pos.span(operands[i + 1])[0], old)
                 if span:
                     add("compare", f"`{old}` → `{new}`", node, *span, new)
+                    if type(op) in _CMP_REVERSE:
+                        add("reverse", f"`{old}` → `{_CMP_REVERSE[type(op)]}`", node, *span, _CMP_REVERSE[type(op)])
+            for mutant in _membership_mutants(source, pos, node):
+                add(*mutant[:2], node, *mutant[2:])
+        elif isinstance(node, ast.Call):
+            for mutant in _call_mutants(source, pos, node):
+                add(*mutant[:2], node, *mutant[2:])
         elif isinstance(node, ast.BoolOp):
             old, new = ("and", "or") if isinstance(node.op, ast.And) else ("or", "and")
             spans = [_token_span(source, pos.span(a)[1], pos.span(b)[0], old) for a, b in zip(node.values, node.values[1:])]
@@ -236,6 +305,9 @@ def find_mutants(source: str, module: str) -> list[Mutant]:
             for label, branch in (("if-branch", node.body), ("else-branch", node.orelse)):
                 text = source[slice(*pos.span(branch))]
                 add("condition", f"conditional expression → its {label}", node, start, end, f"({text})")
+        if isinstance(node, ast.Return):
+            for mutant in _return_mutants(source, pos, node):
+                add(*mutant[:2], node, *mutant[2:])
         if isinstance(node, ast.stmt) and id(node) in in_function and not isinstance(node, ast.Pass) \
                 and not _is_elif(source, pos, node):  # fmt: skip
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Global, ast.Nonlocal)):
@@ -243,14 +315,16 @@ def find_mutants(source: str, module: str) -> list[Mutant]:
                 add("delete", f"`{type(node).__name__}` statement deleted", node, start, end, "pass")
 
     valid = []
-    for m in found:
+    seen: set[str] = set()
+    for m in sorted(found, key=lambda m: (m.start, m.end, m.description)):
+        text = m.apply(source)
         try:
-            mutated = ast.parse(m.apply(source))
+            mutated = ast.parse(text)
         except SyntaxError:
             continue  # a position the mutator got wrong: never reported as a mutant
-        if ast.dump(mutated) != original_dump:
+        if ast.dump(mutated) != original_dump and text not in seen:  # two operators, one mutant: counted once
+            seen.add(text)
             valid.append(m)
-    valid.sort(key=lambda m: (m.start, m.end, m.description))
     return valid
 
 
@@ -474,7 +548,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all-targets", action="store_true", help="every module in the configuration")
     parser.add_argument("--tests", nargs="+", help="test files to run (default: the configuration's)")
     parser.add_argument("--sample", type=int, default=40, help="mutants per module; 0 for all (default 40)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", default="0",
+                        help="an integer, or 'git' for a fresh sample per commit (derived from HEAD; "
+                             "outside a checkout, from the clock); printed first so a run can be repeated")
     parser.add_argument("--timeout", type=float, help="seconds per mutant (default: 3× the clean run + 10)")
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
     parser.add_argument("--config", type=Path, default=CONFIG)
@@ -495,6 +571,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def resolve_seed(value: str, root: Path) -> tuple[int, str]:
+    """(seed, where it came from). 'git': the first 8 hex digits of HEAD, so each commit draws a
+    fresh sample and re-running a commit draws the same one; outside a checkout, the clock."""
+    if value != "git":
+        try:
+            return int(value), "given"
+        except ValueError:
+            raise ToolError(f"--seed: {value!r} is neither an integer nor 'git'") from None
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+    if head.returncode == 0 and head.stdout.strip():
+        return int(head.stdout.strip()[:8], 16), f"commit {head.stdout.strip()[:12]}"
+    return int(time.time()), "the clock (not a git checkout)"
+
+
 def _main(args: argparse.Namespace) -> int:
     if args.merge:
         return _merge(args)
@@ -502,6 +592,9 @@ def _main(args: argparse.Namespace) -> int:
         return _recheck(args)
     root = args.root.resolve()
     config = load_config(args.config)
+    args.seed, origin = resolve_seed(str(args.seed), root)
+    # first, so that a failing sample can be drawn again with --seed N
+    print(f"mutate: seed {args.seed} (from {origin}); repeat this sample with --seed {args.seed}", flush=True)
     modules = list(config["targets"]) if args.all_targets else args.modules
     if not modules:
         raise ToolError("name a module, or --all-targets")

@@ -37,6 +37,11 @@ MODULE_FIELDS = ("module", "tests", "mutants_total", "sampled", "killed", "timeo
 UNDETECTED = ("survived", "error")
 DOCUMENTS = (REPORTS / "README.md", ROOT / "docs" / "mutation.md")
 BEGIN, END = "<!-- mutation:table -->", "<!-- /mutation:table -->"
+SEEDS_BEGIN, SEEDS_END = "<!-- mutation:seeds -->", "<!-- /mutation:seeds -->"
+SEEDS_HEADER = [
+    "| module | seed | tried | killed | survived | equivalent | score | report | code |",
+    "|---|---:|---:|---:|---:|---:|---:|---|---|",
+]
 HEADER = [
     "| module | mutants | tried | killed | survived | equivalent | score | report | code |",
     "|---|---:|---:|---:|---:|---:|---:|---|---|",
@@ -87,27 +92,55 @@ def run_folders() -> list[Path]:
     return sorted({p.parent for pattern in ("*/summary.json", "*/report.json") for p in REPORTS.glob(pattern)})
 
 
-def latest_runs() -> dict[str, tuple[Path, dict]]:
-    """module → (run file, the module's section of the newest run that holds it)."""
-    found: dict[str, tuple[int, Path, dict]] = {}
+def _newest_by(key) -> dict:
+    """key(section) → (run file, section) of the newest run holding such a section."""
+    found: dict = {}
     for folder in run_folders():
         path, run = read_run(folder)
         if str(run.get("commit", "")).startswith("before:"):
             continue
         for section in run["modules"]:
-            module = section["module"]
-            if module not in found or run["committed_at"] > found[module][0]:
-                found[module] = (run["committed_at"], path, {**section, "commit": run["commit"], "seed": run["seed"]})
-    return {m: (p, s) for m, (_, p, s) in found.items()}
+            k = key({**section, "seed": run["seed"]})
+            if k not in found or run["committed_at"] > found[k][0]:
+                found[k] = (run["committed_at"], path, {**section, "commit": run["commit"], "seed": run["seed"]})
+    return {k: (p, s) for k, (_, p, s) in found.items()}
+
+
+def latest_runs() -> dict[str, tuple[Path, dict]]:
+    """module → (run file, the module's section of the newest run that holds it)."""
+    return _newest_by(lambda section: section["module"])
+
+
+def runs_by_seed() -> dict[tuple[str, int], tuple[Path, dict]]:
+    """(module, seed) → (run file, the module's section of the newest run drawn with that seed)."""
+    return _newest_by(lambda section: (section["module"], section["seed"]))
+
+
+def _cells(path: Path, m: dict) -> list[str]:
+    """tried, killed, survived, equivalent, score, run folder, code: the cells both tables share."""
+    survived = m["survived"] - m["equivalent"]
+    score = "–" if m["score"] is None else f"{m['score']:.1f} %"
+    return [str(m["sampled"]), str(m["killed"] + m["timeout"]), str(survived), str(m["equivalent"]), score,
+            f"`{path.parent.relative_to(ROOT).as_posix()}/`", m["commit"]]
 
 
 def row(path: Path, m: dict) -> str:
     """One table row; the test reads these cells back against the report."""
-    survived = m["survived"] - m["equivalent"]
-    score = "–" if m["score"] is None else f"{m['score']:.1f} %"
-    return (f"| `{m['module']}` | {m['mutants_total']} | {m['sampled']} | {m['killed'] + m['timeout']} | "
-            f"{survived} | {m['equivalent']} | {score} | `{path.parent.relative_to(ROOT).as_posix()}/` | "
-            f"{m['commit']} |")  # fmt: skip
+    return "| " + " | ".join([f"`{m['module']}`", str(m["mutants_total"]), *_cells(path, m)]) + " |"
+
+
+def seed_row(path: Path, m: dict) -> str:
+    return "| " + " | ".join([f"`{m['module']}`", str(m["seed"]), *_cells(path, m)]) + " |"
+
+
+def seed_table() -> list[str]:
+    """One row per module of tools/mutation.json and seed: the bar holds on every sample."""
+    modules = json.loads(CONFIG.read_text(encoding="utf-8"))["targets"]
+    lines = list(SEEDS_HEADER)
+    for (module, seed), (path, m) in sorted(runs_by_seed().items()):
+        if module in modules:
+            lines.append(seed_row(path, m))
+    return lines
 
 
 def table() -> list[str]:
@@ -122,16 +155,17 @@ def table() -> list[str]:
     return lines
 
 
-def replace_table(text: str, lines: list[str]) -> str:
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise SystemExit(f"mutation_table: no {BEGIN} … {END} block")
-    return text[: start + len(BEGIN)] + "\n" + "\n".join(lines) + "\n" + text[end:]
+def replace_table(text: str, lines: list[str], begin: str = BEGIN, end: str = END) -> str:
+    start, stop = text.find(begin), text.find(end)
+    if start < 0 or stop < start:
+        raise SystemExit(f"mutation_table: no {begin} … {end} block")
+    return text[: start + len(begin)] + "\n" + "\n".join(lines) + "\n" + text[stop:]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tools/mutation_table.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="write the table into the documents")
+    parser.add_argument("--write", action="store_true", help="write the tables into the documents")
+    parser.add_argument("--seeds", action="store_true", help="print the table of every sample, module × seed")
     parser.add_argument("--summarize", nargs="+", type=Path, metavar="REPORT",
                         help="write summary.json beside each report.json of tools/mutate.py")  # fmt: skip
     args = parser.parse_args(argv)
@@ -141,10 +175,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     lines = table()
     if not args.write:
-        print("\n".join(lines))
+        print("\n".join(seed_table() if args.seeds else lines))
         return 0
     for doc in DOCUMENTS:
         doc.write_text(replace_table(doc.read_text(encoding="utf-8"), lines), encoding="utf-8")
+    readme = REPORTS / "README.md"
+    readme.write_text(replace_table(readme.read_text(encoding="utf-8"), seed_table(), SEEDS_BEGIN, SEEDS_END),
+                      encoding="utf-8")
     return 0
 
 
