@@ -165,6 +165,8 @@ _RUN_OPTIONS = [
     click.option("--trials", type=click.IntRange(min=1), help="Run at most this many of the planned trials now."),
     click.option("--exploratory", is_flag=True,
                  help="Allow a device the plan does not list; the record is marked unplanned."),
+    # how `run` starts each trial in a process of its own (qualify.commands.trial_processes)
+    click.option("--trial-process", "trial_process", type=click.Path(path_type=Path), hidden=True),
 ]  # fmt: skip
 
 
@@ -178,11 +180,13 @@ def _run_options(fn):
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
 @_run_options
 def run_cmd(plan_path: Path, record_dir: Path | None, ordinal: int, devices: str | None, trials: int | None,
-            exploratory: bool) -> None:  # fmt: skip
-    """Run PLAN's remaining trials on this GPU (or on --devices) and update its record."""
+            exploratory: bool, trial_process: Path | None) -> None:  # fmt: skip
+    """Run PLAN's remaining trials on this GPU (or on --devices), each in a fresh process, and
+    update its record."""
+    command = ["run", str(plan_path)]
     if devices is not None:
-        _execute_on_devices(["run", str(plan_path)], plan_path, record_dir, devices, trials, exploratory, None)
-    _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries=None)
+        _execute_on_devices(command, plan_path, record_dir, devices, trials, exploratory, None)
+    _execute(command, plan_path, record_dir, ordinal, trials, exploratory, None, trial_process)
 
 
 @cli.command("compare")
@@ -192,16 +196,17 @@ def run_cmd(plan_path: Path, record_dir: Path | None, ordinal: int, devices: str
               help="Frozen plan with shared-library arms: symbol, C signature, workload.call.")
 @_run_options
 def compare_cmd(base_lib: Path, cand_lib: Path, plan_path: Path | None, record_dir: Path | None,
-                ordinal: int, devices: str | None, trials: int | None, exploratory: bool) -> None:  # fmt: skip
+                ordinal: int, devices: str | None, trials: int | None, exploratory: bool,
+                trial_process: Path | None) -> None:  # fmt: skip
     """Qualify two builds of a shared library's public C entry point under PLAN."""
     if plan_path is None:
         raise UsageError("qualify compare needs --plan PLAN: a frozen plan whose arms are shared-library "
                          "arms (symbol, signature) and whose workload.call lists the arguments")  # fmt: skip
+    command = ["compare", str(base_lib), str(cand_lib), "--plan", str(plan_path)]
+    libraries = {"base": base_lib, "candidate": cand_lib}
     if devices is not None:
-        _execute_on_devices(["compare", str(base_lib), str(cand_lib), "--plan", str(plan_path)], plan_path,
-                            record_dir, devices, trials, exploratory, {"base": base_lib, "candidate": cand_lib})
-    _execute(plan_path, record_dir, ordinal, trials, exploratory,
-             libraries={"base": base_lib, "candidate": cand_lib})  # fmt: skip
+        _execute_on_devices(command, plan_path, record_dir, devices, trials, exploratory, libraries)
+    _execute(command, plan_path, record_dir, ordinal, trials, exploratory, libraries, trial_process)
 
 
 def _execute_on_devices(command, plan_path, record_dir, devices, trials, exploratory, libraries) -> None:
@@ -216,15 +221,29 @@ def _execute_on_devices(command, plan_path, record_dir, devices, trials, explora
     raise SystemExit(code)
 
 
-def _execute(plan_path, record_dir, ordinal, trials, exploratory, libraries) -> None:
-    """`run` and `compare`: one code path from the frozen plan to the record and the exit code."""
+def _execute(command, plan_path, record_dir, ordinal, trials, exploratory, libraries, trial_process) -> None:
+    """`run` and `compare`: one code path from the frozen plan to the record and the exit code.
+
+    A trial process exits 0 once its trial is kept (the parent judges the record), 130 if it was
+    interrupted; the parent exits with the most severe trial process's code that is no verdict,
+    else the record's verdict."""
     from qualify.commands.pipeline import execute, exit_code
+    from qualify.commands.trial_processes import most_severe
     from qualify.render.terminal import run_summary
 
     terminate_as_interrupt()
-    run = execute(plan_path, record_dir, ordinal, trials, exploratory, libraries, _progress, sys.argv[1:])
-    out.print(run_summary(run.outcome, run.folder, run.loaded.plan))
+    run = execute(plan_path, record_dir, ordinal, trials, exploratory, libraries, _progress, sys.argv[1:],
+                  command, trial_process)
     interrupted = any(t.status == "interrupted" for t in run.outcome.trials)
+    if trial_process is not None:
+        raise SystemExit(int(ExitCode.INTERRUPTED) if interrupted else 0)
+    if run.outcome.results is not None:
+        out.print(run_summary(run.outcome, run.folder, run.loaded.plan))
+    severe = most_severe(list(run.codes))
+    if severe is not None:
+        raise SystemExit(severe)
+    if run.outcome.results is None:
+        raise SystemExit(int(ExitCode.INCOMPLETE))
     raise SystemExit(exit_code(run.outcome.results, interrupted))
 
 

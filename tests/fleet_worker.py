@@ -22,3 +22,21 @@ def run_on_fake_device(plan_path: str, record: str, ordinal: int, fail: bool = F
     device = FakeDevice({"axpy": fakes.axpy}, durations={"base": 300_000.0, "candidate": 270_000.0},
                         info=info, seed=ordinal)  # fmt: skip
     run_plan(loaded, Path(record), lambda: device, lambda uuid: FakeTelemetry())
+
+
+def one_trial_on_fake_device(plan_path: str, record: str, workdir: str, process: int, slower_pct: float) -> None:
+    """One trial in a process of its own, as `qualify run` starts each (trial_processes): the
+    candidate is `slower_pct` % slower in this process only, standing for whatever a process fixes
+    (where its buffers sit) that moves the ratio between processes."""
+    import fakes
+    from qualify.commands.pipeline import run_plan
+    from qualify.commands.trial_processes import PreflightShared
+    from qualify.plan.load import load_plan
+    from qualify.run.fake import FakeDevice, FakeTelemetry
+
+    loaded = load_plan(plan_path)
+    device = FakeDevice({"axpy": fakes.axpy}, durations={"base": 300_000.0, "candidate": 270_000.0 * (1 + slower_pct / 100)},
+                        seed=process)  # fmt: skip
+    preflight = PreflightShared(lambda side, cases: [], Path(workdir))
+    run_plan(loaded, Path(record), lambda: device, lambda uuid: FakeTelemetry(), trials=1, render=False,
+             preflight=preflight, workdir=Path(workdir))

@@ -38,8 +38,15 @@ def fake(kernel=fakes.axpy, base_ns=10_000.0, cand_ns=8_000.0, **kw):
     return FakeDevice({"axpy": kernel}, durations={"base": base_ns, "candidate": cand_ns}, **kw)
 
 
+def alternate_fixed_plan() -> dict:
+    """The design before placements rotated: one set of buffers, ABBA then BAAB."""
+    plan = small_plan()
+    plan["schedule"] |= {"order": "alternate", "placement": {"count": 1}}
+    return plan
+
+
 def test_samples_follow_abba_then_baab_order_exactly(tmp_path):
-    loaded = frozen(tmp_path)
+    loaded = frozen(tmp_path, alternate_fixed_plan())
     device = fake()
     trial = run_trial(loaded, device, tmp_path)
     assert trial.status == "complete"
@@ -51,6 +58,64 @@ def test_samples_follow_abba_then_baab_order_exactly(tmp_path):
     per_case = abba + baab + (aa * blocks)
     assert [c[1] for c in timed] == [(label,) for label in per_case * 2]  # two cases
     assert all(c[2] is True for c in timed)  # cold: each sample flushes
+
+
+def test_seeded_blocks_follow_the_block_plan_on_the_placement_each_block_drew(tmp_path):
+    from qualify.plan.schedule import block_plan
+    from qualify.results import samples
+
+    plan = small_plan()
+    plan["schedule"] |= {"blocks": 6}
+    plan["budget"]["max_samples"] = 36
+    loaded = frozen(tmp_path, plan)
+    device = fake()
+    trial = run_trial(loaded, device, tmp_path)
+    assert trial.status == "complete"
+    arrays = samples.load(tmp_path / "record" / trial.samples_file)
+    timed = [c[1][0] for c in device.calls if c[0] == "sample" and c[3] and c[1]]
+    expected = []
+    for case in trial.cases:
+        assert case.placements["used"] == 6  # per block: as many placements as blocks
+        draws = block_plan(loaded.plan.seeds.base, trial.index, case.case, 6, 6, 4)
+        assert sorted(d.placement for d in draws) == list(range(6))
+        assert sorted(d.order for d in draws) == ["ABBA"] * 3 + ["BAAB"] * 3
+        for series in ("base", "candidate", "aa_a", "aa_b"):
+            blocks = arrays[f"{case.case}/{series}/block"]
+            placed = arrays[f"{case.case}/{series}/placement"]
+            assert [int(p) for p in placed] == [draws[int(b)].placement for b in blocks]
+        for pair in (("base", "candidate"), ("base", "base")):  # the comparison, then the A/A
+            for d in draws:
+                a, b = pair if d.order == "ABBA" else pair[::-1]
+                expected += [a] * 3 + [b] * 6 + [a] * 3
+        assert len(case.placement_spread_pct) == 6
+    assert timed == expected
+
+
+def test_every_placement_after_the_first_sits_after_a_spacer_at_an_aligned_offset(tmp_path):
+    plan = small_plan()
+    plan["schedule"] |= {"blocks": 4}
+    plan["budget"]["max_samples"] = 24
+    loaded = frozen(tmp_path, plan)
+    device = fake()
+    trial = run_trial(loaded, device, tmp_path)
+    assert trial.status == "complete"
+    for case in trial.cases:
+        layouts = case.placements["placements"]
+        assert len(layouts) == 4 and case.placements["granularity"] == 256
+        assert layouts[0]["spacer_bytes"] == 0 and all(p["spacer_bytes"] > 0 for p in layouts[1:])
+        assert all(b["offset_bytes"] == 0 for b in layouts[0]["buffers"])
+        offsets = [b["offset_bytes"] for p in layouts[1:] for b in p["buffers"]]
+        assert all(o % 256 == 0 for o in offsets) and len(set(offsets)) > 1
+    assert ("flush_slots", 4) in device.calls
+
+
+def test_one_placement_draws_no_spacer_and_keeps_one_flush_buffer(tmp_path):
+    loaded = frozen(tmp_path, alternate_fixed_plan())
+    device = fake()
+    trial = run_trial(loaded, device, tmp_path)
+    assert trial.status == "complete"
+    assert all(case.placements["used"] == 1 and case.placement_spread_pct is None for case in trial.cases)
+    assert not any(c[0] == "flush_slots" for c in device.calls)
 
 
 def test_floor_and_warmup_come_before_timing_and_outside_the_blocking_kernel(tmp_path):

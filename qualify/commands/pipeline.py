@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from qualify.commands.trial_processes import PreflightShared
 from qualify.errors import ExitCode, FrozenInputChanged, QualifyError, UsageError
 from qualify.plan.digest import sha256_file, verify_frozen
 from qualify.plan.load import LoadedPlan, load_plan
@@ -101,8 +102,14 @@ def run_plan(
     sanitize: Callable | None = None,
     preflight: Callable | None = None,
     libraries: dict[str, Path] | None = None,
+    workdir: Path | None = None,
+    render: bool = True,
 ) -> RunOutcome:
-    """Run the trials still planned for this device, then re-derive the record."""
+    """Run the trials still planned for this device in this process, then re-derive the record.
+
+    workdir: where the isolated preflight's outcomes are shared with the invocation's other trial
+    processes (qualify.commands.trial_processes); render=False leaves the record's re-derivation
+    to the parent that runs them."""
     from qualify.record.assemble import write_record
     from qualify.run.engine import RunOptions, TrialRunner
 
@@ -114,16 +121,10 @@ def run_plan(
     device = open_device()
     try:
         telemetry = open_telemetry(device.info.uuid)
-        complete = [t for t in record.trials() if t.status == "complete"
-                    and t.provenance.device.uuid == device.info.uuid]  # fmt: skip
-        wanted = loaded.plan.schedule.trials - len(complete)
-        if trials is not None:
-            wanted = min(wanted, trials)
-        if wanted <= 0:
-            skipped = f"the {loaded.plan.schedule.trials} planned trials on this device are complete"
+        wanted, skipped = remaining_trials(loaded, record, device.info.uuid, trials)
         options = RunOptions(record_dir=record_dir, exploratory=exploratory, argv=argv or [],
                              progress=progress or (lambda n, what: None), sanitize=sanitize,
-                             preflight=PreflightOnce(preflight) if preflight else None,
+                             preflight=PreflightShared(preflight, workdir) if preflight else None,
                              libraries=libraries or {})  # fmt: skip
         for _ in range(max(wanted, 0)):
             trial = TrialRunner(loaded, device, telemetry, options).run()
@@ -136,31 +137,20 @@ def run_plan(
         failure = exc  # a trial already kept itself; the record is brought up to date first
     finally:
         device.close()
-    if record.trials():
-        with record.locked():  # other devices' workers may be re-rendering the same record
-            results = write_record(record, loaded.plan, loaded.lock)
-    else:
-        results = None
+    results = rederive(record, loaded) if render else None
     if failure is not None:
         raise failure
     return RunOutcome(done, results, skipped)
 
 
-class PreflightOnce:
-    """The isolated preflight of each arm, once per invocation: later trials of the same run use
-    the same build, inputs and device, so they reuse the first trial's outcomes (and say so)."""
+def rederive(record: Record, loaded: LoadedPlan) -> Results | None:
+    """The record's results.json and README from all its trials; None while it has none."""
+    from qualify.record.assemble import write_record
 
-    def __init__(self, preflight: Callable):
-        self._preflight = preflight
-        self._outcomes: dict[tuple, list] = {}
-        self.reused = False
-
-    def __call__(self, side: str, cases: list[str]):
-        key = (side, tuple(cases))
-        self.reused = key in self._outcomes
-        if not self.reused:
-            self._outcomes[key] = self._preflight(side, cases)
-        return self._outcomes[key]
+    if not record.trials():
+        return None
+    with record.locked():  # other devices' workers may be re-rendering the same record
+        return write_record(record, loaded.plan, loaded.lock)
 
 
 def exit_code(results: Results, interrupted: bool = False) -> ExitCode:
@@ -181,33 +171,71 @@ class Executed:
     loaded: LoadedPlan
     folder: Path
     outcome: RunOutcome
+    codes: tuple[int, ...] = ()  # each trial process's exit code, in order (none in a trial process)
 
 
 def execute(plan_path: Path, record_dir: Path | None, ordinal: int, trials: int | None, exploratory: bool,
-            libraries: dict[str, Path] | None, progress: Callable, argv: list[str]) -> Executed:
+            libraries: dict[str, Path] | None, progress: Callable, argv: list[str], command: list[str],
+            trial_process: Path | None = None) -> Executed:
     """`run` and `compare` on one device, from the frozen plan to the record, each check at its place.
 
-    `progress(total)` gives a context manager yielding the callback that advances a progress bar."""
+    The invocation the user typed runs each planned trial in a process of its own (`command`, the
+    arguments that name the plan and libraries, is how it starts them); with `trial_process` this
+    process is one of those, and runs one trial. `progress(total)` gives a context manager
+    yielding the callback that advances a progress bar."""
+    import tempfile
+
+    from qualify.commands.trial_processes import child_command, run_each_in_a_process, spawn
     from qualify.run.device import CudaDevice
-    from qualify.run.engine import samples_per_trial
-    from qualify.run.isolation import preflight
-    from qualify.run.sanitizer import run_check
-    from qualify.run.telemetry import Telemetry
 
     loaded = load_frozen(plan_path)
     if libraries is not None:
         libraries = bind_libraries(loaded, libraries)  # a frozen build cannot be swapped (exit 3)
     check_libraries(loaded, libraries)  # before the driver: a wrong file is named as such
-    folder = record_dir or default_record_dir(loaded)
+    folder = Path(record_dir or default_record_dir(loaded))
     device = CudaDevice(ordinal)  # before any output: no GPU is a one-line error, exit 5
-    with progress(samples_per_trial(loaded) * (trials or loaded.plan.schedule.trials)) as advance:
-        outcome = run_plan(
+    if trial_process is not None:
+        return Executed(loaded, folder, _one_trial(loaded, folder, device, ordinal, exploratory, libraries,
+                                                   progress, argv, trial_process))
+    try:
+        wanted, skipped = remaining_trials(loaded, Record(folder), device.info.uuid, trials)
+    finally:
+        device.close()  # each trial opens the device afresh in its own process
+    before = {t.index for t in Record(folder).trials()}
+    with tempfile.TemporaryDirectory(prefix="qualify-trials-") as workdir:
+        codes = run_each_in_a_process(
+            wanted, lambda n: spawn(child_command(command, folder, ordinal, Path(workdir), exploratory)))
+    record = Record(folder)
+    results = rederive(record, loaded)
+    done = [t for t in record.trials() if t.index not in before]
+    return Executed(loaded, folder, RunOutcome(done, results, skipped), tuple(codes))
+
+
+def remaining_trials(loaded: LoadedPlan, record: Record, uuid: str, trials: int | None) -> tuple[int, str | None]:
+    """How many planned trials this device still owes (at most `trials`), and why none if none."""
+    complete = [t for t in record.trials() if t.status == "complete" and t.provenance.device.uuid == uuid]
+    wanted = loaded.plan.schedule.trials - len(complete)
+    if trials is not None:
+        wanted = min(wanted, trials)
+    if wanted <= 0:
+        return 0, f"the {loaded.plan.schedule.trials} planned trials on this device are complete"
+    return wanted, None
+
+
+def _one_trial(loaded, folder, device, ordinal, exploratory, libraries, progress, argv, workdir) -> RunOutcome:
+    """One trial in this process (a trial process of `execute`), the record left for the parent."""
+    from qualify.run.engine import samples_per_trial
+    from qualify.run.isolation import preflight
+    from qualify.run.sanitizer import run_check
+    from qualify.run.telemetry import Telemetry
+
+    with progress(samples_per_trial(loaded)) as advance:
+        return run_plan(
             loaded, folder, lambda: device, Telemetry,
-            exploratory=exploratory, trials=trials, argv=argv, progress=advance,
+            exploratory=exploratory, trials=1, argv=argv, progress=advance,
             sanitize=lambda tool, case, side, timeout: run_check(tool, loaded.path, case, side, timeout, ordinal,
                                                                  library=(libraries or {}).get(side)),
             preflight=lambda side, cases: preflight(loaded.path, side, cases, ordinal,
                                                     library=(libraries or {}).get(side)),
-            libraries=libraries,
+            libraries=libraries, workdir=Path(workdir), render=False,
         )  # fmt: skip
-    return Executed(loaded, folder, outcome)

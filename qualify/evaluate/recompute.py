@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from qualify.evaluate.placements import placement_deltas
 from qualify.evaluate.summarize import floor_ns, has_series, pair_stats, timing_summary
 from qualify.evaluate.kernels import case_kernels
 from qualify.evaluate.second_timer import traced_offset
@@ -24,7 +25,9 @@ def derived_fields(arrays: dict[str, np.ndarray], cid: str, iterations: int) -> 
     aa = None
     if has_series(arrays, cid, "aa_a") and has_series(arrays, cid, "aa_b"):
         aa = pair_stats(arrays, cid, "aa_a", "aa_b", floor, iterations)
-    return {"timing": timing, "stats": stats, "aa": aa}
+    spread = placement_deltas(arrays, cid, floor, iterations)
+    return {"timing": timing, "stats": stats, "aa": aa,
+            "placement_spread_pct": [p.delta_pct for p in spread] if len(spread) > 1 else None}
 
 
 def kernel_fields(trace: dict | None, kernel_trace: KernelTrace | None, floor: float) -> dict:

@@ -143,6 +143,36 @@ def block_log_ratios(base_ns, base_block, cand_ns, cand_block) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
+def unit_log_ratios(base_ns, base_block, cand_ns, cand_block, placement=None, placement_block=None) -> np.ndarray:
+    """The independent units of a case's interval: one log-ratio per block, or, where blocks share
+    a placement of the buffers, the mean of those blocks' log-ratios per placement.
+
+    Blocks that share a placement share whatever that placement does to the ratio (several percent
+    for a short memory-bound kernel, benchmarks/placement): they are not independent draws, and a
+    t-interval over them would be as narrow as if the placement effect did not exist. The placement
+    is then the unit. `placement`/`placement_block` give each sample's placement and block (one
+    arm's arrays suffice: both arms of a block run on the same placement); without them, or when
+    no placement serves two blocks, the blocks are the units.
+    """
+    base_ns, cand_ns = np.asarray(base_ns, np.float64), np.asarray(cand_ns, np.float64)
+    base_block, cand_block = np.asarray(base_block), np.asarray(cand_block)
+    blocks = np.intersect1d(np.unique(base_block), np.unique(cand_block))
+    logs: dict[int, float] = {}
+    for b in blocks:
+        mb, mc = np.median(base_ns[base_block == b]), np.median(cand_ns[cand_block == b])
+        if mb > 0 and mc > 0:
+            logs[int(b)] = math.log(mc / mb)
+    if placement is None or placement_block is None or len(placement) == 0:
+        return np.asarray(list(logs.values()), dtype=np.float64)
+    where = {int(b): int(p) for b, p in zip(np.asarray(placement_block), np.asarray(placement))}
+    by_placement: dict[int, list[float]] = {}
+    for b, value in logs.items():
+        by_placement.setdefault(where.get(b, -1 - b), []).append(value)
+    if all(len(v) == 1 for v in by_placement.values()):
+        return np.asarray(list(logs.values()), dtype=np.float64)
+    return np.asarray([math.fsum(v) / len(v) for _, v in sorted(by_placement.items())], dtype=np.float64)
+
+
 def mde_log(sd: float, blocks: int, confidence: float = CONFIDENCE, power: float = POWER) -> float | None:
     """Smallest true log-ratio a two-sided t-test over `blocks` block log-ratios detects with
     the given power: (t_{1-α/2} + t_{power}) · sd / √n. None below two blocks."""
@@ -206,8 +236,9 @@ def classify(ratio: float, lo: float | None, hi: float | None, band: float = SAM
     return "cant_tell", f"{level} [{lo:.4f}, {hi:.4f}] straddles 1 and leaves ±{band:.1%}{resolve}"
 
 
-def case_stats(base_ns, base_block, cand_ns, cand_block) -> CaseStats:
-    logs = block_log_ratios(base_ns, base_block, cand_ns, cand_block)
+def case_stats(base_ns, base_block, cand_ns, cand_block, placement=None, placement_block=None) -> CaseStats:
+    """A case's statistics over its independent units (blocks, or placements shared by blocks)."""
+    logs = unit_log_ratios(base_ns, base_block, cand_ns, cand_block, placement, placement_block)
     ratio, lo, hi, blocks, mde = _ratio_of_logs(logs, base_ns, cand_ns)
     case_class, reason = classify(ratio, lo, hi, mde=mde, blocks=blocks)
     return CaseStats(

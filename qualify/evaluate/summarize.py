@@ -35,6 +35,8 @@ def pair_stats(arrays, case: str, a: str, b: str, floor: float, iterations: int)
         arrays[key(case, a, "block")],
         series_ns(arrays, case, b, floor, iterations),
         arrays[key(case, b, "block")],
+        placement=arrays.get(key(case, a, "placement")),
+        placement_block=arrays[key(case, a, "block")],
     )
 
 

@@ -41,11 +41,18 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+# Fields whose defaults changed how a plan is measured after plans were frozen (issue 24: buffer
+# placements rotate and each block's order is drawn). A plan frozen before them hashes as the plan
+# without them; it is refused like any changed plan, but the message says what changed and why.
+MEASUREMENT_V3 = ("placement", "order")
+
+
 @dataclass(frozen=True)
 class Freeze:
     plan_sha256: str
     files: dict[str, str]  # repository-relative path -> sha256
     digest: str
+    plan_sha256_before_v3: str = ""  # the plan hashed without MEASUREMENT_V3's schedule fields
 
     def to_json(self, plan_name: str) -> dict:
         return {
@@ -64,10 +71,12 @@ def compute_freeze(plan: Plan, files: PlanFiles) -> Freeze:
 def freeze_from_hashes(plan: Plan, hashes: dict[str, str]) -> Freeze:
     """The digest from file hashes alone: what a record folder (which holds no sources) can check."""
     plan_json = plan.model_dump(mode="json")
+    before = {**plan_json, "schedule": {k: v for k, v in plan_json["schedule"].items() if k not in MEASUREMENT_V3}}
     return Freeze(
         plan_sha256=sha256_bytes(canonical_json(plan_json).encode()),
         files=hashes,
         digest=sha256_bytes(canonical_json({"plan": plan_json, "files": hashes}).encode()),
+        plan_sha256_before_v3=sha256_bytes(canonical_json(before).encode()),
     )
 
 
@@ -103,6 +112,13 @@ def read_lock(plan_path: Path) -> dict | None:
 def verify_frozen(plan_path: Path, current: Freeze, lock: dict) -> None:
     """Refuse any difference between what was frozen and what is on disk now, naming the file."""
     if lock["plan_sha256"] != current.plan_sha256:
+        if lock["plan_sha256"] == current.plan_sha256_before_v3:
+            raise FrozenInputChanged(
+                "frozen before schedule.placement and schedule.order existed: this qualify rotates the "
+                "buffers' placement and draws each block's order, a different protocol; re-freeze the plan "
+                "(`qualify plan freeze --replace`, or a new plan name once a record holds trials)",
+                file=plan_path, field="schedule",
+            )
         raise FrozenInputChanged("changed after freezing (plan content differs from its lock)", file=plan_path)
     for rel, digest in lock["files"].items():
         now = current.files.get(rel)

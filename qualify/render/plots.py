@@ -19,9 +19,10 @@ digest from the raw samples and compares that (the drawing itself then goes unch
 re-rendered under the installed version brings the byte comparison back). PNG is not used: its
 bytes depend on the rasteriser and zlib builds as well.
 
-The sample order is rebuilt from the schedule (qualify.plan.schedule.block_halves): within a block,
-each series' samples are stored in the order taken, its first half from the block's first
-appearance of the arm and its second half from the second.
+The sample order is rebuilt from the samples: each sample's half of its block where the trial
+recorded it (blocks whose order was drawn), else the fixed alternation of
+qualify.plan.schedule.block_halves; within a block, each series' samples are stored in the order
+taken, its first half from the block's first appearance of the arm and its second from the second.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def taken_order(arrays: dict[str, np.ndarray], cid: str, pair, values: dict[str,
     out = []
     for block in blocks:
         taken = {a: 0, b: 0}
-        for half in block_halves(block, pair):
+        for half in block_halves(block, pair, _drawn_order(arrays, cid, pair, block)):
             mask = arrays[key(cid, half.series, "block")] == block
             chunk = values[half.series][mask]
             size = len(chunk) // 2 if taken[half.series] == 0 else len(chunk) - len(chunk) // 2
@@ -123,6 +124,16 @@ def taken_order(arrays: dict[str, np.ndarray], cid: str, pair, values: dict[str,
             out.append((half.series, chunk[start : start + size]))
             taken[half.series] += size
     return out
+
+
+def _drawn_order(arrays: dict[str, np.ndarray], cid: str, pair, block: int) -> str | None:
+    """ABBA or BAAB as the block ran it, where its samples recorded their half; else None."""
+    (a, _), _ = pair
+    halves = arrays.get(key(cid, a, "half"))
+    if halves is None:
+        return None
+    first = halves[arrays[key(cid, a, "block")] == block]
+    return "ABBA" if first.size and int(first.min()) == 0 else "BAAB"
 
 
 def _load(folder: Path, trial: Trial) -> dict[str, np.ndarray]:

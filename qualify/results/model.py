@@ -93,7 +93,10 @@ class CaseStats(Model):
     delta_pct: float = Field(description="(ratio - 1) * 100: negative is faster")
     case_class: CaseClass
     reason: str
-    blocks: int | None = Field(default=None, description="blocks with a ratio on both arms")
+    blocks: int | None = Field(
+        default=None, description="independent units with a ratio on both arms: the blocks, or the "
+        "placements where blocks shared one (qualify.evaluate.stats.unit_log_ratios)",
+    )
     mde_pct: float | None = Field(
         default=None, description="minimum detectable change in % (95 % confidence, 80 % power); "
         "None below 2 blocks",
@@ -275,6 +278,15 @@ class CaseTrial(Model):
     )
     kernels: CaseKernels | None = Field(
         default=None, description="derived from `trace`: kernel inventory, attribution, timer agreement"
+    )
+    placements: dict | None = Field(
+        default=None, description="the case's pool of buffer placements as drawn (qualify.run.placement: "
+        "count requested and used, granularity, each placement's spacer and offsets, why fewer); the "
+        "samples file holds which placement each sample used (absent in trials made before pools)",
+    )
+    placement_spread_pct: list[float] | None = Field(
+        default=None, description="derived: the comparison's change in % on each placement, in "
+        "placement order (qualify.evaluate.placements); absent with one placement",
     )
 
 

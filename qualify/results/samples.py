@@ -4,7 +4,8 @@ series: 'base' and 'candidate' (the ABBA arms), 'aa_a' and 'aa_b' (the A/A contr
 fields: 'ns' (event-window durations, float64 ns), 'block' (ABBA block index), 'sm_mhz',
 'throttle' (NVML clock-event reasons, 0 = none), 'temp_c', 'warmup_ns' (excluded runs), and
 'placement' (int32: which of the case's buffer placements the sample ran on; a series without
-it ran on one placement, number 0).
+it ran on one placement, number 0) and 'half' (int32: the sample's half of its block, 0-3, where
+the block's order was drawn; a series without it ran ABBA on even blocks and BAAB on odd ones).
 The trial-wide 'floor_ns' holds the empty-window samples the floor is derived from.
 """
 
@@ -21,7 +22,7 @@ import numpy as np
 from qualify.io import atomic_write_bytes
 
 SERIES = ("base", "candidate", "aa_a", "aa_b")
-FIELDS = ("ns", "block", "sm_mhz", "throttle", "temp_c", "warmup_ns", "placement")
+FIELDS = ("ns", "block", "sm_mhz", "throttle", "temp_c", "warmup_ns", "placement", "half")
 # Throttle reasons that slow the SM (NVML clocks-event bits): SW power cap, HW slowdown,
 # SW thermal, HW thermal, power brake. Idle (0x1) and application clocks (0x2) are not throttling.
 THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
@@ -39,16 +40,19 @@ class TrialSamples:
         self._lists: dict[str, list] = {}
 
     def add(self, case: str, series: str, *, ns: float, block: int, sm_mhz: float, throttle: int, temp_c: float,
-            placement: int | None = None) -> None:
-        """One timed sample. `placement` is recorded for every sample of a series or for none
-        (a series without it ran on one placement)."""
-        placed = key(case, series, "placement") in self._lists
-        if (placement is not None) != placed and key(case, series, "ns") in self._lists:
-            raise ValueError(f"{case}/{series}: placement given for some samples and not for others")
+            placement: int | None = None, half: int | None = None) -> None:
+        """One timed sample. `placement` and `half` are each recorded for every sample of a series
+        or for none (a series without them ran on one placement, in the fixed alternation)."""
+        optional = {"placement": placement, "half": half}
+        for field, value in optional.items():
+            kept = key(case, series, field) in self._lists
+            if (value is not None) != kept and key(case, series, "ns") in self._lists:
+                raise ValueError(f"{case}/{series}: {field} given for some samples and not for others")
         for field, value in (("ns", ns), ("block", block), ("sm_mhz", sm_mhz), ("throttle", throttle), ("temp_c", temp_c)):
             self._lists.setdefault(key(case, series, field), []).append(value)
-        if placement is not None:
-            self._lists.setdefault(key(case, series, "placement"), []).append(placement)
+        for field, value in optional.items():
+            if value is not None:
+                self._lists.setdefault(key(case, series, field), []).append(value)
 
     def add_warmup(self, case: str, series: str, ns: float) -> None:
         self._lists.setdefault(key(case, series, "warmup_ns"), []).append(ns)
@@ -57,7 +61,7 @@ class TrialSamples:
         self._lists.setdefault("floor_ns", []).append(ns)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        dtypes = {"block": np.int32, "throttle": np.uint64, "placement": np.int32}
+        dtypes = {"block": np.int32, "throttle": np.uint64, "placement": np.int32, "half": np.int32}
         return {
             k: np.asarray(v, dtype=dtypes.get(k.rsplit("/", 1)[-1], np.float64))
             for k, v in sorted(self._lists.items())
@@ -132,9 +136,10 @@ def _parse_npy(data: bytes, name: str) -> np.ndarray:
 _REAL = "f"
 _INTEGER = "iu"
 FIELD_KINDS = {"ns": _REAL, "block": _INTEGER, "sm_mhz": _REAL + _INTEGER, "throttle": _INTEGER,
-               "temp_c": _REAL + _INTEGER, "warmup_ns": _REAL, "placement": _INTEGER}  # fmt: skip
+               "temp_c": _REAL + _INTEGER, "warmup_ns": _REAL, "placement": _INTEGER,
+               "half": _INTEGER}  # fmt: skip
 PER_SAMPLE = ("ns", "block", "sm_mhz", "throttle", "temp_c")  # one entry per timed sample
-OPTIONAL_PER_SAMPLE = ("placement",)  # one entry per timed sample where present
+OPTIONAL_PER_SAMPLE = ("placement", "half")  # one entry per timed sample where present
 
 
 def series_problems(arrays: dict[str, np.ndarray]) -> list[str]:
@@ -195,4 +200,6 @@ def _array_problem(field: str, arr: np.ndarray) -> str | None:
         return "holds a negative or non-finite duration"
     if field in ("block", "throttle", "placement") and arr.size and arr.min() < 0:
         return "holds a negative value"
+    if field == "half" and arr.size and (arr.min() < 0 or arr.max() > 3):
+        return "holds a half outside 0-3"
     return None

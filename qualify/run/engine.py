@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -29,7 +29,7 @@ from qualify.plan.schedule import AA, MAIN
 from qualify.run.stages import case_setup, fidelity, timing
 from qualify.run.stages.admission import Admission, BudgetExhausted, admit, samples_per_trial
 from qualify.run.stages.build import build_and_load
-from qualify.run.stages.case_setup import CaseMemory, InputPrefetch
+from qualify.run.stages.case_setup import CaseMemory, InputPrefetch, Placing
 from qualify.run.stages.clock import STAGES, StageClock
 from qualify.run.stages.controls import ControlFound, ControlKernels, run_controls
 from qualify.run.stages.fidelity import ESCAPE_MIN_NS
@@ -93,6 +93,7 @@ class TrialRunner:
     def run(self) -> Trial:
         admission = admit(self.loaded, self.device.info, self.record, self.options.exploratory, self.options.libraries)
         started_at = now_iso()
+        self.bench = replace(self.bench, trial=admission.index)
         status = "complete"
         pending: Exception | None = None
         try:
@@ -101,11 +102,12 @@ class TrialRunner:
                 if bad:
                     status = "failed"  # the verdict cannot be "qualified"; the other cases still run
                 with self.clock.stage("timing"):
+                    self.bench = replace(self.bench, flush_slots=timing.prepare_flush(self.bench))
                     timing.time_floor(self.bench)
                 for case in self.loaded.cases:
                     if case.id in bad:
                         continue
-                    if not self._run_case(case, kernels):
+                    if not self._run_case(case, kernels, admission.index):
                         status = "failed"
                         break
                 if status == "complete":
@@ -145,15 +147,18 @@ class TrialRunner:
                 bad = preflight.result()
         return built.kernels, bad
 
-    def _run_case(self, case: ResolvedCase, kernels: Mapping[str, object]) -> bool:
+    def _run_case(self, case: ResolvedCase, kernels: Mapping[str, object], trial: int) -> bool:
         """One case through its stages; False stops the trial (fail-fast or budget)."""
-        found, bench, device = self.found, self.bench, self.device
+        found, bench, device, sched = self.found, self.bench, self.device, self.plan.schedule
+        placing = Placing(count=sched.placements_for(sched.blocks), seed=self.plan.seeds.base, trial=trial,
+                          granularity=sched.placement.granularity_bytes)
         with watch(case.id), CaseMemory(device) as memory:
             with self.clock.stage("inputs"):
-                setup = case_setup.set_up(case, self.inputs.take(case), kernels, memory, device)
+                setup = case_setup.set_up(case, self.inputs.take(case), kernels, memory, device, placing)
             with self.clock.stage("fidelity"):
                 ref = fidelity.reference_outputs(case, setup, device)
                 found.failures.extend(ref.escaped)
+                ref.facts.placements = setup.pool.facts.to_json()
                 found.cases.append(ref.facts)
                 refs = case_setup.upload_references(setup, ref.outputs, memory, device)
             with self.clock.stage("controls"):

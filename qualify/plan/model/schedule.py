@@ -10,6 +10,37 @@ from qualify.plan.model.fields import AddedFields, Strict
 
 
 MAX_WARMUP = 10_000  # warm-up settles clocks and caches within tens of launches; more is a typo
+MAX_PLACEMENTS = 1_000
+
+
+class Placement(Strict):
+    """Where a case's buffers sit in device memory, drawn anew inside the trial.
+
+    Where the buffers sit moves a short, memory-bound kernel's time by several percent, and not
+    equally for both arms (benchmarks/placement): a trial that times one set of buffers describes
+    that set only, and the next process, which gets another, answers differently. So the blocks of
+    a trial draw their buffers from a pool of placements, each after a spacer allocation and at
+    its own offset, both arms of a block on the same one.
+    """
+
+    count: int | Literal["per_block"] = Field(
+        default="per_block",
+        description="Placements per case: per_block gives every block its own (as many as the "
+        "schedule has blocks, fewer where a quarter of the device's free memory cannot hold them); "
+        "an integer K reuses K placements, and the interval is then taken over the placements' "
+        "mean log-ratios, never over blocks that share one. 1 is one fixed set of buffers.",
+    )
+    granularity_bytes: int = Field(
+        default=256, ge=256, le=1 << 20, multiple_of=256,
+        description="Offsets inside a placement's allocations are multiples of this (below 2 MiB); "
+        "256 keeps every alignment cuMemAlloc guarantees.",
+    )
+
+    @model_validator(mode="after")
+    def _count(self) -> Placement:
+        if isinstance(self.count, int) and not 1 <= self.count <= MAX_PLACEMENTS:
+            raise ValueError(f"placement count {self.count}: must be per_block or 1..{MAX_PLACEMENTS}")
+        return self
 
 
 class Schedule(AddedFields):
@@ -36,6 +67,17 @@ class Schedule(AddedFields):
         description="Calls per arm and case traced with CUPTI after the case's timing (kernel "
         "inventory and the second timer); 0 disables tracing.",
     )
+    placement: Placement = Field(default_factory=Placement)
+    order: Literal["seeded", "alternate"] = Field(
+        default="seeded",
+        description="Which arm opens each block. seeded: one ABBA and one BAAB block per pair of "
+        "blocks, in an order drawn from the plan's seed, the trial and the case (balanced in every "
+        "prefix of whole pairs); alternate: ABBA on even blocks, BAAB on odd ones.",
+    )
+
+    def placements_for(self, blocks: int) -> int:
+        """Placements a case asks its pool for."""
+        return blocks if self.placement.count == "per_block" else self.placement.count
 
 
 class Budget(Strict):

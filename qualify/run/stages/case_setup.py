@@ -1,10 +1,11 @@
-"""Case setup: a case's inputs generated on the host (one case ahead), its device buffers
-allocated and shared between the arms, the inputs uploaded and each arm's arguments bound.
+"""Case setup: a case's inputs generated on the host (one case ahead), its pool of buffer
+placements allocated (each shared between the arms), the inputs uploaded into every placement and
+each arm's arguments bound.
 
 Every buffer a case allocates belongs to its `CaseMemory`, freed together when the case ends
-however it ends. `CaseSetup` is what the later stages launch: one `ArmExec` per side over those
-buffers. (A case that draws several placements of its buffers would hold them here, and the
-timing stage would ask the setup for the arm of each block.)
+however it ends. `CaseSetup` is what the later stages launch: one `ArmExec` per side over the
+first placement (fidelity, controls, warm-up and trace run there), and `arms_at(p)` for the
+placement a timed block draws.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from qualify.plan.resolve import ResolvedCase
 from qualify.run import golden_stage
 from qualify.run.arms import ArmExec
 from qualify.run.device import DeviceBuffer
+from qualify.run.placement import PlacementPool, layout_rng
 
 HostInputs = Mapping[str, Mapping[str, np.ndarray]]  # side -> buffer name -> flat uint8 bytes
 
@@ -63,6 +65,12 @@ class CaseMemory:
     def __init__(self, device):
         self._device = device
         self._buffers: list[DeviceBuffer] = []
+        self._pools: list[PlacementPool] = []
+
+    def adopt(self, pool: PlacementPool) -> PlacementPool:
+        """The pool is closed with the case, before the buffers allocated here after it."""
+        self._pools.append(pool)
+        return pool
 
     def alloc(self, nbytes: int) -> DeviceBuffer:
         buf = self._device.alloc(nbytes)
@@ -73,6 +81,9 @@ class CaseMemory:
         return self
 
     def __exit__(self, *exc) -> None:
+        pools, self._pools = self._pools, []
+        for pool in pools:
+            pool.close()
         buffers, self._buffers = self._buffers, []
         for buf in buffers:
             self._device.free(buf)
@@ -80,42 +91,60 @@ class CaseMemory:
 
 @dataclass(frozen=True)
 class CaseSetup:
-    arms: Mapping[str, ArmExec]  # side -> the arm over the case's device buffers
+    arms: Mapping[str, ArmExec]  # side -> the arm over the first placement's buffers
     host_inputs: HostInputs  # what was uploaded (the controls mutate copies of it)
     input_sha256: Mapping[str, str]  # buffer name -> sha256 of the (base arm's) input bytes
+    pool: PlacementPool
+
+    @property
+    def placements(self) -> int:
+        return self.pool.count
+
+    def arms_at(self, placement: int) -> Mapping[str, ArmExec]:
+        """Both arms bound to one placement's buffers (the first placement's arms are `arms`)."""
+        if placement == 0:
+            return self.arms
+        out = {}
+        for side, ex in self.arms.items():
+            at = ArmExec(side, ex.kernel, ex.resolved, self.pool.buffers(placement, side), ex.outputs)
+            at.bind_args()
+            out[side] = at
+        return out
+
+
+@dataclass(frozen=True)
+class Placing:
+    """How a case draws its placements: how many, from which seed, at what offset granularity."""
+
+    count: int
+    seed: int
+    trial: int
+    granularity: int
 
 
 def set_up(
-    case: ResolvedCase, inputs: HostInputs, kernels: Mapping[str, object], memory: CaseMemory, device
+    case: ResolvedCase, inputs: HostInputs, kernels: Mapping[str, object], memory: CaseMemory, device,
+    placing: Placing,
 ) -> CaseSetup:
-    """Allocate each arm's buffers in `memory`, upload the inputs and bind each arm's arguments.
+    """Allocate the case's pool of placements in `memory`, upload the inputs into each and bind
+    each arm's arguments to the first.
 
-    Both arms use the same device buffers wherever their buffers agree in name, type and shape:
-    two allocations of one size can run measurably apart (their placement in memory differs),
-    which would be read as a difference between the arms. Measured on the H200 by
+    Within a placement both arms use the same device buffers wherever their buffers agree in name,
+    type and shape: two allocations of one size can run measurably apart (their placement in
+    memory differs), which would be read as a difference between the arms. Measured on the H200 by
     benchmarks/calibration (identical kernels on separate buffers: 0.3-0.6 % apart).
     """
+    rng = layout_rng(placing.seed, placing.trial, case.id)
+    arms_buffers = {side: case.arms[side].buffers for side in ARM_SIDES}
+    host_inputs = {side: dict(inputs[side]) for side in ARM_SIDES}
+    pool = memory.adopt(PlacementPool(device, arms_buffers, host_inputs, placing.count, rng, placing.granularity))
     arms: dict[str, ArmExec] = {}
-    hashes: dict[str, str] = {}
-    host_inputs: dict[str, dict[str, np.ndarray]] = {}
-    shared: dict[tuple, DeviceBuffer] = {}
     for side in ARM_SIDES:
         arm = case.arms[side]
-        buffers: dict[str, DeviceBuffer] = {}
         outputs = [b.name for b in arm.buffers if b.role == "output"]
-        arms[side] = ArmExec(side, kernels[side], arm, buffers, outputs)
-        for b in arm.buffers:
-            shape = (b.name, b.dtype, b.shape)
-            if shape not in shared:
-                shared[shape] = memory.alloc(b.nbytes)
-            buffers[b.name] = shared[shape]
-        host_inputs[side] = {}
-        for name, data in inputs[side].items():
-            device.upload(buffers[name], data)
-            host_inputs[side][name] = data
-            hashes.setdefault(name, hashlib.sha256(data).hexdigest())
+        arms[side] = ArmExec(side, kernels[side], arm, pool.buffers(0, side), outputs)
         arms[side].bind_args()
-    return CaseSetup(arms, host_inputs, hashes)
+    return CaseSetup(arms, host_inputs, dict(pool.facts.inputs_sha256), pool)
 
 
 def upload_references(

@@ -45,6 +45,7 @@ class CaseFacts:
     timed_outputs_match: bool = True
     stopped: dict = field(default_factory=dict)  # pair -> the stop rule's reason
     trace: dict | None = None  # side -> [TracedCall], the raw CUPTI trace of the case
+    placements: dict | None = None  # the case's pool of buffer placements as drawn (PoolFacts.to_json)
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,7 @@ def _case_trial(
         stopped=f.stopped,
         tolerance=tolerance,
         trace=f.trace,
+        placements=f.placements,
         **derived_fields(arrays, f.case, iterations),  # what `report --check` recomputes
         **kernel_fields(f.trace, kernel_trace, floor),
     )

@@ -1,9 +1,9 @@
 """Timing: the floor (empty windows), each arm's warm-ups, and the ABBA blocks of a pair with the
 stop rule, every half a batch of samples on the device, checked against the reference after.
 
-Which arm each half runs comes from the schedule (`block_halves`), and the arm it launches from
-the case's setup: those two lookups are where the order of a block and the buffers it uses are
-chosen.
+Each block draws its order (ABBA or BAAB), its placement of the case's buffers and its flush
+buffer from the block plan (`block_plan`: seeded by the plan, the trial and the case, balanced in
+every prefix); both arms of a block run on that placement, and every sample records it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from qualify.plan.model import ARM_SIDES, Plan
 from qualify.plan.resolve import ResolvedCase
 from qualify.results.model import Failure
 from qualify.run.device import MAX_BATCH, DeviceBuffer
-from qualify.plan.schedule import AA, block_halves
+from qualify.plan.schedule import AA, block_halves, block_plan
 from qualify.run.stages.case_setup import CaseSetup
 from qualify.run.stages.clock import StageClock
 from qualify.run.stages.fidelity import CaseFacts
@@ -44,6 +44,19 @@ class Bench:
     samples: TrialSamples
     clock: StageClock
     progress: Callable[[int, str], None]
+    trial: int = 0  # the trial's index: with the plan's seed and the case, it seeds the block plan
+    flush_slots: int = 1  # flush buffers the device has ready (each block draws one)
+
+
+FLUSH_SLOTS = 4  # flush buffers at different places, drawn per block where placements rotate
+
+
+def prepare_flush(bench: Bench) -> int:
+    """The flush buffers the blocks draw from: FLUSH_SLOTS where the buffers' placement rotates
+    (where the flush buffer sits is one more thing that differs between processes), else one."""
+    if bench.plan.schedule.cache != "cold" or bench.plan.schedule.placement.count == 1:
+        return 1
+    return bench.device.prepare_flush_slots(FLUSH_SLOTS)
 
 
 def time_floor(bench: Bench) -> None:
@@ -97,24 +110,32 @@ def time_pair(
     iterations = sched.iterations_per_sample
     batch = batch_size(bench.samples.arrays(), case.id, sched.samples_per_block, iterations)
     started = bench.clock.elapsed()
-    for block in range(sched.blocks):
-        for half in block_halves(block, pair):
-            ex = setup.arms[half.side]
+    draws = block_plan(plan.seeds.base, bench.trial, case.id, sched.blocks, setup.placements, bench.flush_slots)
+    for draw in draws:
+        block = draw.block
+        arms = setup.arms_at(draw.placement)
+        order = draw.order if sched.order == "seeded" else None
+        for half in block_halves(block, pair, order):
+            ex = arms[half.side]
             with watch(case.id, half.side):
                 enqueue = lambda ex=ex: ex.enqueue(dev, iterations)  # noqa: E731
+                slot = {"flush_slot": draw.flush_slot} if bench.flush_slots > 1 else {}
                 if cold:  # poisoned before each sample, outside its window
                     poison = lambda ex=ex: ex.poison_outputs(dev)  # noqa: E731
                     times = dev.time_samples(
-                        enqueue, sched.samples_per_block, cold=True, before_each=poison, max_batch=batch
+                        enqueue, sched.samples_per_block, cold=True, before_each=poison, max_batch=batch, **slot
                     )
                 else:
                     ex.poison_outputs(dev)
                     times = dev.time_samples(enqueue, sched.samples_per_block, cold=False, max_batch=batch)
                 with bench.clock.stage("telemetry"):
                     r = bench.telemetry.read()
+                placed = {"placement": draw.placement} if setup.placements > 1 else {}
+                if order is not None:
+                    placed["half"] = half.position
                 for ns in times:
                     reading = {"sm_mhz": r.sm_mhz, "throttle": r.throttle, "temp_c": r.temp_c}
-                    bench.samples.add(case.id, half.series, ns=ns, block=block, **reading)
+                    bench.samples.add(case.id, half.series, ns=ns, block=block, **reading, **placed)
                 bench.progress(sched.samples_per_block, f"{case.id} {half.series}")
                 with bench.clock.stage("readback"):
                     expected = refs[half.side]

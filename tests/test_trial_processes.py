@@ -1,0 +1,136 @@
+"""Each trial in a process of its own (qualify.commands.trial_processes), on the CPU: which workers
+start, which codes let the next trial start, the preflight shared through a file, and a record
+whose trials came from separate processes judged by the two-level interval."""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fleet_worker import one_trial_on_fake_device
+from plans import make_repo, plan_copy
+from qualify.commands.trial_processes import (
+    GRACE_S, PreflightShared, child_command, most_severe, run_each_in_a_process,
+)
+from qualify.errors import ExitCode
+from qualify.run.isolation import CaseOutcome
+
+
+class Scripted:
+    """A worker whose wait() returns a set code (or raises what it is given, once)."""
+
+    def __init__(self, code, raises=None):
+        self.code, self.raises, self.waits, self.terminated = code, list(raises or []), [], False
+
+    def wait(self, timeout=None):
+        self.waits.append(timeout)
+        if self.raises:
+            raise self.raises.pop(0)
+        return self.code
+
+    def terminate(self):
+        self.terminated = True
+
+
+def test_one_worker_per_wanted_trial_while_each_keeps_its_trial():
+    started = []
+    codes = run_each_in_a_process(3, lambda n: started.append(n) or Scripted(0))
+    assert started == [0, 1, 2] and codes == [0, 0, 0]
+
+
+@pytest.mark.parametrize("code", [130, 70, 6, 5, 4, 3, 2, 1, 7])
+def test_a_worker_that_did_not_keep_its_trial_ends_the_run(code):
+    started = []
+    codes = run_each_in_a_process(3, lambda n: started.append(n) or Scripted(code if n == 1 else 0))
+    assert started == [0, 1] and codes == [0, code]
+
+
+def test_an_interrupted_parent_gives_the_worker_its_grace_then_ends_as_interrupted():
+    patient = Scripted(130, raises=[KeyboardInterrupt()])
+    assert run_each_in_a_process(2, lambda n: patient) == [130]
+    assert patient.waits == [None, GRACE_S] and not patient.terminated
+    stuck = Scripted(130, raises=[KeyboardInterrupt(), subprocess.TimeoutExpired("qualify", GRACE_S)])
+    assert run_each_in_a_process(2, lambda n: stuck) == [130]
+    assert stuck.terminated  # asked to stop (SIGTERM), then waited for
+
+
+@pytest.mark.parametrize("codes, expected", [
+    ([0, 0], None), ([0, 130], 130), ([0, 5], 5), ([0, 6], 6), ([0, 99], 70), ([], None),
+])  # fmt: skip
+def test_the_code_that_reaches_the_caller_over_the_verdict(codes, expected):
+    assert most_severe(codes) == expected
+
+
+def test_a_trial_process_runs_one_trial_into_the_record_and_renders_nothing(tmp_path):
+    cmd = child_command(["run", "p.json"], tmp_path / "rec", 3, tmp_path / "w", exploratory=True)
+    assert cmd[cmd.index("--trials") + 1] == "1" and cmd[cmd.index("--device") + 1] == "3"
+    assert cmd[cmd.index("--trial-process") + 1] == str(tmp_path / "w")
+    assert cmd[cmd.index("--record") + 1] == str(tmp_path / "rec") and cmd[-1] == "--exploratory"
+    assert cmd[cmd.index("-m") + 1 : cmd.index("-m") + 4] == ["qualify", "run", "p.json"]
+
+
+def test_the_first_trials_preflight_is_reused_by_the_later_processes(tmp_path):
+    calls = []
+
+    def preflight(side, cases):
+        calls.append(side)
+        return [CaseOutcome(case=c, side=side, status="fault" if c == "N=8" else "ok", message="m") for c in cases]
+
+    first = PreflightShared(preflight, tmp_path)
+    ran = first("base", ["N=4", "N=8"])
+    assert not first.reused and calls == ["base"]
+    later = PreflightShared(lambda side, cases: pytest.fail("the preflight ran again"), tmp_path)
+    assert later("base", ["N=4", "N=8"]) == ran and later.reused
+    fresh = PreflightShared(preflight, tmp_path / "elsewhere")  # another invocation: its own preflight
+    (tmp_path / "elsewhere").mkdir()
+    fresh("base", ["N=4", "N=8"])
+    assert calls == ["base", "base"] and not fresh.reused
+
+
+def small_plan():
+    p = plan_copy()
+    p["schedule"] = {"warmup": 1, "samples_per_block": 2, "blocks": 4, "trials": 4, "cache": "cold"}
+    p["budget"] = {"max_trials": 4, "max_samples": 16, "max_wall_seconds": 60}
+    p["acceptance"]["sanitizer"] = []
+    return p
+
+
+class ProcessWorker:
+    def __init__(self, target, *args):
+        self.process = multiprocessing.get_context("spawn").Process(target=target, args=args)
+        self.process.start()
+
+    def wait(self, timeout=None) -> int:
+        self.process.join(timeout)
+        return self.process.exitcode
+
+    def terminate(self) -> None:
+        self.process.terminate()
+
+
+def test_trials_from_separate_processes_are_judged_with_the_spread_between_them(tmp_path):
+    from qualify.commands.pipeline import rederive
+    from qualify.plan.load import load_plan
+    from qualify.results.store import Record
+
+    plan = make_repo(tmp_path, small_plan(), freeze=True)
+    record = tmp_path / "records" / "tiny"
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    slower = [0.0, 3.0, -3.0, 6.0]  # what each process fixes moves the candidate by this much
+    codes = run_each_in_a_process(
+        4, lambda n: ProcessWorker(one_trial_on_fake_device, str(plan), str(record), str(workdir), n, slower[n]))
+    assert codes == [0, 0, 0, 0]
+    trials = Record(record).trials()
+    assert [t.status for t in trials] == ["complete"] * 4
+    assert not (record / "results.json").exists()  # the trial processes render nothing
+    results = rederive(Record(record), load_plan(plan))
+    [(device, cases)] = results.pooled.items()
+    for cid, pooled in cases.items():
+        assert pooled.trials == 4 and pooled.between_pct is not None and pooled.between_pct > 1.0
+        own = [c.stats for t in trials for c in t.cases if c.case == cid]
+        # the processes' spread widens the interval beyond any one process's own
+        assert pooled.ci_high - pooled.ci_low > max(s.ci_high - s.ci_low for s in own)
