@@ -317,3 +317,21 @@ def test_a_freeze_cannot_be_changed_once_made():
 
     with pytest.raises(dataclasses.FrozenInstanceError):
         FROZEN.digest = "0" * 64  # type: ignore[misc]
+
+
+def test_a_lock_made_before_placements_rotated_is_refused_saying_why(tmp_path):
+    """A plan frozen before schedule.placement and schedule.order hashes as the plan without them:
+    refused like any changed plan, with a message that names the protocol change."""
+    from plans import make_repo, plan_copy
+    from qualify.errors import FrozenInputChanged
+    from qualify.plan.digest import read_lock, verify_frozen
+    from qualify.plan.load import load_plan
+
+    loaded = load_plan(make_repo(tmp_path, plan_copy(), freeze=True))
+    old = {**read_lock(loaded.path), "plan_sha256": loaded.freeze.plan_sha256_before_v3}
+    with pytest.raises(FrozenInputChanged, match="frozen before schedule.placement and schedule.order") as info:
+        verify_frozen(loaded.path, loaded.freeze, old)
+    assert info.value.field == "schedule"
+    edited = {**old, "plan_sha256": "0" * 64}
+    with pytest.raises(FrozenInputChanged, match="plan content differs from its lock"):
+        verify_frozen(loaded.path, loaded.freeze, edited)

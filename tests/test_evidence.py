@@ -715,9 +715,10 @@ def test_more_samples_than_the_budget_allows(rec, capsys):
     case = first_case(rec)
 
     def grow(arrays):
-        for field in ("ns", "block", "sm_mhz", "throttle", "temp_c"):
+        for field in ("ns", "block", "sm_mhz", "throttle", "temp_c", "placement", "half"):
             k = f"{case}/aa_b/{field}"
-            arrays[k] = np.concatenate([arrays[k], arrays[k][:1]])
+            if k in arrays:  # placement and half: where the trial drew them
+                arrays[k] = np.concatenate([arrays[k], arrays[k][:1]])
 
     replace_samples(rec, 1, grow)
     rerender(rec)

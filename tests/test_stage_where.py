@@ -53,7 +53,9 @@ def test_a_fault_while_timing_names_the_arm_of_that_half(tmp_path):
             return super().time_samples(enqueue, count, cold, **kw)
 
     device = FaultsInTheSecondBlock({"axpy": fakes.axpy}, durations={"base": 10_000.0, "candidate": 8_000.0})
-    trial = run_trial(frozen(tmp_path), device, tmp_path)
+    plan = small_plan()
+    plan["schedule"] |= {"order": "alternate"}
+    trial = run_trial(frozen(tmp_path, plan), device, tmp_path)
     (failure,) = trial.failures
     # block 1 runs B A A B: its first half is the candidate's
     assert (failure.kind, failure.case, failure.side) == ("fault", trial.cases[0].case, "candidate")

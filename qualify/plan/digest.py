@@ -71,7 +71,9 @@ def compute_freeze(plan: Plan, files: PlanFiles) -> Freeze:
 def freeze_from_hashes(plan: Plan, hashes: dict[str, str]) -> Freeze:
     """The digest from file hashes alone: what a record folder (which holds no sources) can check."""
     plan_json = plan.model_dump(mode="json")
-    before = {**plan_json, "schedule": {k: v for k, v in plan_json["schedule"].items() if k not in MEASUREMENT_V3}}
+    schedule = plan_json.get("schedule")
+    before = plan_json if not isinstance(schedule, dict) else {
+        **plan_json, "schedule": {k: v for k, v in schedule.items() if k not in MEASUREMENT_V3}}
     return Freeze(
         plan_sha256=sha256_bytes(canonical_json(plan_json).encode()),
         files=hashes,
@@ -114,9 +116,8 @@ def verify_frozen(plan_path: Path, current: Freeze, lock: dict) -> None:
     if lock["plan_sha256"] != current.plan_sha256:
         if lock["plan_sha256"] == current.plan_sha256_before_v3:
             raise FrozenInputChanged(
-                "frozen before schedule.placement and schedule.order existed: this qualify rotates the "
-                "buffers' placement and draws each block's order, a different protocol; re-freeze the plan "
-                "(`qualify plan freeze --replace`, or a new plan name once a record holds trials)",
+                "frozen before schedule.placement and schedule.order existed: this qualify rotates where "
+                "the buffers sit and draws each block's order, a different protocol than the lock binds",
                 file=plan_path, field="schedule",
             )
         raise FrozenInputChanged("changed after freezing (plan content differs from its lock)", file=plan_path)
