@@ -119,7 +119,10 @@ def test_eight_placements_sit_apart_at_offsets_of_the_granularity(granularity):
     sha = pool.facts.inputs_sha256
     assert sha == {n: hashlib.sha256(d).hexdigest() for n, d in inputs()["base"].items()}
     uploads = [op for op in dev.ops if op[0] == "upload"]
-    assert len(uploads) == 8 * 4  # each arm uploads its x and y into every placement
+    copies = [c for c in dev.calls if c[0] == "copy"]
+    # each arm's x and y are uploaded from the host into the first placement and copied on the
+    # device into every other one
+    assert len(uploads) == 4 and len(copies) == 7 * 4
     assert pool.facts.granularity == granularity
     spacers = sum(layout.spacer_bytes for layout in pool.facts.placements)
     assert pool.facts.pool_bytes == spacers + sum(b.nbytes + b.offset_bytes for layout in pool.facts.placements
@@ -145,14 +148,14 @@ def test_every_allocation_is_freed_when_the_case_raises():
     assert dev.live_buffers == 0
 
 
-def test_an_upload_that_fails_mid_pool_leaves_nothing_allocated():
-    class FailsThirdUpload(Recording):
-        def upload(self, buf, data):
-            if sum(op[0] == "upload" for op in self.ops) == 6:
-                raise DeviceError("cuMemcpyHtoD: CUDA_ERROR_UNKNOWN (999)")
-            super().upload(buf, data)
+def test_a_copy_that_fails_mid_pool_leaves_nothing_allocated():
+    class FailsSixthCopy(Recording):
+        def copy(self, dst, src):
+            if sum(c[0] == "copy" for c in self.calls) == 6:
+                raise DeviceError("cuMemcpyDtoDAsync: CUDA_ERROR_UNKNOWN (999)")
+            super().copy(dst, src)
 
-    dev = FailsThirdUpload()
+    dev = FailsSixthCopy()
     with pytest.raises(DeviceError):
         PlacementPool(dev, ARMS, inputs(), 4, np.random.default_rng(1))
     assert dev.live_buffers == 0

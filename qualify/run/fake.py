@@ -161,6 +161,11 @@ class FakeDevice:
     def download(self, buf: DeviceBuffer) -> np.ndarray:
         return self.memory.view(buf.ptr, buf.nbytes).copy()
 
+    def copy(self, dst: DeviceBuffer, src: DeviceBuffer) -> None:
+        assert dst.nbytes == src.nbytes, (dst.nbytes, src.nbytes)
+        self.calls.append(("copy", dst.ptr, src.ptr))
+        self.memory.view(dst.ptr, dst.nbytes)[:] = self.memory.view(src.ptr, src.nbytes)
+
     def poison(self, buf: DeviceBuffer) -> None:
         self.calls.append(("poison", buf.ptr))
         self.memory.view(buf.ptr, buf.nbytes)[:] = 0xFF

@@ -25,6 +25,7 @@ def test_a_pool_of_eight_placements_on_the_device(device):
             for side in ("base", "candidate")}  # fmt: skip
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     before = device.free_memory()
+    allocations = len(device._buffers)
     with PlacementPool(device, arms, {"base": {"x": x}}, 8, np.random.default_rng(1)) as pool:
         assert pool.count == 8 and pool.facts.fewer_because is None
         assert device.free_memory() < before
@@ -32,7 +33,9 @@ def test_a_pool_of_eight_placements_on_the_device(device):
         assert all(pool.buffers(p, "base")["x"].ptr % 256 == 0 for p in range(8))
         assert pool.differing_inputs() == []
         assert np.array_equal(device.download(pool.buffers(7, "candidate")["x"]).view(np.float32), x)
-    assert device.free_memory() >= before - (4 << 20)  # the pool's memory is back (allocator slack aside)
+    # every allocation of the pool, spacers included, is freed (the driver may keep the memory
+    # cached, so free_memory() need not come back: seen on the H200, 122 MiB short after the pool)
+    assert len(device._buffers) == allocations
 
 
 def test_samples_flush_any_prepared_slot(device):
