@@ -19,7 +19,7 @@ orders), all in the same run. Steps:
 
     python3 benchmarks/calibration/across_processes.py --quick --out /tmp/cp.json     # ~90 s
     python3 benchmarks/calibration/across_processes.py --out $OUT/calibration-processes.json  # ≤ 8 min
-    python3 benchmarks/calibration/across_processes.py --render benchmarks/calibration/processes.json
+    python3 benchmarks/calibration/across_processes.py --render benchmarks/calibration/calibration-processes.json
 """
 
 from __future__ import annotations
