@@ -35,6 +35,10 @@ AGREE_PP = 0.5  # ... qualify's change within 0.5 percentage points of ncu's
 REPO = Path(__file__).resolve().parents[2]
 ATTENTION_SOURCE = REPO / "kernels" / "attention" / "attention.cu"
 BANDWIDTH_SOURCE = Path(__file__).resolve().parent / "kernels.cu"
+VECLOAD_SOURCE = REPO / "kernels" / "vecload" / "vecload.cu"
+# A plan's `source` (relative to its throw-away repository) -> the file copied there.
+SOURCES = {"kernels/attention.cu": ATTENTION_SOURCE, "kernels/kernels.cu": BANDWIDTH_SOURCE,
+           "kernels/vecload.cu": VECLOAD_SOURCE}
 
 # The base attention tile (BM = 64, 128 threads) runs two blocks per SM on the H200's 132 SMs:
 # 264 blocks a wave. Hq = 16 heads: T = 1536 gives 24 x 16 = 384 blocks (1.45 waves, the case
@@ -92,6 +96,31 @@ FAMILIES = {
             },
         },
     },
+    # protocols/vecload's workload with the candidate's kernel on both arms (axpy<4>, 16-byte
+    # loads): ~5 µs at 1 Mi floats, ~17 µs at 4 Mi; the spin runs once per thread, before its loads.
+    "vecload": {
+        "source": "kernels/vecload.cu",
+        "kernel": "axpy<4>",
+        "params": {"VEC": 4},
+        "labels": {"N=1048576": "vecload axpy<4> N=1048576 (~5 µs)", "N=4194304": "vecload axpy<4> N=4194304 (~17 µs)"},
+        "workload": {
+            "params": {"THREADS": 256, "A": 0.75},
+            "cases": [{"N": 1048576}, {"N": 4194304}],
+            "buffers": [
+                {"name": "x", "dtype": "f32", "shape": ["N"], "role": "input", "init": {"kind": "normal", "std": 1.0}},
+                {"name": "y", "dtype": "f32", "shape": ["N"], "role": "input", "init": {"kind": "uniform", "low": -4.0, "high": 4.0}},
+                {"name": "out", "dtype": "f32", "shape": ["N"], "role": "output"},
+            ],
+            "launch": {
+                "grid": ["cdiv(N, THREADS * VEC)"],
+                "block": ["THREADS"],
+                "shared_bytes": 0,
+                "args": [{"kind": "buffer", "name": "x"}, {"kind": "buffer", "name": "y"},
+                         {"kind": "buffer", "name": "out"}, {"kind": "f32", "value": "A"},
+                         {"kind": "i64", "value": "N"}],
+            },
+        },
+    },
 }
 
 
@@ -132,18 +161,23 @@ def plan_dict(family: str, nominal_pct: float, spin: int, arch: str, trials: int
 def write_plan(root: Path, family: str, nominal_pct: float, spin: int, arch: str, trials: int,
                quick: bool) -> Path:
     """A throw-away repository under `root` with the kernel sources and a frozen plan; its plan path."""
+    plan = plan_dict(family, nominal_pct, spin, arch, trials, quick)
+    return write_plan_dict(root / f"{family}-{nominal_pct:g}", plan)
+
+
+def write_plan_dict(repo: Path, plan: dict) -> Path:
+    """`plan` frozen in a throw-away repository at `repo` holding every kernel source; its path."""
     from qualify.plan.digest import freeze
     from qualify.plan.load import load_plan
 
-    repo = root / f"{family}-{nominal_pct:g}"
     (repo / ".git").mkdir(parents=True, exist_ok=True)  # marks the repository root for qualify
-    (repo / "kernels").mkdir(exist_ok=True)
-    shutil.copyfile(ATTENTION_SOURCE, repo / "kernels" / "attention.cu")
-    shutil.copyfile(BANDWIDTH_SOURCE, repo / "kernels" / "kernels.cu")
+    for relative, source in SOURCES.items():
+        (repo / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, repo / relative)
     plan_dir = repo / "protocols" / "calib"
     plan_dir.mkdir(parents=True, exist_ok=True)
     path = plan_dir / "plan.json"
-    path.write_text(json.dumps(plan_dict(family, nominal_pct, spin, arch, trials, quick), indent=2))
+    path.write_text(json.dumps(plan, indent=2))
     loaded = load_plan(path)
     freeze(loaded.path, loaded.freeze)
     return path

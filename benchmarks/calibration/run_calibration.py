@@ -95,7 +95,7 @@ def compile_spins(family: str, spins, arch: str) -> dict[int, object]:
     from qualify.build.nvrtc import KernelSpec
 
     spec = calib.FAMILIES[family]
-    source = calib.ATTENTION_SOURCE if family == "attention" else calib.BANDWIDTH_SOURCE
+    source = calib.SOURCES[spec["source"]]
     specs = {s: KernelSpec(source=source, kernel=spec["kernel"], arch=arch,
                            defines=(("QUALIFY_SPIN_CYCLES", str(s)),) if s else ()) for s in spins}  # fmt: skip
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2)) as pool:

@@ -8,6 +8,14 @@
 template <int VEC>
 __global__ void __launch_bounds__(256) axpy(const float* __restrict__ x, const float* __restrict__ y,
                                             float* __restrict__ out, float a, long long n) {
+#ifdef QUALIFY_SPIN_CYCLES
+    // Calibration hook (benchmarks/calibration): every thread spins QUALIFY_SPIN_CYCLES SM clocks
+    // before its loads, planting a slowdown of known size without touching the data. Undefined in
+    // every real build, where the kernel is unchanged.
+    const long long qualify_until = clock64() + (QUALIFY_SPIN_CYCLES);
+    while (clock64() < qualify_until) {
+    }
+#endif
     const long long first = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
     if (VEC == 4 && first + 3 < n) {
         const float4 xv = *reinterpret_cast<const float4*>(x + first);
