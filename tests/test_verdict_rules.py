@@ -205,9 +205,10 @@ def test_a_planned_sanitizer_check_that_no_trial_ran_is_incomplete(recorded):
 
 def test_a_gate_the_case_cannot_resolve_names_the_interval_it_straddles(recorded):
     plan, trials = recorded
-    # the first case's interval, [0.9599, 0.9700], straddles the 3.5 % gate's bound 0.965; made
-    # to resolve no change under 10 %, the case cannot tell
-    s = trials[0].cases[0].stats.model_copy(update={"mde_pct": 10.0})
+    # the first case's interval set to [0.9599, 0.9700], which straddles the 3.5 % gate's bound
+    # 0.965; made to resolve no change under 10 %, the case cannot tell
+    s = trials[0].cases[0].stats.model_copy(update={"ratio": 0.965, "ci_low": 0.9599, "ci_high": 0.97,
+                                                    "mde_pct": 10.0})
     case = trials[0].cases[0].case
     fine = SpeedGate(name="fine", cases=[case], min_speedup_pct=3.5)
     fine_plan = plan.model_copy(update={"acceptance": plan.acceptance.model_copy(update={"gates": [fine]})})

@@ -53,6 +53,11 @@ class Freeze:
     files: dict[str, str]  # repository-relative path -> sha256
     digest: str
     plan_sha256_before_v3: str = ""  # the plan hashed without MEASUREMENT_V3's schedule fields
+    digest_before_v3: str = ""  # and the digest of that plan with the files
+
+    def frozen_before_v3(self, lock: dict) -> bool:
+        """The lock binds this plan as it hashed before MEASUREMENT_V3's fields existed."""
+        return lock["plan_sha256"] == self.plan_sha256_before_v3 and lock["digest"] == self.digest_before_v3
 
     def to_json(self, plan_name: str) -> dict:
         return {
@@ -79,6 +84,7 @@ def freeze_from_hashes(plan: Plan, hashes: dict[str, str]) -> Freeze:
         files=hashes,
         digest=sha256_bytes(canonical_json({"plan": plan_json, "files": hashes}).encode()),
         plan_sha256_before_v3=sha256_bytes(canonical_json(before).encode()),
+        digest_before_v3=sha256_bytes(canonical_json({"plan": before, "files": hashes}).encode()),
     )
 
 

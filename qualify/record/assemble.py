@@ -38,9 +38,13 @@ def plan_mismatch(plan: Plan, lock: dict) -> tuple[str, str] | None:
     """(file, why) when the plan no longer matches its lock, or None.
 
     The plan edited after the run shows in its own sha256; a lock whose digest alone was
-    changed names the lock instead.
+    changed names the lock instead. A record made before schedule.placement and schedule.order
+    existed is bound to its plan as it hashed then: it still re-derives (its samples carry no
+    placement and no drawn order, so they are read as the fixed design they ran).
     """
     frozen = freeze_from_hashes(plan, lock["files"])
+    if frozen.frozen_before_v3(lock):
+        return None
     now, locked = frozen.digest, lock["digest"]
     if frozen.plan_sha256 != lock["plan_sha256"]:
         return PLAN_FILE, f"its digest is {now[:16]}…, the lock says {locked[:16]}…: edited after freezing"
