@@ -9,6 +9,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+class ProcessWorker:
+    """A worker process (spawned) with the wait/terminate surface the fleet and the trial
+    processes drive."""
+
+    def __init__(self, target, *args):
+        import multiprocessing
+
+        self.process = multiprocessing.get_context("spawn").Process(target=target, args=args)
+        self.process.start()
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.process.join(timeout)
+        return self.process.exitcode
+
+    def terminate(self) -> None:
+        self.process.terminate()
+
+
 def run_on_fake_device(plan_path: str, record: str, ordinal: int, fail: bool = False) -> None:
     import fakes
     from qualify.commands.pipeline import run_plan

@@ -3,29 +3,15 @@ one device failing, and how their exit codes combine."""
 
 from __future__ import annotations
 
-import multiprocessing
 
 import pytest
 
-from fleet_worker import run_on_fake_device
+from fleet_worker import ProcessWorker, run_on_fake_device
 from plans import make_repo, plan_copy
 from qualify.errors import ExitCode, UsageError
 from qualify.record.check import check_record
 from qualify.results.store import Record
 from qualify.commands.fleet import DeviceOutcome, combined_exit_code, parse_devices, run_devices
-
-
-class ProcessWorker:
-    def __init__(self, target, *args):
-        self.process = multiprocessing.get_context("spawn").Process(target=target, args=args)
-        self.process.start()
-
-    def wait(self) -> int:
-        self.process.join()
-        return self.process.exitcode
-
-    def terminate(self) -> None:
-        self.process.terminate()
 
 
 def small_plan():

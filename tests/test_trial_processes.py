@@ -4,13 +4,12 @@ whose trials came from separate processes judged by the two-level interval."""
 
 from __future__ import annotations
 
-import multiprocessing
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from fleet_worker import one_trial_on_fake_device
+from fleet_worker import ProcessWorker, one_trial_on_fake_device
 from plans import make_repo, plan_copy
 from qualify.commands.trial_processes import (
     GRACE_S, PreflightShared, child_command, most_severe, run_each_in_a_process,
@@ -96,19 +95,6 @@ def small_plan():
     p["budget"] = {"max_trials": 4, "max_samples": 16, "max_wall_seconds": 60}
     p["acceptance"]["sanitizer"] = []
     return p
-
-
-class ProcessWorker:
-    def __init__(self, target, *args):
-        self.process = multiprocessing.get_context("spawn").Process(target=target, args=args)
-        self.process.start()
-
-    def wait(self, timeout=None) -> int:
-        self.process.join(timeout)
-        return self.process.exitcode
-
-    def terminate(self) -> None:
-        self.process.terminate()
 
 
 def test_trials_from_separate_processes_are_judged_with_the_spread_between_them(tmp_path):
