@@ -17,6 +17,7 @@ from qualify.errors import BuildError, ExitCode, QualifyError, UsageError
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "plan.schema.json"
 
+
 class _Out:
     """Prints through a console made for the stream as it is now (tests and pipes replace it)."""
 
@@ -60,14 +61,15 @@ def plan() -> None:
 @plan.command("check")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
 @click.option("--arch", "archs", multiple=True, help="Compile only these of the plan's architectures.")
-@click.option("--no-compile", is_flag=True, help="Validate and resolve only (no compilation, no launch or library checks).")
+@click.option(
+    "--no-compile", is_flag=True, help="Validate and resolve only (no compilation, no launch or library checks)."
+)
 def plan_check(plan_path: Path, archs: tuple[str, ...], no_compile: bool) -> None:
     """Validate PLAN, print its digest, resolve every case and compile both arms."""
     from qualify.commands.check import check_plan
-    from qualify.render.terminal import plan_check as render
-
-    from qualify.errors import FrozenInputChanged
     from qualify.commands.refreeze import with_remedy
+    from qualify.errors import FrozenInputChanged
+    from qualify.render.terminal import plan_check as render
 
     try:
         result = check_plan(plan_path, list(archs) or None, compile=not no_compile)
@@ -80,24 +82,37 @@ def plan_check(plan_path: Path, archs: tuple[str, ...], no_compile: bool) -> Non
 
 @plan.command("freeze")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
-@click.option("--replace", is_flag=True,
-              help="Rewrite an existing lock for the plan as it is now; refused once a record holds a trial "
-                   "under the old lock (records/* and every --record folder are searched).")
-@click.option("--record", "records", multiple=True, type=click.Path(path_type=Path),
-              help="With --replace: also search this record folder for trials.")
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="Rewrite an existing lock for the plan as it is now; refused once a record holds a trial "
+    "under the old lock (records/* and every --record folder are searched).",
+)
+@click.option(
+    "--record",
+    "records",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="With --replace: also search this record folder for trials.",
+)
 def plan_freeze(plan_path: Path, replace: bool, records: tuple[Path, ...]) -> None:
     """Write PLAN's lock (plan.lock.json): its digest and the sha256 of every file it uses."""
     from qualify.commands.check import freeze_plan
+    from qualify.commands.refreeze import replace_lock, with_remedy
     from qualify.errors import FrozenInputChanged
     from qualify.plan.load import load_plan
-    from qualify.commands.refreeze import replace_lock, with_remedy
 
     if replace:
         loaded = load_plan(plan_path)
         path, old = replace_lock(loaded, list(records))
         digest = json.loads(path.read_text())["digest"]
-        state = ("frozen" if old is None else "already frozen, unchanged" if old == digest
-                 else f"re-frozen (no trial ran under the old digest {old[:16]}…)")  # fmt: skip
+        state = (
+            "frozen"
+            if old is None
+            else "already frozen, unchanged"
+            if old == digest
+            else f"re-frozen (no trial ran under the old digest {old[:16]}…)"
+        )
         out.print(f"{state}: {path}\ndigest {digest}")
         return
     try:
@@ -112,7 +127,9 @@ def plan_freeze(plan_path: Path, replace: bool, records: tuple[Path, ...]) -> No
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
 @click.option("--cuda", "source", type=click.Path(path_type=Path), help="Kernel pair: the base arm's .cu file.")
 @click.option("--kernel", help="Kernel pair: the base arm's __global__ function (a template instantiation is allowed).")
-@click.option("--candidate-cuda", "cand_source", type=click.Path(path_type=Path), help="The candidate's .cu (default: --cuda).")
+@click.option(
+    "--candidate-cuda", "cand_source", type=click.Path(path_type=Path), help="The candidate's .cu (default: --cuda)."
+)
 @click.option("--candidate-kernel", "cand_kernel", help="The candidate's kernel (default: --kernel).")
 @click.option("--library", "library_pair", is_flag=True, help="Library pair: two builds of a C entry point.")
 @click.option("--symbol", help="Library pair: the entry point (returns an int status; the stream comes last).")
@@ -126,15 +143,48 @@ def plan_freeze(plan_path: Path, replace: bool, records: tuple[Path, ...]) -> No
 @click.option("--fidelity", type=click.Choice(["bytes", "ulp", "abs", "rel"]), default="bytes", show_default=True)
 @click.option("--bound", type=float, help="The fidelity bound (ulp, abs, rel); a placeholder when left out.")
 @click.option("--name", help="The plan's (and record's) name (default: from PLAN's folder).")
-def plan_new(plan_path: Path, source, kernel, cand_source, cand_kernel, library_pair, symbol, signature, base_so,
-             candidate_so, abi_symbol, abi_version, error_symbol, archs, fidelity, bound, name) -> None:  # fmt: skip
+def plan_new(
+    plan_path: Path,
+    source,
+    kernel,
+    cand_source,
+    cand_kernel,
+    library_pair,
+    symbol,
+    signature,
+    base_so,
+    candidate_so,
+    abi_symbol,
+    abi_version,
+    error_symbol,
+    archs,
+    fidelity,
+    bound,
+    name,
+) -> None:
     """Write a skeleton PLAN for a kernel pair (--cuda, --kernel) or a library pair (--library,
     --symbol, --signature) that passes `plan check` as written; then edit what it lists."""
     from qualify.commands import scaffold
 
     skeleton = scaffold.skeleton_from_options(
-        plan_path, name, source, kernel, cand_source, cand_kernel, library_pair, symbol, signature, base_so,
-        candidate_so, abi_symbol, abi_version, error_symbol, archs, fidelity, bound)  # fmt: skip
+        plan_path,
+        name,
+        source,
+        kernel,
+        cand_source,
+        cand_kernel,
+        library_pair,
+        symbol,
+        signature,
+        base_so,
+        candidate_so,
+        abi_symbol,
+        abi_version,
+        error_symbol,
+        archs,
+        fidelity,
+        bound,
+    )
     scaffold.write_new_plan(plan_path, skeleton)
     out.print(f"wrote {plan_path} (plan check passes); edit before `qualify plan freeze`:", soft_wrap=True)
     for item in skeleton.todo:
@@ -157,17 +207,25 @@ def plan_schema(output: Path | None) -> None:
 
 
 _RUN_OPTIONS = [
-    click.option("--record", "record_dir", type=click.Path(path_type=Path),
-                 help="Record folder (default: records/<plan name> in the plan's repository)."),
+    click.option(
+        "--record",
+        "record_dir",
+        type=click.Path(path_type=Path),
+        help="Record folder (default: records/<plan name> in the plan's repository).",
+    ),
     click.option("--device", "ordinal", type=int, default=0, show_default=True, help="CUDA device ordinal."),
-    click.option("--devices", metavar="all|N,M,...",
-                 help="Run on several GPUs of this host at once, one worker process each, into one record."),
+    click.option(
+        "--devices",
+        metavar="all|N,M,...",
+        help="Run on several GPUs of this host at once, one worker process each, into one record.",
+    ),
     click.option("--trials", type=click.IntRange(min=1), help="Run at most this many of the planned trials now."),
-    click.option("--exploratory", is_flag=True,
-                 help="Allow a device the plan does not list; the record is marked unplanned."),
+    click.option(
+        "--exploratory", is_flag=True, help="Allow a device the plan does not list; the record is marked unplanned."
+    ),
     # how `run` starts each trial in a process of its own (qualify.commands.trial_processes)
     click.option("--trial-process", "trial_process", type=click.Path(path_type=Path), hidden=True),
-]  # fmt: skip
+]
 
 
 def _run_options(fn):
@@ -179,8 +237,15 @@ def _run_options(fn):
 @cli.command("run")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
 @_run_options
-def run_cmd(plan_path: Path, record_dir: Path | None, ordinal: int, devices: str | None, trials: int | None,
-            exploratory: bool, trial_process: Path | None) -> None:  # fmt: skip
+def run_cmd(
+    plan_path: Path,
+    record_dir: Path | None,
+    ordinal: int,
+    devices: str | None,
+    trials: int | None,
+    exploratory: bool,
+    trial_process: Path | None,
+) -> None:
     """Run PLAN's remaining trials on this GPU (or on --devices), each in a fresh process, and
     update its record."""
     command = ["run", str(plan_path)]
@@ -192,16 +257,30 @@ def run_cmd(plan_path: Path, record_dir: Path | None, ordinal: int, devices: str
 @cli.command("compare")
 @click.argument("base_lib", metavar="BASE.so", type=click.Path(path_type=Path))
 @click.argument("cand_lib", metavar="CAND.so", type=click.Path(path_type=Path))
-@click.option("--plan", "plan_path", type=click.Path(path_type=Path),
-              help="Frozen plan with shared-library arms: symbol, C signature, workload.call.")
+@click.option(
+    "--plan",
+    "plan_path",
+    type=click.Path(path_type=Path),
+    help="Frozen plan with shared-library arms: symbol, C signature, workload.call.",
+)
 @_run_options
-def compare_cmd(base_lib: Path, cand_lib: Path, plan_path: Path | None, record_dir: Path | None,
-                ordinal: int, devices: str | None, trials: int | None, exploratory: bool,
-                trial_process: Path | None) -> None:  # fmt: skip
+def compare_cmd(
+    base_lib: Path,
+    cand_lib: Path,
+    plan_path: Path | None,
+    record_dir: Path | None,
+    ordinal: int,
+    devices: str | None,
+    trials: int | None,
+    exploratory: bool,
+    trial_process: Path | None,
+) -> None:
     """Qualify two builds of a shared library's public C entry point under PLAN."""
     if plan_path is None:
-        raise UsageError("qualify compare needs --plan PLAN: a frozen plan whose arms are shared-library "
-                         "arms (symbol, signature) and whose workload.call lists the arguments")  # fmt: skip
+        raise UsageError(
+            "qualify compare needs --plan PLAN: a frozen plan whose arms are shared-library "
+            "arms (symbol, signature) and whose workload.call lists the arguments"
+        )
     command = ["compare", str(base_lib), str(cand_lib), "--plan", str(plan_path)]
     libraries = {"base": base_lib, "candidate": cand_lib}
     if devices is not None:
@@ -216,8 +295,9 @@ def _execute_on_devices(command, plan_path, record_dir, devices, trials, explora
     from qualify.commands.fleet import run_on_devices
 
     terminate_as_interrupt()
-    code = run_on_devices(command, plan_path, record_dir, devices, trials, exploratory, libraries,
-                          say=lambda line: out.print(Text(line)))  # fmt: skip
+    code = run_on_devices(
+        command, plan_path, record_dir, devices, trials, exploratory, libraries, say=lambda line: out.print(Text(line))
+    )
     raise SystemExit(code)
 
 
@@ -232,8 +312,9 @@ def _execute(command, plan_path, record_dir, ordinal, trials, exploratory, libra
     from qualify.render.terminal import run_summary
 
     terminate_as_interrupt()
-    run = execute(plan_path, record_dir, ordinal, trials, exploratory, libraries, _progress, sys.argv[1:],
-                  command, trial_process)
+    run = execute(
+        plan_path, record_dir, ordinal, trials, exploratory, libraries, _progress, sys.argv[1:], command, trial_process
+    )
     interrupted = any(t.status == "interrupted" for t in run.outcome.trials)
     if trial_process is not None:
         raise SystemExit(int(ExitCode.INTERRUPTED) if interrupted else 0)
@@ -256,9 +337,9 @@ def probe_cmd(plan_path: Path, ordinal: int, base_so: Path | None, candidate_so:
     """On a GPU: run each case of PLAN once per arm and print the parity a fidelity gate would see,
     to choose a bound before freezing. Unfrozen plans are allowed; nothing is recorded."""
     from qualify.commands.pipeline import check_libraries
+    from qualify.commands.probe import format_probe, run_probe
     from qualify.plan.load import load_plan
     from qualify.run.device import CudaDevice
-    from qualify.commands.probe import format_probe, run_probe
 
     loaded = load_plan(plan_path)
     libraries = {side: p for side, p in (("base", base_so), ("candidate", candidate_so)) if p is not None}
@@ -274,10 +355,18 @@ def probe_cmd(plan_path: Path, ordinal: int, base_so: Path | None, candidate_so:
 
 @cli.command("report")
 @click.argument("folders", metavar="RECORD...", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--check", "check_only", is_flag=True,
-              help="Recompute everything from the raw samples; fail if results.json or README.md differ.")
-@click.option("--merge", "merge_into", type=click.Path(path_type=Path),
-              help="Merge the RECORDs (same plan, other devices or hosts) into this new record.")
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Recompute everything from the raw samples; fail if results.json or README.md differ.",
+)
+@click.option(
+    "--merge",
+    "merge_into",
+    type=click.Path(path_type=Path),
+    help="Merge the RECORDs (same plan, other devices or hosts) into this new record.",
+)
 def report_cmd(folders: tuple[Path, ...], check_only: bool, merge_into: Path | None) -> None:
     """Re-render a record's results.json and README.md from its trials, check it, or merge records."""
     from qualify.commands.pipeline import exit_code
@@ -288,11 +377,15 @@ def report_cmd(folders: tuple[Path, ...], check_only: bool, merge_into: Path | N
         if check_only:
             # --check never writes; a merge always does. Refused rather than guessed at: check
             # each record, then merge (the merge checks the evidence of what it merges).
-            raise UsageError("--check and --merge do not combine: --check never writes and --merge "
-                             "writes a record; check each RECORD, then merge them")  # fmt: skip
+            raise UsageError(
+                "--check and --merge do not combine: --check never writes and --merge "
+                "writes a record; check each RECORD, then merge them"
+            )
         results = merge_records(list(folders), merge_into)
-        out.print(f"merged {len(folders)} records into {merge_into}: {len(results.trials)} trials, "
-                  f"verdict {results.verdict.status}")  # fmt: skip
+        out.print(
+            f"merged {len(folders)} records into {merge_into}: {len(results.trials)} trials, "
+            f"verdict {results.verdict.status}"
+        )
         return
     if len(folders) != 1:
         raise click.UsageError("give one RECORD, or several with --merge")
@@ -304,8 +397,10 @@ def report_cmd(folders: tuple[Path, ...], check_only: bool, merge_into: Path | N
             _fail_line(f"qualify: check: {shown}: {_printable(problem.text)}")
         if problems:
             raise SystemExit(check_exit_code(problems))
-        out.print(f"{folder}: every number in results.json and README.md reproduces from the raw samples, "
-                  "and the ledger, trial files and plan agree")  # fmt: skip
+        out.print(
+            f"{folder}: every number in results.json and README.md reproduces from the raw samples, "
+            "and the ledger, trial files and plan agree"
+        )
         return
     results = rebuild_record(folder)
     out.print(f"re-rendered {folder}: verdict {results.verdict.status}")
@@ -314,8 +409,13 @@ def report_cmd(folders: tuple[Path, ...], check_only: bool, merge_into: Path | N
 
 @cli.command("summary")
 @click.argument("folder", metavar="RECORD", type=click.Path(path_type=Path))
-@click.option("-o", "--append-to", "target", type=click.Path(path_type=Path),
-              help="Append to this file (e.g. $GITHUB_STEP_SUMMARY) instead of printing.")
+@click.option(
+    "-o",
+    "--append-to",
+    "target",
+    type=click.Path(path_type=Path),
+    help="Append to this file (e.g. $GITHUB_STEP_SUMMARY) instead of printing.",
+)
 def summary_cmd(folder: Path, target: Path | None) -> None:
     """Markdown summary of RECORD for a CI run's page; exits with the verdict's code, as report does."""
     from qualify.commands.pipeline import exit_code
@@ -339,8 +439,13 @@ def summary_cmd(folder: Path, target: Path | None) -> None:
 @click.option("--base", help="Git revision the change is measured from (a pull request's base branch).")
 @click.option("--head", default="HEAD", show_default=True, help="Git revision of the change.")
 @click.option("--path", "paths", multiple=True, help="A changed path, relative to the repository (instead of --base).")
-@click.option("--sources", "sources", multiple=True, metavar="NAME=PATH",
-              help="Another path protocol NAME depends on (a library's sources); a folder covers its files.")
+@click.option(
+    "--sources",
+    "sources",
+    multiple=True,
+    metavar="NAME=PATH",
+    help="Another path protocol NAME depends on (a library's sources); a folder covers its files.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a versioned JSON document instead of plan paths.")
 def changed_cmd(base: str | None, head: str, paths: tuple[str, ...], sources: tuple[str, ...], as_json: bool) -> None:
     """List the protocols a change touches: their plans, frozen files, the files they use now."""
@@ -366,8 +471,12 @@ def changed_cmd(base: str | None, head: str, paths: tuple[str, ...], sources: tu
 
 @cli.command("doctor")
 @click.option("--device", "ordinal", type=int, default=0, show_default=True, help="CUDA device ordinal.")
-@click.option("--plan", "plan_path", type=click.Path(path_type=Path),
-              help="Check the GPU against this plan's devices, and only the tools it needs.")
+@click.option(
+    "--plan",
+    "plan_path",
+    type=click.Path(path_type=Path),
+    help="Check the GPU against this plan's devices, and only the tools it needs.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a versioned JSON document instead of lines.")
 def doctor_cmd(ordinal: int, plan_path: Path | None, as_json: bool) -> None:
     """Check that this host can qualify: packages, NVRTC, driver and GPU, NVML, toolkit tools."""
@@ -390,6 +499,7 @@ def doctor_cmd(ordinal: int, plan_path: Path | None, as_json: bool) -> None:
         problems = sum(c.status == "fail" for c in report.checks)
         _fail_line(f"qualify: error: doctor: this host cannot qualify: {problems} check(s) failed (FAIL above)")
     raise SystemExit(report.exit_code)
+
 
 def _printable(text: str) -> str:
     """One line whatever a path or a quoted value holds: control characters are escaped."""
@@ -433,8 +543,11 @@ def _os_problem(exc: OSError) -> QualifyError:
 
     where = exc.filename if exc.filename is not None else "(unnamed file)"
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
-        return write_problem(Path(where), exc) if exc.errno != errno.EACCES else \
-            EnvironmentProblem(f"permission denied: {exc.strerror}", file=where)  # fmt: skip
+        return (
+            write_problem(Path(where), exc)
+            if exc.errno != errno.EACCES
+            else EnvironmentProblem(f"permission denied: {exc.strerror}", file=where)
+        )
     if exc.errno in (errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG):
         return UnreadableFile(exc.strerror or str(exc), file=where)
     return EnvironmentProblem(exc.strerror or str(exc), file=where)

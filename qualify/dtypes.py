@@ -20,15 +20,34 @@ FLOATS = ("bf16", "f16", "f32", "f64")
 
 # bytes per element
 ITEMSIZE = {
-    "bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1,
-    "i16": 2, "u16": 2, "i32": 4, "u32": 4, "i64": 8, "u64": 8,
+    "bf16": 2,
+    "f16": 2,
+    "f32": 4,
+    "f64": 8,
+    "i8": 1,
+    "u8": 1,
+    "i16": 2,
+    "u16": 2,
+    "i32": 4,
+    "u32": 4,
+    "i64": 8,
+    "u64": 8,
 }
 
 # the NumPy type an element is stored as: its value's type, and for bf16 its bit pattern
 STORAGE = {
-    "bf16": "uint16", "f16": "float16", "f32": "float32", "f64": "float64",
-    "i8": "int8", "u8": "uint8", "i16": "int16", "u16": "uint16",
-    "i32": "int32", "u32": "uint32", "i64": "int64", "u64": "uint64",
+    "bf16": "uint16",
+    "f16": "float16",
+    "f32": "float32",
+    "f64": "float64",
+    "i8": "int8",
+    "u8": "uint8",
+    "i16": "int16",
+    "u16": "uint16",
+    "i32": "int32",
+    "u32": "uint32",
+    "i64": "int64",
+    "u64": "uint64",
 }
 
 # the NumPy type of an element's value, for every dtype NumPy has (all but bf16)
@@ -36,8 +55,18 @@ NUMPY_DTYPES = {name: numpy_type for name, numpy_type in STORAGE.items() if name
 
 # the safetensors dtype a golden stores each dtype as (bf16 as its bit pattern, like STORAGE)
 SAFETENSORS = {
-    "bf16": "U16", "f16": "F16", "f32": "F32", "f64": "F64", "i8": "I8", "u8": "U8",
-    "i16": "I16", "u16": "U16", "i32": "I32", "u32": "U32", "i64": "I64", "u64": "U64",
+    "bf16": "U16",
+    "f16": "F16",
+    "f32": "F32",
+    "f64": "F64",
+    "i8": "I8",
+    "u8": "U8",
+    "i16": "I16",
+    "u16": "U16",
+    "i32": "I32",
+    "u32": "U32",
+    "i64": "I64",
+    "u64": "U64",
 }
 
 # float dtypes: (explicit mantissa bits, exponent of the smallest normal)

@@ -106,15 +106,24 @@ def parse(source: str) -> ast.expr:
 
 def _vet(node: ast.AST) -> None:
     allowed = (
-        ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp,
-        ast.Constant, ast.Name, ast.Call, ast.Load,
-        ast.operator, ast.unaryop, ast.cmpop, ast.boolop,
-    )  # fmt: skip
+        ast.Expression,
+        ast.BinOp,
+        ast.UnaryOp,
+        ast.Compare,
+        ast.BoolOp,
+        ast.IfExp,
+        ast.Constant,
+        ast.Name,
+        ast.Call,
+        ast.Load,
+        ast.operator,
+        ast.unaryop,
+        ast.cmpop,
+        ast.boolop,
+    )
     if not isinstance(node, allowed):
         raise ExprError(f"{type(node).__name__} is not allowed in expressions")
-    if isinstance(node, ast.Constant) and (
-        isinstance(node.value, bool) or not isinstance(node.value, (int, float))
-    ):
+    if isinstance(node, ast.Constant) and (isinstance(node.value, bool) or not isinstance(node.value, (int, float))):
         raise ExprError(f"only numbers are allowed as constants, not {node.value!r}")
     # operators are vetted here, not when evaluated, so that an untaken branch cannot hide one
     if isinstance(node, ast.BinOp) and type(node.op) not in _BINARY:

@@ -90,15 +90,15 @@ def install_advice(version: CudaVersion | None = None, of: str = "the driver's")
         return f"install the extra for {of} CUDA {version}: {gen.pip}"
     if version is not None and version.major > NEWEST:
         return f"{of} CUDA {version} is newer than every extra; {GENERATIONS[NEWEST].pip} runs on it"
-    choices = " or ".join(f"qualify[{g.extra}] (CUDA {g.major}.x)" for g in sorted(GENERATIONS.values(),
-                                                                                   key=lambda g: -g.major))
+    choices = " or ".join(
+        f"qualify[{g.extra}] (CUDA {g.major}.x)" for g in sorted(GENERATIONS.values(), key=lambda g: -g.major)
+    )
     return f"install {choices}, the one matching the driver's CUDA version that nvidia-smi prints"
 
 
 def missing_extra(what: str, cause: str) -> DeviceError:
     """The refusal when a CUDA package of the extras is not installed or cannot be loaded."""
-    return DeviceError(f"{cause}; qualify's CUDA packages come with an install extra: {install_advice()}",
-                       file=what)  # fmt: skip
+    return DeviceError(f"{cause}; qualify's CUDA packages come with an install extra: {install_advice()}", file=what)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,11 +149,15 @@ def refusals(stack: CudaStack) -> list[str]:
         if not cubin_loads(stack.nvrtc, stack.driver):
             out.append(f"NVRTC {stack.nvrtc} writes code the driver's CUDA {stack.driver} cannot load; {advice}")
         elif bindings is not None and bindings > stack.driver.major:
-            out.append(f"cuda-bindings {stack.bindings} needs a CUDA {bindings} driver, this one is CUDA "
-                       f"{stack.driver}; {advice}")  # fmt: skip
+            out.append(
+                f"cuda-bindings {stack.bindings} needs a CUDA {bindings} driver, this one is CUDA "
+                f"{stack.driver}; {advice}"
+            )
     if stack.headers is not None and stack.headers.major != stack.nvrtc.major:
-        out.append(f"the CUDA headers are {stack.headers}, NVRTC is {stack.nvrtc}: they must be of one generation; "
-                   f"{install_advice(stack.nvrtc, of='NVRTC')}")  # fmt: skip
+        out.append(
+            f"the CUDA headers are {stack.headers}, NVRTC is {stack.nvrtc}: they must be of one generation; "
+            f"{install_advice(stack.nvrtc, of='NVRTC')}"
+        )
     return out
 
 
@@ -163,8 +167,10 @@ def warnings(stack: CudaStack) -> list[str]:
     if stack.nvrtc is None:
         return out
     if stack.driver is not None and cubin_loads(stack.nvrtc, stack.driver) and not ptx_loads(stack.nvrtc, stack.driver):
-        out.append(f"NVRTC {stack.nvrtc} is newer than the driver's CUDA {stack.driver}: its CUBIN loads, its PTX "
-                   f"would not; keep NVRTC on the driver's minor")  # fmt: skip
+        out.append(
+            f"NVRTC {stack.nvrtc} is newer than the driver's CUDA {stack.driver}: its CUBIN loads, its PTX "
+            f"would not; keep NVRTC on the driver's minor"
+        )
     if stack.headers is not None and stack.headers.major == stack.nvrtc.major and stack.headers != stack.nvrtc:
         out.append(f"the CUDA headers are {stack.headers}, NVRTC is {stack.nvrtc}: keep them on one minor")
     return out
@@ -172,8 +178,7 @@ def warnings(stack: CudaStack) -> list[str]:
 
 def load_refusal(nvrtc: CudaVersion, driver: CudaVersion, error: str) -> str:
     """The start-up check's message when the driver refused NVRTC's code."""
-    return (f"the driver's CUDA {driver} cannot load code compiled by NVRTC {nvrtc} ({error}); "
-            f"{install_advice(driver)}")  # fmt: skip
+    return f"the driver's CUDA {driver} cannot load code compiled by NVRTC {nvrtc} ({error}); {install_advice(driver)}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,5 +221,7 @@ def header_dir(nvrtc: CudaVersion, fallback: Callable[[], str | None], search: I
             return folder
         others.append(f"{folder} ({version or 'no CUDART_VERSION'})")
     seen = f"; found only {', '.join(others)}" if others else ""
-    raise DeviceError(f"no CUDA {nvrtc.major} headers for NVRTC {nvrtc} (cuda_bf16.h ...){seen}; "
-                      f"{install_advice(nvrtc, of='NVRTC')}", file="cuda_runtime.h")  # fmt: skip
+    raise DeviceError(
+        f"no CUDA {nvrtc.major} headers for NVRTC {nvrtc} (cuda_bf16.h ...){seen}; {install_advice(nvrtc, of='NVRTC')}",
+        file="cuda_runtime.h",
+    )

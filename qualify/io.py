@@ -49,8 +49,9 @@ def read_limited(path: Path, limit: int, *, field: str | None = None) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise UnreadableFile("cannot read: not a regular file (a device, FIFO or socket)", file=path, field=field)
         if info.st_size > limit:
-            raise UnreadableFile(f"cannot read: {info.st_size} bytes, more than the {limit} allowed",
-                                 file=path, field=field)  # fmt: skip
+            raise UnreadableFile(
+                f"cannot read: {info.st_size} bytes, more than the {limit} allowed", file=path, field=field
+            )
         chunks, size = [], 0
         while True:
             chunk = os.read(fd, min(1 << 20, limit + 1 - size))

@@ -29,16 +29,20 @@ class ProcessWorker:
 
 def run_on_fake_device(plan_path: str, record: str, ordinal: int, fail: bool = False) -> None:
     import fakes
+
     from qualify.commands.pipeline import run_plan
     from qualify.plan.load import load_plan
     from qualify.run.fake import FAKE_INFO, FakeDevice, FakeTelemetry
 
-    info = FAKE_INFO.model_copy(update={"ordinal": ordinal, "uuid": f"GPU-0000000{ordinal}-0000-0000-0000-000000000000"})
+    info = FAKE_INFO.model_copy(
+        update={"ordinal": ordinal, "uuid": f"GPU-0000000{ordinal}-0000-0000-0000-000000000000"}
+    )
     if fail:
         raise SystemExit(5)  # a device the worker could not open
     loaded = load_plan(plan_path)
-    device = FakeDevice({"axpy": fakes.axpy}, durations={"base": 300_000.0, "candidate": 270_000.0},
-                        info=info, seed=ordinal)  # fmt: skip
+    device = FakeDevice(
+        {"axpy": fakes.axpy}, durations={"base": 300_000.0, "candidate": 270_000.0}, info=info, seed=ordinal
+    )
     run_plan(loaded, Path(record), lambda: device, lambda uuid: FakeTelemetry())
 
 
@@ -47,14 +51,26 @@ def one_trial_on_fake_device(plan_path: str, record: str, workdir: str, process:
     candidate is `slower_pct` % slower in this process only, standing for whatever a process fixes
     (where its buffers sit) that moves the ratio between processes."""
     import fakes
+
     from qualify.commands.pipeline import run_plan
     from qualify.commands.trial_processes import PreflightShared
     from qualify.plan.load import load_plan
     from qualify.run.fake import FakeDevice, FakeTelemetry
 
     loaded = load_plan(plan_path)
-    device = FakeDevice({"axpy": fakes.axpy}, durations={"base": 300_000.0, "candidate": 270_000.0 * (1 + slower_pct / 100)},
-                        seed=process)  # fmt: skip
+    device = FakeDevice(
+        {"axpy": fakes.axpy},
+        durations={"base": 300_000.0, "candidate": 270_000.0 * (1 + slower_pct / 100)},
+        seed=process,
+    )
     preflight = PreflightShared(lambda side, cases: [], Path(workdir))
-    run_plan(loaded, Path(record), lambda: device, lambda uuid: FakeTelemetry(), trials=1, render=False,
-             preflight=preflight, workdir=Path(workdir))
+    run_plan(
+        loaded,
+        Path(record),
+        lambda: device,
+        lambda uuid: FakeTelemetry(),
+        trials=1,
+        render=False,
+        preflight=preflight,
+        workdir=Path(workdir),
+    )

@@ -8,8 +8,13 @@ import os
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
-    "ci", max_examples=150, deadline=None, derandomize=True, database=None, print_blob=True,
+    "ci",
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
-)  # fmt: skip
+)
 settings.register_profile("explore", max_examples=2_000, deadline=None)
 PROFILE = settings.get_profile(os.environ.get("QUALIFY_FUZZ_PROFILE", "ci"))

@@ -64,8 +64,9 @@ PLAN = {
 }
 
 
-def make_repo(root: Path, plan: dict | None = None, files: dict[str, str | Path] | None = None,
-              freeze: bool = False) -> Path:
+def make_repo(
+    root: Path, plan: dict | None = None, files: dict[str, str | Path] | None = None, freeze: bool = False
+) -> Path:
     """A repository at `root` holding `files` (repository path → text, or a file to copy; by
     default kernels/k.cu and its header) and protocols/tiny/plan.json, frozen if asked."""
     (root / ".git").mkdir(parents=True, exist_ok=True)

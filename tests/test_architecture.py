@@ -12,8 +12,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-LINT = ("import sys; from importlinter.cli import lint_imports; "
-        "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))")
+LINT = (
+    "import sys; from importlinter.cli import lint_imports; "
+    "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))"
+)
 
 
 def lint(root: Path) -> subprocess.CompletedProcess:
@@ -63,8 +65,9 @@ def test_report_check_loads_no_device_module():
         "print(json.dumps({'problems': [p.text for p in problems], "
         "'loaded': sorted(m for m in sys.modules if m.split('.')[:2] == ['qualify', 'run'] or m.startswith('cuda'))}))"
     )
-    done = subprocess.run([sys.executable, "-c", script, str(ROOT / "records" / "vecload")],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(ROOT / "records" / "vecload")], capture_output=True, text=True, check=True
+    )
     seen = json.loads(done.stdout)
     assert seen["problems"] == []
     assert seen["loaded"] == []

@@ -68,9 +68,11 @@ def test_no_blocks_is_an_empty_plan_and_nonsense_is_refused():
 def test_block_halves_run_the_drawn_order():
     draw = BlockDraw(block=4, placement=2, flush_slot=1, order="BAAB")
     assert block_halves(draw.block, MAIN, draw.order) == [
-        Half(4, 0, "candidate", "candidate"), Half(4, 1, "base", "base"),
-        Half(4, 2, "base", "base"), Half(4, 3, "candidate", "candidate"),
-    ]  # fmt: skip
+        Half(4, 0, "candidate", "candidate"),
+        Half(4, 1, "base", "base"),
+        Half(4, 2, "base", "base"),
+        Half(4, 3, "candidate", "candidate"),
+    ]
     assert [h.series for h in block_halves(5, AA, "ABBA")] == ["aa_a", "aa_b", "aa_b", "aa_a"]
     assert block_halves(4, MAIN, None) == block_halves(4, MAIN)  # no order: the fixed alternation
     with pytest.raises(ValueError, match="ABBA or BAAB"):

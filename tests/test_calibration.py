@@ -16,6 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "calibration"))
 
 import calib  # noqa: E402
+
 from qualify.build.arms import kernel_spec  # noqa: E402
 from qualify.build.nvrtc import compile_kernel  # noqa: E402
 from qualify.plan.load import load_plan  # noqa: E402
@@ -82,29 +83,86 @@ def test_paired_change_of_ncu_rounds():
 
 
 def _trial(i, cls, delta, mde, reason=""):
-    return {"trial": i, "status": "complete", "case_class": cls, "delta_pct": delta, "ci_low": None,
-            "ci_high": None, "mde_pct": mde, "blocks": 10, "reason": reason}
+    return {
+        "trial": i,
+        "status": "complete",
+        "case_class": cls,
+        "delta_pct": delta,
+        "ci_low": None,
+        "ci_high": None,
+        "mde_pct": mde,
+        "blocks": 10,
+        "reason": reason,
+    }
 
 
 def fabricated() -> dict:
     aa = [_trial(i, "same", 0.1, 0.4) for i in range(19)] + [_trial(19, "slower", 0.7, 0.4)]
     one = [_trial(i, "slower", 1.1, 0.6) for i in range(18)]
-    one += [_trial(18, "cant_tell", 0.4, 1.4, "...; the smallest change this case resolves is 1.40%"),
-            _trial(19, "slower", 1.3, 1.2)]
+    one += [
+        _trial(18, "cant_tell", 0.4, 1.4, "...; the smallest change this case resolves is 1.40%"),
+        _trial(19, "slower", 1.3, 1.2),
+    ]
     three = [_trial(i, "slower", 3.2, 0.5) for i in range(19)] + [_trial(19, "faster", -0.6, 0.5)]
-    return {"version": 1, "meta": {"started": "2026-12-01T09:00:00+00:00", "device": "NVIDIA H200 (GPU-x)",
-                                   "quick": False, "trials_per_point": 20, "rounds_done": 20, "blocks": 10,
-                                   "samples_per_block": 10, "elapsed_s": 301.0},
-            "cases": [{"family": "attention", "case": "T=1536", "label": "attention T=1536 (1.45 waves)",
-                       "ladder": [[8, 0.1], [16, 0.4]],
-                       "points": [
-                           {"nominal_pct": 0.0, "spin": 0, "trials": aa,
-                            "ncu": {"base_us": 90.0, "variant_us": 90.0, "delta_pct": 0.05, "spread_pct": 0.2, "launches": 15}},
-                           {"nominal_pct": 1.0, "spin": 21, "trials": one,
-                            "ncu": {"base_us": 90.0, "variant_us": 91.0, "delta_pct": 1.05, "spread_pct": 0.3, "launches": 15}},
-                           {"nominal_pct": 3.0, "spin": 63, "trials": three,
-                            "ncu": {"base_us": 90.0, "variant_us": 92.7, "delta_pct": 3.0, "spread_pct": 0.9, "launches": 15}},
-                       ]}]}
+    return {
+        "version": 1,
+        "meta": {
+            "started": "2026-12-01T09:00:00+00:00",
+            "device": "NVIDIA H200 (GPU-x)",
+            "quick": False,
+            "trials_per_point": 20,
+            "rounds_done": 20,
+            "blocks": 10,
+            "samples_per_block": 10,
+            "elapsed_s": 301.0,
+        },
+        "cases": [
+            {
+                "family": "attention",
+                "case": "T=1536",
+                "label": "attention T=1536 (1.45 waves)",
+                "ladder": [[8, 0.1], [16, 0.4]],
+                "points": [
+                    {
+                        "nominal_pct": 0.0,
+                        "spin": 0,
+                        "trials": aa,
+                        "ncu": {
+                            "base_us": 90.0,
+                            "variant_us": 90.0,
+                            "delta_pct": 0.05,
+                            "spread_pct": 0.2,
+                            "launches": 15,
+                        },
+                    },
+                    {
+                        "nominal_pct": 1.0,
+                        "spin": 21,
+                        "trials": one,
+                        "ncu": {
+                            "base_us": 90.0,
+                            "variant_us": 91.0,
+                            "delta_pct": 1.05,
+                            "spread_pct": 0.3,
+                            "launches": 15,
+                        },
+                    },
+                    {
+                        "nominal_pct": 3.0,
+                        "spin": 63,
+                        "trials": three,
+                        "ncu": {
+                            "base_us": 90.0,
+                            "variant_us": 92.7,
+                            "delta_pct": 3.0,
+                            "spread_pct": 0.9,
+                            "launches": 15,
+                        },
+                    },
+                ],
+            }
+        ],
+    }
 
 
 def test_rates_from_a_fabricated_result():
@@ -133,7 +191,10 @@ def test_render_from_json(tmp_path):
     path.write_text(json.dumps(fabricated()))
     text = calib.render(calib.load_result(path))
     assert "### attention T=1536 (1.45 waves)" in text
-    assert "| 0 % | 0 | +0.05 % (± 0.20) | +0.10 % [+0.10, +0.70] | +0.05 pp | 0/20 (0%) | 19/20 (95%) | 0/20 (0%) | 1/20 (5%) | 0.40 % |" in text
+    assert (
+        "| 0 % | 0 | +0.05 % (± 0.20) | +0.10 % [+0.10, +0.70] | +0.05 pp | 0/20 (0%) | 19/20 (95%) | 0/20 (0%) | 1/20 (5%) | 0.40 % |"
+        in text
+    )
     assert "| 3 % | 63 | +3.00 % (± 0.90) |" in text and "(ncu too wide)" in text
     assert "- A/A (0 %) false faster/slower: 1/20 (5%); at most 5%: met." in text
     assert "- Never called faster on a planted slowdown: **not met**." in text

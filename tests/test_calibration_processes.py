@@ -21,6 +21,7 @@ sys.path.insert(0, str(HERE))
 
 import across_processes  # noqa: E402
 import calib_processes as cp  # noqa: E402
+
 from qualify.build.arms import kernel_spec  # noqa: E402
 from qualify.build.nvrtc import compile_kernel  # noqa: E402
 from qualify.evaluate.pooled import pool  # noqa: E402
@@ -32,8 +33,16 @@ SCRIPT = HERE.parent / "benchmarks" / "calibration" / "across_processes.py"
 
 def test_every_family_runs_each_planted_point_under_the_new_design_and_the_aa_under_the_old():
     keys = [v.key for v in cp.variants()]
-    assert keys == ["vecload/new/0", "vecload/new/1", "vecload/new/2", "vecload/old/0",
-                    "attention/new/0", "attention/new/1", "attention/new/2", "attention/old/0"]
+    assert keys == [
+        "vecload/new/0",
+        "vecload/new/1",
+        "vecload/new/2",
+        "vecload/old/0",
+        "attention/new/0",
+        "attention/new/1",
+        "attention/new/2",
+        "attention/old/0",
+    ]
     assert all(cp.Variant.from_key(k).key == k for k in keys)
 
 
@@ -100,6 +109,7 @@ def test_help_works_without_a_gpu():
 def test_a_replicate_runs_one_trial_of_each_variant_as_its_own_trial_index(tmp_path, monkeypatch, capsys):
     import fakes
     import run_calibration
+
     from qualify.run import device as device_module
     from qualify.run import telemetry as telemetry_module
     from qualify.run.fake import FakeDevice, FakeTelemetry
@@ -118,13 +128,14 @@ def test_a_replicate_runs_one_trial_of_each_variant_as_its_own_trial_index(tmp_p
     monkeypatch.setattr(telemetry_module, "Telemetry", lambda uuid: FakeTelemetry())
     monkeypatch.setattr(run_calibration, "install_caches", lambda: None)
     wanted = [cp.Variant("vecload", 0.0, "new"), cp.Variant("vecload", 1.0, "old")]
-    plans = {v.key: str(cp.write_plan(tmp_path / "plans", v, 9 if v.planted_pct else 0, "sm_90", quick=True))
-             for v in wanted}
+    plans = {
+        v.key: str(cp.write_plan(tmp_path / "plans", v, 9 if v.planted_pct else 0, "sm_90", quick=True)) for v in wanted
+    }
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"plans": plans, "seed": 3}))
     assert across_processes.replicate(spec, 4) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(across_processes.LINE_MARK))
-    entry = json.loads(line[len(across_processes.LINE_MARK):])
+    entry = json.loads(line[len(across_processes.LINE_MARK) :])
     assert entry["process"] == 4 and sorted(entry["order"]) == sorted(plans)
     rows = entry["rows"]
     assert {(r["variant"], r["case"]) for r in rows} == {(k, c) for k in plans for c in ("N=1048576", "N=4194304")}
@@ -141,10 +152,25 @@ def _row(family, case, planted, design, delta, half, cls, mde=0.5, blocks=20):
     ratio = 1 + delta / 100
     lo, hi = ratio - half / 100, ratio + half / 100
     sd = (math.log(hi) - math.log(lo)) / 2 * math.sqrt(blocks) / 2.093
-    return {"variant": f"{family}/{design}/{planted:g}", "family": family, "planted_pct": planted, "design": design,
-            "case": case, "status": "complete", "ratio": ratio, "delta_pct": delta, "ci_low": lo, "ci_high": hi,
-            "mde_pct": mde, "case_class": cls, "blocks": blocks, "placements": 20 if design == "new" else 1,
-            "log_mean": math.log(ratio), "log_sd": sd, "reason": "fabricated"}  # fmt: skip
+    return {
+        "variant": f"{family}/{design}/{planted:g}",
+        "family": family,
+        "planted_pct": planted,
+        "design": design,
+        "case": case,
+        "status": "complete",
+        "ratio": ratio,
+        "delta_pct": delta,
+        "ci_low": lo,
+        "ci_high": hi,
+        "mde_pct": mde,
+        "case_class": cls,
+        "blocks": blocks,
+        "placements": 20 if design == "new" else 1,
+        "log_mean": math.log(ratio),
+        "log_sd": sd,
+        "reason": "fabricated",
+    }
 
 
 def _result(points: dict) -> dict:
@@ -154,10 +180,20 @@ def _result(points: dict) -> dict:
     for p in range(n):
         rows = [_row(*key, *values[p]) for key, values in points.items() if p < len(values)]
         processes.append({"process": p, "order": [], "rows": rows, "elapsed_s": 10.0, "error": None})
-    return {"version": 1, "ladders": {}, "spins": {"vecload": {"0": 0, "1": 40, "2": 90}},
-            "processes": processes, "meta": {"started": "2026-12-02T00:00:00+00:00", "device": "fake",
-                                             "processes_planned": n, "blocks": 20, "samples_per_block": 10,
-                                             "elapsed_s": 300.0}}  # fmt: skip
+    return {
+        "version": 1,
+        "ladders": {},
+        "spins": {"vecload": {"0": 0, "1": 40, "2": 90}},
+        "processes": processes,
+        "meta": {
+            "started": "2026-12-02T00:00:00+00:00",
+            "device": "fake",
+            "processes_planned": n,
+            "blocks": 20,
+            "samples_per_block": 10,
+            "elapsed_s": 300.0,
+        },
+    }
 
 
 V1 = ("vecload", "N=1048576")
@@ -165,8 +201,10 @@ V1 = ("vecload", "N=1048576")
 
 def test_coverage_counts_processes_whose_interval_holds_the_mean_over_processes():
     # mean of the log-ratios is ~ +0.0 %; the third process's ±0.3 around +2 % misses it
-    rows = [_row(*V1, 0.0, "new", d, h, c) for d, h, c in
-            [(-1.0, 1.5, "cant_tell"), (-1.0, 1.5, "cant_tell"), (2.0, 0.3, "slower")]]  # fmt: skip
+    rows = [
+        _row(*V1, 0.0, "new", d, h, c)
+        for d, h, c in [(-1.0, 1.5, "cant_tell"), (-1.0, 1.5, "cant_tell"), (2.0, 0.3, "slower")]
+    ]
     s = cp.point_summary(0.0, rows)
     assert s["processes"] == 3 and s["covered"] == 2 and s["coverage"] == pytest.approx(2 / 3)
     mean = math.exp(sum(math.log(r["ratio"]) for r in rows) / 3)
@@ -178,8 +216,11 @@ def test_coverage_counts_processes_whose_interval_holds_the_mean_over_processes(
 
 
 def test_opposite_classes_and_detection_among_processes_that_resolve_one_percent():
-    rows = [_row(*V1, 1.0, "new", 1.1, 0.4, "slower", mde=0.8), _row(*V1, 1.0, "new", 0.2, 0.9, "cant_tell", mde=1.2),
-            _row(*V1, 1.0, "new", -1.1, 0.4, "faster", mde=0.8)]  # fmt: skip
+    rows = [
+        _row(*V1, 1.0, "new", 1.1, 0.4, "slower", mde=0.8),
+        _row(*V1, 1.0, "new", 0.2, 0.9, "cant_tell", mde=1.2),
+        _row(*V1, 1.0, "new", -1.1, 0.4, "faster", mde=0.8),
+    ]
     s = cp.point_summary(1.0, rows)
     assert s["opposite"] and s["false_rate"] is None
     assert s["resolving"] == 2 and s["detect_rate"] == pytest.approx(0.5)
@@ -189,9 +230,23 @@ def test_opposite_classes_and_detection_among_processes_that_resolve_one_percent
 def test_the_pooled_interval_is_qualifys_over_the_processes_trial_statistics():
     rows = [_row(*V1, 0.0, "new", d, 0.5, "same") for d in (-0.4, 0.1, 0.6, 0.0)]
     s = cp.point_summary(0.0, rows)
-    expected = pool([CaseStats(ratio=r["ratio"], ci_low=r["ci_low"], ci_high=r["ci_high"], delta_pct=r["delta_pct"],
-                               case_class=r["case_class"], reason="", blocks=r["blocks"], mde_pct=r["mde_pct"],
-                               log_mean=r["log_mean"], log_sd=r["log_sd"]) for r in rows])  # fmt: skip
+    expected = pool(
+        [
+            CaseStats(
+                ratio=r["ratio"],
+                ci_low=r["ci_low"],
+                ci_high=r["ci_high"],
+                delta_pct=r["delta_pct"],
+                case_class=r["case_class"],
+                reason="",
+                blocks=r["blocks"],
+                mde_pct=r["mde_pct"],
+                log_mean=r["log_mean"],
+                log_sd=r["log_sd"],
+            )
+            for r in rows
+        ]
+    )
     assert s["pooled"]["delta_pct"] == pytest.approx(expected.delta_pct)
     assert (s["pooled"]["ci_low"], s["pooled"]["ci_high"]) == pytest.approx((expected.ci_low, expected.ci_high))
     assert s["pooled"]["between_pct"] == pytest.approx(expected.between_pct)
@@ -205,11 +260,13 @@ def test_rows_of_failed_trials_are_left_out_of_every_point():
 
 
 def test_targets_are_computed_from_the_new_design_only():
-    good = {(*V1, 0.0, "new"): [(0.0, 0.6, "same")] * 12,
-            (*V1, 1.0, "new"): [(1.0, 0.6, "slower", 0.8)] * 12,
-            (*V1, 2.0, "new"): [(2.0, 0.6, "slower")] * 12,
-            # the old design misses everything: no target looks at it
-            (*V1, 0.0, "old"): [(d, 0.1, "faster" if d < 0 else "slower") for d in (-3, 3) * 6]}  # fmt: skip
+    good = {
+        (*V1, 0.0, "new"): [(0.0, 0.6, "same")] * 12,
+        (*V1, 1.0, "new"): [(1.0, 0.6, "slower", 0.8)] * 12,
+        (*V1, 2.0, "new"): [(2.0, 0.6, "slower")] * 12,
+        # the old design misses everything: no target looks at it
+        (*V1, 0.0, "old"): [(d, 0.1, "faster" if d < 0 else "slower") for d in (-3, 3) * 6],
+    }
     points = cp.point_rows(_result(good))
     new = [cp.point_summary(p, points[(*V1, p, "new")]) for p in cp.PLANTED_NEW]
     assert cp.case_targets(new) == {"coverage": True, "aa_false": True, "no_opposite": True, "detect_one_pct": True}
@@ -226,8 +283,12 @@ def test_targets_are_computed_from_the_new_design_only():
 
 
 def test_render_puts_computed_targets_under_each_case_and_the_cli_renders_a_saved_result(tmp_path):
-    result = _result({(*V1, 0.0, "new"): [(0.0, 0.6, "same")] * 12,
-                      (*V1, 0.0, "old"): [(d, 0.1, "faster" if d < 0 else "slower") for d in (-3, 3) * 6]})
+    result = _result(
+        {
+            (*V1, 0.0, "new"): [(0.0, 0.6, "same")] * 12,
+            (*V1, 0.0, "old"): [(d, 0.1, "faster" if d < 0 else "slower") for d in (-3, 3) * 6],
+        }
+    )
     text = cp.render(result)
     section = text.split("### ")[1]
     assert section.startswith(cp.LABELS["vecload"]["N=1048576"])
@@ -239,8 +300,9 @@ def test_render_puts_computed_targets_under_each_case_and_the_cli_renders_a_save
     assert text.count("### ") == 4
     path = tmp_path / "r.json"
     path.write_text(json.dumps(result))
-    done = subprocess.run([sys.executable, str(SCRIPT), "--render", str(path)], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--render", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and done.stdout == text
 
 

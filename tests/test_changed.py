@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from plans import HEADER, KERNEL, make_repo, plan_copy
 
-from qualify.commands.changed import ChangedReport, changed_paths, touched_protocols
 from qualify.cli import main
+from qualify.commands.changed import ChangedReport, changed_paths, touched_protocols
 from qualify.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,6 @@ def test_a_file_dropped_from_the_plan_still_touches_it_through_the_lock(repo):
     assert names(touched_protocols(repo, ["kernels/common.cuh"])) == ["tiny"]
 
 
-
 def test_a_plan_broken_by_the_change_is_listed_with_its_problem(repo):
     (repo / "protocols" / "tiny" / "plan.json").write_text("{ not json")
     (touched,) = touched_protocols(repo, ["protocols/tiny/plan.json"])
@@ -117,8 +116,14 @@ def test_the_repository_protocols(tmp_path):
 
 
 def git(root: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.com", "HOME": str(root), "PATH": "/usr/bin:/bin:/usr/local/bin"}  # fmt: skip
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+        "HOME": str(root),
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
+    }
     done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, env=env, check=True)
     return done.stdout
 
@@ -177,8 +182,9 @@ def test_cli_json_follows_its_schema(git_repo, capsys, monkeypatch):
 
 @needs_git
 def test_cli_lists_plan_paths_one_per_line(git_repo, capsys, monkeypatch):
-    code, out, _ = run_cli(["changed", "--path", "kernels/other.cu", "--path", "kernels/k.cu"],
-                           capsys, git_repo, monkeypatch)  # fmt: skip
+    code, out, _ = run_cli(
+        ["changed", "--path", "kernels/other.cu", "--path", "kernels/k.cu"], capsys, git_repo, monkeypatch
+    )
     assert (code, out) == (0, "protocols/other/plan.json\nprotocols/tiny/plan.json\n")
 
 
@@ -197,7 +203,6 @@ def test_cli_bad_input_is_one_line_and_exit_2(git_repo, capsys, monkeypatch, arg
     assert code == 2
     assert err.count("\n") == 1 and message in err
     assert "Traceback" not in err
-
 
 
 def test_the_published_json_schema_is_current():

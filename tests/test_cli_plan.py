@@ -36,6 +36,7 @@ def test_schema_command_writes_the_schema(tmp_path, capsys):
 
 def test_schema_round_trip(tmp_path):
     from plans import make_repo
+
     from qualify.plan.load import load_plan
 
     loaded = load_plan(make_repo(tmp_path))

@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
-
 import fakes
-from plans import KERNEL, HEADER, make_repo, plan_copy
+import pytest
+from plans import HEADER, KERNEL, make_repo, plan_copy
+
+from qualify.build.machine_code import CubinCode, FunctionCode
 from qualify.evaluate.verdict import verdict
 from qualify.plan.load import load_plan
 from qualify.render.readme import render_readme
-from qualify.build.machine_code import CubinCode, FunctionCode
 from qualify.results.model import BufferParity, KernelActivity, Results, TracedCall
 from qualify.run import code_identity
 from qualify.run.engine import RunOptions, TrialRunner
@@ -139,15 +139,35 @@ def test_library_readme_says_the_timing_is_judged_as_measured(tmp_path):
 
 
 def _call(name="fwd", grid=(4, 1, 1), regs=64, dyn=0, start=0):
-    k = KernelActivity(name=name, grid=grid, block=(128, 1, 1), registers_per_thread=regs, static_shared_bytes=0,
-                       dynamic_shared_bytes=dyn, local_bytes_per_thread=0, start_ns=start, end_ns=start + 500,
-                       correlation_id=1, stream_id=1)  # fmt: skip
+    k = KernelActivity(
+        name=name,
+        grid=grid,
+        block=(128, 1, 1),
+        registers_per_thread=regs,
+        static_shared_bytes=0,
+        dynamic_shared_bytes=dyn,
+        local_bytes_per_thread=0,
+        start_ns=start,
+        end_ns=start + 500,
+        correlation_id=1,
+        stream_id=1,
+    )
     return TracedCall(event_ns=2_000.0, kernels=[k])
 
 
 def _case(base_calls, cand_calls, equal=True):
-    parity = [BufferParity(buffer="out", equal=equal, elements=8, differing_elements=0 if equal else 1,
-                           first_difference=None if equal else 3, max_ulp=None, max_abs=None, max_rel=None)]  # fmt: skip
+    parity = [
+        BufferParity(
+            buffer="out",
+            equal=equal,
+            elements=8,
+            differing_elements=0 if equal else 1,
+            first_difference=None if equal else 3,
+            max_ulp=None,
+            max_abs=None,
+            max_rel=None,
+        )
+    ]
     return SimpleNamespace(trace={"base": base_calls, "candidate": cand_calls}, parity=parity)
 
 
@@ -156,14 +176,23 @@ def _library_identical():
 
 
 def test_identical_library_code_with_the_same_traced_launches_is_a_free_aa():
-    cases = [_case([_call(), _call(start=9_000)], [_call(start=100)]), _case([_call(grid=(8, 1, 1))], [_call(grid=(8, 1, 1))])]
+    cases = [
+        _case([_call(), _call(start=9_000)], [_call(start=100)]),
+        _case([_call(grid=(8, 1, 1))], [_call(grid=(8, 1, 1))]),
+    ]
     code = code_identity.with_traced_launches(_library_identical(), cases)
     assert code.launches_match is True and code.free_aa
 
 
-@pytest.mark.parametrize("change", [
-    {"grid": (5, 1, 1)}, {"regs": 65}, {"dyn": 16}, {"name": "other"},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"grid": (5, 1, 1)},
+        {"regs": 65},
+        {"dyn": 16},
+        {"name": "other"},
+    ],
+)
 def test_a_traced_launch_that_differs_in_any_part_keeps_the_timing_as_measured(change):
     cases = [_case([_call()], [_call(**change)])]
     code = code_identity.with_traced_launches(_library_identical(), cases)
@@ -171,12 +200,15 @@ def test_a_traced_launch_that_differs_in_any_part_keeps_the_timing_as_measured(c
 
 
 def test_different_output_bytes_or_an_extra_kernel_are_not_a_free_aa():
-    assert not code_identity.with_traced_launches(_library_identical(), [_case([_call()], [_call()], equal=False)]).free_aa
+    assert not code_identity.with_traced_launches(
+        _library_identical(), [_case([_call()], [_call()], equal=False)]
+    ).free_aa
     two = TracedCall(event_ns=1.0, kernels=_call().kernels * 2)
     assert not code_identity.with_traced_launches(_library_identical(), [_case([_call()], [two])]).free_aa
     # one arm whose calls disagree among themselves is not "the same launches" either
-    assert not code_identity.with_traced_launches(_library_identical(), [_case([_call(), _call(grid=(2, 1, 1))],
-                                                                              [_call(), _call(grid=(2, 1, 1))])]).free_aa
+    assert not code_identity.with_traced_launches(
+        _library_identical(), [_case([_call(), _call(grid=(2, 1, 1))], [_call(), _call(grid=(2, 1, 1))])]
+    ).free_aa
 
 
 def test_without_a_trace_of_every_case_the_launches_stay_unknown():
@@ -223,8 +255,11 @@ def _libraries(tmp_path, monkeypatch, base: CubinCode, candidate: CubinCode) -> 
     files = {b"base cubin": base, b"candidate cubin": candidate}
     monkeypatch.setattr(code_identity, "cubins", lambda data, sm: [data] if sm == 90 else [])
     monkeypatch.setattr(code_identity, "machine_code", lambda cubin: files[cubin])
-    monkeypatch.setattr(code_identity, "first_instructions",
-                        lambda cubin, function, offset, tool=None: f"{cubin.decode()}:{function}+{offset:#x}")
+    monkeypatch.setattr(
+        code_identity,
+        "first_instructions",
+        lambda cubin, function, offset, tool=None: f"{cubin.decode()}:{function}+{offset:#x}",
+    )
     paths = []
     for side, data in (("base", b"base cubin"), ("candidate", b"candidate cubin")):
         (tmp_path / f"{side}.so").write_bytes(data)
@@ -234,8 +269,7 @@ def _libraries(tmp_path, monkeypatch, base: CubinCode, candidate: CubinCode) -> 
 
 def test_the_first_differing_instruction_is_shown_as_each_arm_holds_it(tmp_path, monkeypatch):
     same = b"\x01" * 32
-    base = CubinCode(sm=90, functions={"a_gone": _fn("a_gone", same), "k": _fn("k", same + b"\x02" * 16)},
-                     module=())  # fmt: skip
+    base = CubinCode(sm=90, functions={"a_gone": _fn("a_gone", same), "k": _fn("k", same + b"\x02" * 16)}, module=())
     candidate = CubinCode(sm=90, functions={"k": _fn("k", same + b"\x03" * 16)}, module=())
     code = code_identity.library(*_libraries(tmp_path, monkeypatch, base, candidate), "sm_90")
     assert code.status == "differs" and code.functions == 2
@@ -250,8 +284,9 @@ def test_the_first_differing_instruction_is_shown_as_each_arm_holds_it(tmp_path,
 def test_a_long_list_of_differences_names_the_first_twenty_and_counts_the_rest(tmp_path, monkeypatch):
     names = [f"f{i:02d}" for i in range(25)]
     base = CubinCode(sm=90, functions={n: _fn(n, b"\x01" * 16) for n in names} | {"old": _fn("old", b"")}, module=())
-    candidate = CubinCode(sm=90, functions={n: _fn(n, b"\x01" * 16) for n in names[:23]} | {"new": _fn("new", b"")},
-                          module=())  # fmt: skip
+    candidate = CubinCode(
+        sm=90, functions={n: _fn(n, b"\x01" * 16) for n in names[:23]} | {"new": _fn("new", b"")}, module=()
+    )
     code = code_identity.library(*_libraries(tmp_path, monkeypatch, base, candidate), "sm_90")
     # every function either arm defines is counted, the ones only one of them does included
     assert code.functions == 27
@@ -288,8 +323,11 @@ def test_an_edited_free_aa_or_status_is_named_by_the_evidence_check(tmp_path):
     claimed = trial.model_copy(update={"code": trial.code.model_copy(update={"launches_match": False})})
     assert any("code.free_aa is True" in p for p in _code_problems(claimed))
     _, differs = trial_of(tmp_path / "two", plan_for({}))
-    forged = differs.model_copy(update={"code": differs.code.model_copy(
-        update={"status": "identical", "launches_match": True, "free_aa": True})})
+    forged = differs.model_copy(
+        update={
+            "code": differs.code.model_copy(update={"status": "identical", "launches_match": True, "free_aa": True})
+        }
+    )
     assert any("code.status is 'identical', but its digests" in p for p in _code_problems(forged))
 
 

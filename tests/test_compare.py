@@ -38,13 +38,21 @@ def build(tmp_path: Path, name: str, factor: float = 1.0, fail: int = 0, source:
     src = tmp_path / f"{name}.c"
     src.write_text(source)
     out = tmp_path / f"lib{name}.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", f"-DFACTOR={factor}f", f"-DFAIL={fail}",
-                    str(src), "-o", str(out)], check=True)  # fmt: skip
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O1", f"-DFACTOR={factor}f", f"-DFAIL={fail}", str(src), "-o", str(out)],
+        check=True,
+    )
     return out
 
 
-ARM = {"kind": "library", "symbol": "scale", "signature": ["ptr", "ptr", "i32", "f32"],
-       "abi_symbol": "abi_version", "abi_version": 3, "error_symbol": "error_string"}  # fmt: skip
+ARM = {
+    "kind": "library",
+    "symbol": "scale",
+    "signature": ["ptr", "ptr", "i32", "f32"],
+    "abi_symbol": "abi_version",
+    "abi_version": 3,
+    "error_symbol": "error_string",
+}
 
 
 def arm(**changes) -> LibraryArm:
@@ -119,15 +127,19 @@ PLAN = {
             {"name": "x", "dtype": "f32", "shape": ["N"], "role": "input", "init": {"kind": "normal"}},
             {"name": "y", "dtype": "f32", "shape": ["N"], "role": "output"},
         ],
-        "call": [{"kind": "buffer", "name": "x"}, {"kind": "buffer", "name": "y"},
-                 {"kind": "i32", "value": "N"}, {"kind": "f32", "value": 2.0}],
+        "call": [
+            {"kind": "buffer", "name": "x"},
+            {"kind": "buffer", "name": "y"},
+            {"kind": "i32", "value": "N"},
+            {"kind": "f32", "value": 2.0},
+        ],
     },
     "seeds": {"base": 3},
     "schedule": {"warmup": 1, "samples_per_block": 2, "blocks": 2, "trials": 1},
     "budget": {"max_trials": 2, "max_samples": 8, "max_wall_seconds": 60},
     "stop": {"min_blocks": 2},
     "controls": {"aa": False},
-}  # fmt: skip
+}
 
 
 def frozen_plan(tmp_path, trials: int = 1) -> Path:
@@ -147,8 +159,14 @@ def compare(tmp_path, base: Path, cand: Path, trials: int = 1, run_trials: int |
 
     loaded = load_frozen(frozen_plan(tmp_path, trials))
     device = FakeDevice({}, **device_kw)
-    return run_plan(loaded, tmp_path / "record", lambda: device, lambda u: FakeTelemetry(),
-                    libraries={"base": base, "candidate": cand}, trials=run_trials)  # fmt: skip
+    return run_plan(
+        loaded,
+        tmp_path / "record",
+        lambda: device,
+        lambda u: FakeTelemetry(),
+        libraries={"base": base, "candidate": cand},
+        trials=run_trials,
+    )
 
 
 def test_identical_builds_have_byte_parity_and_are_recorded(tmp_path):
@@ -236,8 +254,8 @@ def test_signature_must_match_the_call(tmp_path, capsys):
 
 def test_run_on_a_plan_whose_libraries_come_from_compare(tmp_path):
     """`qualify run` on a compare plan: a usage error before the ledger moves."""
-    from qualify.errors import UsageError
     from qualify.commands.pipeline import load_frozen, run_plan
+    from qualify.errors import UsageError
     from qualify.run.fake import FakeDevice, FakeTelemetry
 
     loaded = load_frozen(frozen_plan(tmp_path))

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from test_frozen_inputs import private_cache  # noqa: F401 - autouse: each test compiles into its own cache
 
 from qualify.build import nvrtc
 from qualify.build.nvrtc import KernelSpec, compile_kernel
-from test_frozen_inputs import private_cache  # noqa: F401 - autouse: each test compiles into its own cache
 
 
 @pytest.fixture

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from test_inventory import load_fixture
 
 from qualify.run import cupti_tracer
-from test_inventory import load_fixture
 
 
 def test_a_host_without_cupti_says_what_is_missing(monkeypatch):

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from plans import make_repo, plan_copy
+
 from qualify.errors import FrozenInputChanged, PlanError
 from qualify.plan.digest import (
     LOCK_VERSION,
@@ -278,8 +278,13 @@ def test_freeze_writes_the_lock_once_and_never_again(tmp_path):
     assert (path, written) == (lock_path(plan), True)
     text = path.read_text(encoding="utf-8")
     assert text.endswith("}\n") and text.startswith('{\n  "lock_version": 1,')
-    assert json.loads(text) == {"lock_version": 1, "plan": "plan.json", "plan_sha256": A,
-                                "files": {"k.cu": A, "h.cuh": B}, "digest": "d" * 64}  # fmt: skip
+    assert json.loads(text) == {
+        "lock_version": 1,
+        "plan": "plan.json",
+        "plan_sha256": A,
+        "files": {"k.cu": A, "h.cuh": B},
+        "digest": "d" * 64,
+    }
     assert freeze(plan, FROZEN) == (path, False)
     assert path.read_text(encoding="utf-8") == text
 
@@ -323,6 +328,7 @@ def test_a_lock_made_before_placements_rotated_is_refused_saying_why(tmp_path):
     """A plan frozen before schedule.placement and schedule.order hashes as the plan without them:
     refused like any changed plan, with a message that names the protocol change."""
     from plans import make_repo, plan_copy
+
     from qualify.errors import FrozenInputChanged
     from qualify.plan.digest import read_lock, verify_frozen
     from qualify.plan.load import load_plan

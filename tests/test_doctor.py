@@ -22,8 +22,16 @@ from qualify.results.store import Record
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "qualify" / "schemas" / "doctor.schema.json"  # published for machines reading --json
 H200 = Record(ROOT / "records" / "vecload").results().trials[0].provenance.device  # a real H200's identity
-QUIET = NvmlState(persistence=True, sm_mhz=1980, sm_max_mhz=1980, clock_reasons=0x1, applications_clocks_set=False,
-                  ecc=True, mig=False, other_processes=[])  # fmt: skip
+QUIET = NvmlState(
+    persistence=True,
+    sm_mhz=1980,
+    sm_max_mhz=1980,
+    clock_reasons=0x1,
+    applications_clocks_set=False,
+    ecc=True,
+    mig=False,
+    other_processes=[],
+)
 
 
 def no_gpu(ordinal: int):
@@ -102,8 +110,11 @@ def test_missing_nvrtc_is_an_environment_failure_naming_the_extra():
     (nvrtc,) = by_name(report, "nvrtc")
     assert nvrtc.status == "fail" and nvrtc.exit_code == 5 and "qualify[cu13]" in nvrtc.detail
     (cuda,) = by_name(report, "cuda")  # the driver is CUDA 13.0: its extra, not a list of choices
-    assert cuda.status == "fail" and "NVRTC not installed; install the extra for the driver's CUDA 13.0: " \
-        "pip install 'qualify[cu13]'" in cuda.detail
+    assert (
+        cuda.status == "fail"
+        and "NVRTC not installed; install the extra for the driver's CUDA 13.0: pip install 'qualify[cu13]'"
+        in cuda.detail
+    )
 
 
 def test_a_missing_package_is_an_environment_failure():
@@ -202,8 +213,9 @@ def test_command_with_a_bad_plan_is_exit_2(tmp_path, capsys, monkeypatch):
 def test_the_real_command_with_no_visible_gpu_is_exit_5_without_traceback():
     """End to end on this host: no driver here, or a GPU hidden by CUDA_VISIBLE_DEVICES on a GPU host."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "qualify", "doctor"], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "qualify", "doctor"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+    )
     assert done.returncode == 5, done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("qualify: error: doctor:")
     assert "Traceback" not in done.stdout + done.stderr

@@ -31,8 +31,17 @@ from qualify.plan.model import Buffer
 
 ALL = ("bf16", "f16", "f32", "f64", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64")
 EXPECTED_NUMPY = {
-    "f16": np.float16, "f32": np.float32, "f64": np.float64, "i8": np.int8, "u8": np.uint8,
-    "i16": np.int16, "u16": np.uint16, "i32": np.int32, "u32": np.uint32, "i64": np.int64, "u64": np.uint64,
+    "f16": np.float16,
+    "f32": np.float32,
+    "f64": np.float64,
+    "i8": np.int8,
+    "u8": np.uint8,
+    "i16": np.int16,
+    "u16": np.uint16,
+    "i32": np.int32,
+    "u32": np.uint32,
+    "i64": np.int64,
+    "u64": np.uint64,
 }
 
 
@@ -139,7 +148,10 @@ def test_bf16_rounds_to_nearest_even_and_keeps_nan():
     assert to_bf16_bits(nan_with_low_bits).tolist() == [0x7FC0, 0x7FC0]
     assert to_bf16_bits(np.array([3.4e38, -3.4e38])).tolist() == [0x7F80, 0xFF80]  # beyond bf16's max
     assert from_float64(np.array([math.inf, -math.inf, math.nan]), "bf16").view(np.uint16).tolist() == [
-        0x7F80, 0xFF80, 0x7FC0]
+        0x7F80,
+        0xFF80,
+        0x7FC0,
+    ]
     assert bf16_bits_to_f32(np.array([0x4049], np.uint16)).dtype == np.float32
 
 

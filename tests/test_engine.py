@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import fakes
+import pytest
 from plans import make_repo, plan_copy
+
 from qualify.errors import FrozenInputChanged
 from qualify.plan.load import load_plan
 from qualify.results.store import Record
@@ -198,8 +198,9 @@ def test_build_control_is_compiled_and_caught(tmp_path):
 def test_vacuous_control_is_reported_not_caught(tmp_path):
     plan = small_plan()
     # flipping the sign bit of an element of y = 0 (zeros) gives -0.0: a*x + (-0) == a*x + 0
-    plan["controls"]["negative"] = [{"kind": "input", "name": "neg_zero", "buffer": "y",
-                                     "mutation": {"op": "flip_bit", "index": 3, "bit": 31}}]
+    plan["controls"]["negative"] = [
+        {"kind": "input", "name": "neg_zero", "buffer": "y", "mutation": {"op": "flip_bit", "index": 3, "bit": 31}}
+    ]
     loaded = frozen(tmp_path, plan)
     trial = run_trial(loaded, fake(), tmp_path)
     assert [c.caught for c in trial.controls] == [False, False]
@@ -213,8 +214,12 @@ def test_ledger_budget_and_digest_rules(tmp_path):
         run_trial(loaded, fake(), tmp_path)
     events = [json.loads(line) for line in (tmp_path / "record" / "ledger.jsonl").read_text().splitlines()]
     assert [(e["event"], e["trial"]) for e in events] == [
-        ("trial_started", 1), ("trial_ended", 1), ("trial_started", 2), ("trial_ended", 2),
-        ("trial_started", 3), ("trial_ended", 3),
+        ("trial_started", 1),
+        ("trial_ended", 1),
+        ("trial_started", 2),
+        ("trial_ended", 2),
+        ("trial_started", 3),
+        ("trial_ended", 3),
     ]
     # another device has its own budget
     other = fake(info=fake().info.model_copy(update={"uuid": "GPU-11111111-0000-0000-0000-000000000000"}))
@@ -248,8 +253,7 @@ def test_dangling_trial_is_closed_as_interrupted_and_counts(tmp_path):
     loaded = frozen(tmp_path)
     record = Record(tmp_path / "record")
     record.bind(loaded.path, loaded.digest)
-    record.append({"event": "trial_started", "trial": 1, "digest": loaded.digest,
-                   "device_uuid": fake().info.uuid})
+    record.append({"event": "trial_started", "trial": 1, "digest": loaded.digest, "device_uuid": fake().info.uuid})
     trial = run_trial(loaded, fake(), tmp_path)
     assert trial.index == 2
     statuses = [t.status for t in record.trials_in_ledger()]
@@ -260,7 +264,9 @@ def test_unlisted_device_is_refused_unless_exploratory(tmp_path):
     from qualify.errors import DeviceError
 
     loaded = frozen(tmp_path)
-    l40 = fake(info=fake().info.model_copy(update={"name": "NVIDIA L40S", "compute_capability": "8.9", "arch": "sm_89"}))
+    l40 = fake(
+        info=fake().info.model_copy(update={"name": "NVIDIA L40S", "compute_capability": "8.9", "arch": "sm_89"})
+    )
     with pytest.raises(DeviceError, match="not among the plan's devices"):
         run_trial(loaded, l40, tmp_path)
     assert not (tmp_path / "record" / "ledger.jsonl").exists()

@@ -3,10 +3,10 @@ counted against the golden, controls are judged against their declarations, the 
 
 from __future__ import annotations
 
-import numpy as np
-
 import fakes
+import numpy as np
 from plans import HEADER, KERNEL, make_repo, plan_copy
+
 from qualify.plan.golden import tensor_name, write_golden
 from qualify.plan.load import load_plan
 from qualify.plan.model import Plan
@@ -26,28 +26,50 @@ def golden_plan() -> dict:
     plan["stop"] = {"rule": "fixed", "fail_fast": ["fault"]}  # a fidelity miss keeps its counts in the trial
     plan["workload"]["buffers"][1]["init"] = {"kind": "golden"}
     plan["acceptance"]["fidelity"] = {
-        "mode": "tolerance", "atol": 0.0, "rtol": 1e-6, "against": "golden",
-        "golden": "golden.safetensors", "golden_script": "make_golden.py",
+        "mode": "tolerance",
+        "atol": 0.0,
+        "rtol": 1e-6,
+        "against": "golden",
+        "golden": "golden.safetensors",
+        "golden_script": "make_golden.py",
         "calibration": {"ceiling_quanta": 64, "elements": [1, 4], "seed": 5},
     }
     plan["controls"]["negative"] = [
         # y[0] + 1000 moves out[0] far outside the bound: must fail everywhere
         {"kind": "input", "name": "bump_y", "buffer": "y", "mutation": {"op": "set", "index": 0, "value": 1000.0}},
         # scaling by one changes nothing: declared to pass
-        {"kind": "input", "name": "noop", "buffer": "x", "mutation": {"op": "scale", "index": 0, "value": 1.0},
-         "expect": [{"outcome": "pass"}]},
+        {
+            "kind": "input",
+            "name": "noop",
+            "buffer": "x",
+            "mutation": {"op": "scale", "index": 0, "value": 1.0},
+            "expect": [{"outcome": "pass"}],
+        },
         # declared to pass but it cannot: a control that misbehaves must fail the verdict
-        {"kind": "input", "name": "misdeclared", "buffer": "x", "mutation": {"op": "set", "index": 1, "value": 99.0},
-         "cases": ["N=1024"], "expect": [{"outcome": "pass"}]},
+        {
+            "kind": "input",
+            "name": "misdeclared",
+            "buffer": "x",
+            "mutation": {"op": "set", "index": 1, "value": 99.0},
+            "cases": ["N=1024"],
+            "expect": [{"outcome": "pass"}],
+        },
     ]
     return plan
 
 
 def frozen_golden_repo(tmp_path, plan_json=None):
     plan_json = plan_json or golden_plan()
-    path = make_repo(tmp_path, plan_json, files={
-        "kernels/k.cu": KERNEL, "kernels/common.cuh": HEADER, "protocols/tiny/make_golden.py": "#\n",
-        "protocols/tiny/golden.safetensors": ""})
+    path = make_repo(
+        tmp_path,
+        plan_json,
+        files={
+            "kernels/k.cu": KERNEL,
+            "kernels/common.cuh": HEADER,
+            "protocols/tiny/make_golden.py": "#\n",
+            "protocols/tiny/golden.safetensors": "",
+        },
+    )
     plan = Plan.model_validate(plan_json)
     x_spec = plan.workload.buffers[0]
     tensors = {}
@@ -59,6 +81,7 @@ def frozen_golden_repo(tmp_path, plan_json=None):
         tensors[tensor_name(case.id, "out")] = ("f32", A * x + y)
     write_golden(path.parent / "golden.safetensors", plan, tensors, "protocols/tiny/make_golden.py")
     from qualify.plan.digest import freeze
+
     loaded = load_plan(path)
     freeze(loaded.path, loaded.freeze)
     return load_plan(path)
@@ -84,8 +107,10 @@ def test_golden_trial_counts_controls_and_calibration(tmp_path):
     assert not outcomes[("misdeclared", "N=1024")].as_declared
     assert {(c.name, c.case): c.caught for c in trial.controls}[("misdeclared", "N=1024")] is False
     messages = [f.message for f in trial.failures if f.kind == "fidelity"]
-    assert messages == ["negative control misdeclared is not as declared: out declared pass but failed "
-                        f"(worst bound fraction {outcomes[('misdeclared', 'N=1024')].worst_bound_fraction['out']:.3g})"]
+    assert messages == [
+        "negative control misdeclared is not as declared: out declared pass but failed "
+        f"(worst bound fraction {outcomes[('misdeclared', 'N=1024')].worst_bound_fraction['out']:.3g})"
+    ]
 
 
 def test_candidate_outside_the_golden_is_a_fidelity_failure(tmp_path):
@@ -97,7 +122,13 @@ def test_candidate_outside_the_golden_is_a_fidelity_failure(tmp_path):
 
 def test_record_tables_from_a_golden_trial(tmp_path):
     from qualify.plan.model import Mutation
-    from qualify.render.tolerance_text import controls_table, counts_table, fidelity_text, mutation_text, resolution_lines
+    from qualify.render.tolerance_text import (
+        controls_table,
+        counts_table,
+        fidelity_text,
+        mutation_text,
+        resolution_lines,
+    )
 
     loaded = frozen_golden_repo(tmp_path)
     trial = run(loaded, fakes.axpy_one_wrong, tmp_path)
@@ -105,7 +136,9 @@ def test_record_tables_from_a_golden_trial(tmp_path):
     assert table[0] == "| case | `out` |"
     assert table[2].startswith("| N=1024 | 1023/1024 bit-identical (1 over one, 1 over two, max abs 1")
     assert table[3].startswith("| N=4096 | 4095/4096 bit-identical (1 over one, 1 over two, max abs 1, max rel 1.9")
-    assert counts_table(run(loaded, fakes.axpy, tmp_path / "good"))[3] == "| N=4096 | 4096/4096 bit-identical (bound 0) |"
+    assert (
+        counts_table(run(loaded, fakes.axpy, tmp_path / "good"))[3] == "| N=4096 | 4096/4096 bit-identical (bound 0) |"
+    )
     rows = controls_table(trial)
     noop = next(r for r in rows if r.startswith("| noop | N=1024 |"))
     assert noop.startswith("| noop | N=1024 | `out` | pass | fail |") and noop.endswith("| **no** |")
@@ -113,9 +146,12 @@ def test_record_tables_from_a_golden_trial(tmp_path):
     resolution = resolution_lines(trial)
     assert len(resolution) == 2 and resolution[0].startswith("- N=1024, `out`: caught from ")
     assert fidelity_text(loaded.plan.acceptance.fidelity) == (
-        "outputs within |err| ≤ 0 + 1e-06·|expected| of the golden file `golden.safetensors` (written by `make_golden.py`)")
-    assert mutation_text(Mutation(op="swap", index=0, other="S * D", length="S * D")) == \
-        "S * D elements at 0 exchanged with those at S * D"
+        "outputs within |err| ≤ 0 + 1e-06·|expected| of the golden file `golden.safetensors` (written by `make_golden.py`)"
+    )
+    assert (
+        mutation_text(Mutation(op="swap", index=0, other="S * D", length="S * D"))
+        == "S * D elements at 0 exchanged with those at S * D"
+    )
 
 
 def test_per_case_tolerances_reach_the_counts_and_the_record(tmp_path):
@@ -124,14 +160,16 @@ def test_per_case_tolerances_reach_the_counts_and_the_record(tmp_path):
     from types import SimpleNamespace
 
     from qualify.evaluate.headline import contract
+    from qualify.evaluate.tolerance_gate import quantum_at_rms
     from qualify.plan.golden import load_golden
     from qualify.render.readme import fidelity_text
     from qualify.render.tolerance_text import bounds_table
-    from qualify.evaluate.tolerance_gate import quantum_at_rms
 
     plan = golden_plan()
-    plan["acceptance"]["fidelity"]["tolerances"] = [{"cases": ["N=1024"], "bit_exact": True},
-                                                    {"outputs": ["out"], "rtol": 0.0, "atol_quanta": 2}]  # fmt: skip
+    plan["acceptance"]["fidelity"]["tolerances"] = [
+        {"cases": ["N=1024"], "bit_exact": True},
+        {"outputs": ["out"], "rtol": 0.0, "atol_quanta": 2},
+    ]
     loaded = frozen_golden_repo(tmp_path, plan)
     trial = run(loaded, fakes.axpy_one_wrong, tmp_path)
     counts = {c.case: c.tolerance.counts["candidate"][0] for c in trial.cases}
@@ -140,9 +178,13 @@ def test_per_case_tolerances_reach_the_counts_and_the_record(tmp_path):
     assert counts["N=4096"].atol == 2 * quantum_at_rms("f32", expected) and counts["N=4096"].rtol == 0.0
     table = bounds_table(loaded.plan, SimpleNamespace(trials=[trial]))
     assert table[2] == "| N=1024 | `out` | bit-exact |"
-    assert table[3] == (f"| N=4096 | `out` | \\|err\\| ≤ 2 quanta of the output's dtype at the golden's RMS "
-                        f"({counts['N=4096'].atol:.3g}) + 0·\\|expected\\| |")
-    assert "the first rule that selects it: (1) N=1024, every output: bit-exact; (2) every case, out:" in fidelity_text(loaded.plan)
+    assert table[3] == (
+        f"| N=4096 | `out` | \\|err\\| ≤ 2 quanta of the output's dtype at the golden's RMS "
+        f"({counts['N=4096'].atol:.3g}) + 0·\\|expected\\| |"
+    )
+    assert "the first rule that selects it: (1) N=1024, every output: bit-exact; (2) every case, out:" in fidelity_text(
+        loaded.plan
+    )
     assert contract(loaded.plan) == "within each case's bound (the plan's tolerances) of the golden file"
 
 
@@ -152,8 +194,10 @@ def test_a_record_with_per_case_tolerances_renders_and_checks(tmp_path):
     from qualify.record.check import check_record
 
     plan = golden_plan()
-    plan["acceptance"]["fidelity"]["tolerances"] = [{"cases": ["N=1024"], "bit_exact": True},
-                                                    {"rtol": 1e-6, "atol_quanta": 1}]  # fmt: skip
+    plan["acceptance"]["fidelity"]["tolerances"] = [
+        {"cases": ["N=1024"], "bit_exact": True},
+        {"rtol": 1e-6, "atol_quanta": 1},
+    ]
     plan["controls"]["negative"] = plan["controls"]["negative"][:2]  # the two that behave as declared
     loaded = frozen_golden_repo(tmp_path, plan)
     device = FakeDevice({"axpy": fakes.axpy}, durations={"base": 10_000.0, "candidate": 8_000.0})

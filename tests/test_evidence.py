@@ -18,24 +18,24 @@ import shutil
 import zipfile
 from pathlib import Path
 
+import fakes
 import numpy as np
 import pytest
-
-import fakes
 from plans import make_repo
+from test_engine import small_plan
+from test_record import h200_trials, new_record
+
 from qualify.cli import main
-from qualify.results import samples as raw
 from qualify.commands.pipeline import load_frozen, run_plan
 from qualify.plan.digest import freeze_from_hashes, sha256_file
 from qualify.plan.load import validate_plan
 from qualify.record.assemble import write_record
 from qualify.record.check import check_record
 from qualify.record.merge import merge_records
+from qualify.results import samples as raw
 from qualify.results.model import Trial
 from qualify.results.store import Record
 from qualify.run.fake import FAKE_INFO, FakeDevice, FakeTelemetry
-from test_engine import small_plan
-from test_record import h200_trials, new_record
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = sorted(p.parent for p in ROOT.glob("records/*/results.json"))
@@ -45,11 +45,13 @@ COMMITTED = sorted(p.parent for p in ROOT.glob("records/*/results.json"))
 # records and the CLI
 
 
-def _pipeline_record(root: Path, kernel=fakes.axpy, plan: dict | None = None, device_info=FAKE_INFO,
-                     seed: int = 0) -> Path:  # fmt: skip
+def _pipeline_record(
+    root: Path, kernel=fakes.axpy, plan: dict | None = None, device_info=FAKE_INFO, seed: int = 0
+) -> Path:
     path = make_repo(root, plan or small_plan(), freeze=True)
-    device = FakeDevice({"axpy": kernel}, durations={"base": 10_000.0, "candidate": 8_000.0}, info=device_info,
-                        seed=seed)  # fmt: skip
+    device = FakeDevice(
+        {"axpy": kernel}, durations={"base": 10_000.0, "candidate": 8_000.0}, info=device_info, seed=seed
+    )
     folder = root / "records" / "tiny"
     run_plan(load_frozen(path), folder, lambda: device, lambda uuid: FakeTelemetry())
     return folder
@@ -105,8 +107,9 @@ def refused(capsys, folder: Path, code: int, *fragments: str, lines: int | None 
     got, err = run_cli(["report", "--check", folder], capsys)
     assert got == code, err
     assert err, "a refused record says why"
-    assert all(line.startswith(f"qualify: check: {folder}: ") or line.startswith("qualify: error: ")
-               for line in err), err  # fmt: skip
+    assert all(line.startswith(f"qualify: check: {folder}: ") or line.startswith("qualify: error: ") for line in err), (
+        err
+    )
     if lines is not None:
         assert len(err) == lines, err
     assert any(all(f in line for f in fragments) for line in err), (fragments, err)
@@ -143,8 +146,10 @@ def write_ledger(folder: Path, events: list[dict]) -> None:
 
 def old_ledger(folder: Path) -> None:
     """The ledger as records made before the end event held sha256: nothing to compare files with."""
-    write_ledger(folder, [{k: v for k, v in e.items() if k not in ("trial_sha256", "samples_sha256")}
-                          for e in ledger_events(folder)])  # fmt: skip
+    write_ledger(
+        folder,
+        [{k: v for k, v in e.items() if k not in ("trial_sha256", "samples_sha256")} for e in ledger_events(folder)],
+    )
 
 
 def replace_samples(folder: Path, index: int, change) -> None:
@@ -259,8 +264,10 @@ def test_more_trials_in_the_ledger_than_the_budget_allows(rec, capsys):
     events = ledger_events(rec)
     start = events[0]
     for index in (3, 4, 5):  # three more crashed trials: each counts against max_trials = 3
-        events += [{**start, "trial": index},
-                   {"event": "trial_ended", "trial": index, "status": "interrupted", "note": "died"}]  # fmt: skip
+        events += [
+            {**start, "trial": index},
+            {"event": "trial_ended", "trial": index, "status": "interrupted", "note": "died"},
+        ]
     write_ledger(rec, events)
     refused(capsys, rec, 2, "ledger.jsonl: 5 trials on GPU-", "budget.max_trials is 3")
 
@@ -318,12 +325,15 @@ def test_trial_status_edited_with_the_ledger(rec, capsys):
     refused(capsys, rec, 2, "trials/trial-2.json: contradicts its evidence: status 'failed' with no failure recorded")
 
 
-@pytest.mark.parametrize("event, fragment", [
-    ({"event": "trial_started", "trial": 1}, "starts trial 1 a second time"),
-    ({"event": "trial_ended", "trial": 2, "status": "complete"}, "ends trial 2 a second time"),
-    ({"event": "trial_ended", "trial": 7, "status": "complete"}, "ends trial 7, which has not started"),
-    ({"event": "trial_paused", "trial": 1}, "is 'trial_paused'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "event, fragment",
+    [
+        ({"event": "trial_started", "trial": 1}, "starts trial 1 a second time"),
+        ({"event": "trial_ended", "trial": 2, "status": "complete"}, "ends trial 2 a second time"),
+        ({"event": "trial_ended", "trial": 7, "status": "complete"}, "ends trial 7, which has not started"),
+        ({"event": "trial_paused", "trial": 1}, "is 'trial_paused'"),
+    ],
+)
 def test_ledger_events_that_qualify_never_writes(rec, capsys, event, fragment):
     write_ledger(rec, ledger_events(rec) + [event])
     refused(capsys, rec, 2, "ledger.jsonl: event 5 ", fragment)
@@ -399,8 +409,14 @@ def _loosen_plan(folder: Path) -> str:
 def test_plan_loosened_after_the_run_with_trials_rewritten_is_refused_with_exit_3(bad, capsys):
     _loosen_plan(bad)
     rerender(bad)
-    err = refused(capsys, bad, 3, "ledger.jsonl: trial 1 ran under plan digest",
-                  "the plan or its lock changed after the run", lines=None)
+    err = refused(
+        capsys,
+        bad,
+        3,
+        "ledger.jsonl: trial 1 ran under plan digest",
+        "the plan or its lock changed after the run",
+        lines=None,
+    )
     assert not any("README" in line for line in err), err
 
 
@@ -447,8 +463,9 @@ def test_fidelity_failure_deleted_from_the_failures_alone(bad, capsys):
     old_ledger(bad)
     edit_trial(bad, 1, lambda d: d.update(failures=[]))
     rerender(bad)
-    err = refused(capsys, bad, 2, "outputs fail the fidelity gate, but the trial has no fidelity failure for it",
-                  lines=None)
+    err = refused(
+        capsys, bad, 2, "outputs fail the fidelity gate, but the trial has no fidelity failure for it", lines=None
+    )
     assert len(err) == len(json.loads((bad / "plan.json").read_text())["workload"]["cases"]), err  # one per case
 
 
@@ -473,15 +490,24 @@ def test_parity_that_contradicts_itself(rec, capsys):
     refused(capsys, rec, 2, "parity of out contradicts itself", "5 of")
 
 
-@pytest.mark.parametrize("name, cc, planned, fragment", [
-    ("NVIDIA A100", "8.0", True, "provenance.planned is True, but the plan does not list NVIDIA A100 (cc 8.0)"),
-    ("NVIDIA H200 (fake)", "9.0", False, "provenance.planned is False, but the plan lists"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, cc, planned, fragment",
+    [
+        ("NVIDIA A100", "8.0", True, "provenance.planned is True, but the plan does not list NVIDIA A100 (cc 8.0)"),
+        ("NVIDIA H200 (fake)", "9.0", False, "provenance.planned is False, but the plan lists"),
+    ],
+)
 def test_device_relabelled(rec, capsys, name, cc, planned, fragment):
     old_ledger(rec)
     for index in (1, 2):
-        edit_trial(rec, index, lambda d: (d["provenance"]["device"].update(name=name, compute_capability=cc),
-                                          d["provenance"].update(planned=planned)))  # fmt: skip
+        edit_trial(
+            rec,
+            index,
+            lambda d: (
+                d["provenance"]["device"].update(name=name, compute_capability=cc),
+                d["provenance"].update(planned=planned),
+            ),
+        )
     rerender(rec)
     refused(capsys, rec, 2, "trials/trial-1.json: contradicts its evidence", fragment, lines=2)
 
@@ -508,12 +534,15 @@ def test_timer_edited(rec, capsys):
     refused(capsys, rec, 2, "timer.iterations_per_sample is 5, the plan's is 1")
 
 
-@pytest.mark.parametrize("failures, status, fragment", [
-    ([], "interrupted", "an interrupted trial, and only one, records its interruption"),
-    ([{"kind": "interrupted", "message": "SIGINT"}], "complete", "records its interruption"),
-    ([{"kind": "budget", "message": "wall-time budget spent"}], "complete", "despite a budget failure"),
-    ([], "failed", "status 'failed' with no failure recorded"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "failures, status, fragment",
+    [
+        ([], "interrupted", "an interrupted trial, and only one, records its interruption"),
+        ([{"kind": "interrupted", "message": "SIGINT"}], "complete", "records its interruption"),
+        ([{"kind": "budget", "message": "wall-time budget spent"}], "complete", "despite a budget failure"),
+        ([], "failed", "status 'failed' with no failure recorded"),
+    ],
+)
 def test_status_that_its_failures_contradict(rec, capsys, failures, status, fragment):
     old_ledger(rec)
     events = ledger_events(rec)
@@ -524,11 +553,14 @@ def test_status_that_its_failures_contradict(rec, capsys, failures, status, frag
     refused(capsys, rec, 2, "trials/trial-1.json: contradicts its evidence", fragment, lines=None)
 
 
-@pytest.mark.parametrize("change, fragment", [
-    (dict(caught=True, differing_elements=0), "is 'caught' with no element differing"),
-    (dict(caught=False), "which fails a bytes gate, yet it is not 'caught'"),
-    (dict(name="renamed"), "negative control renamed (input) is not one of the plan's"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        (dict(caught=True, differing_elements=0), "is 'caught' with no element differing"),
+        (dict(caught=False), "which fails a bytes gate, yet it is not 'caught'"),
+        (dict(name="renamed"), "negative control renamed (input) is not one of the plan's"),
+    ],
+)
 def test_negative_control_edited(rec, capsys, change, fragment):
     old_ledger(rec)
     edit_trial(rec, 1, lambda d: d["controls"][0].update(change))
@@ -536,12 +568,15 @@ def test_negative_control_edited(rec, capsys, change, fragment):
     refused(capsys, rec, 2, fragment, lines=None)
 
 
-@pytest.mark.parametrize("change, fragment", [
-    (dict(summary=["ERROR SUMMARY: 3 errors"]), "says clean, but its exit code 0 and summary lines give findings"),
-    (dict(exit_code=86), "says clean, but its exit code 86"),
-    (dict(errors=None, summary=[]), "give error (None errors)"),
-    (dict(tool="initcheck"), "initcheck at N=1024 is not a sanitizer check of the plan"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        (dict(summary=["ERROR SUMMARY: 3 errors"]), "says clean, but its exit code 0 and summary lines give findings"),
+        (dict(exit_code=86), "says clean, but its exit code 86"),
+        (dict(errors=None, summary=[]), "give error (None errors)"),
+        (dict(tool="initcheck"), "initcheck at N=1024 is not a sanitizer check of the plan"),
+    ],
+)
 def test_sanitizer_result_edited(syn, capsys, change, fragment):
     old_ledger(syn)
     edit_trial(syn, 1, lambda d: d["sanitizer"][0].update(change))
@@ -556,8 +591,14 @@ def test_a_sanitizer_check_listed_twice_is_named(syn, capsys):
     edit_trial(syn, 1, lambda d: d["sanitizer"].append(dict(d["sanitizer"][0])))
     rerender(syn)
     first = Record(syn).trials()[0].sanitizer[0]
-    refused(capsys, syn, 2, "trials/trial-1.json: contradicts its evidence",
-            f"{first.tool} at {first.case} ({first.side}) appears 2 times", lines=None)
+    refused(
+        capsys,
+        syn,
+        2,
+        "trials/trial-1.json: contradicts its evidence",
+        f"{first.tool} at {first.case} ({first.side}) appears 2 times",
+        lines=None,
+    )
 
 
 def test_verdict_in_results_json_is_re_derived_from_the_samples(rec, capsys):
@@ -567,10 +608,13 @@ def test_verdict_in_results_json_is_re_derived_from_the_samples(rec, capsys):
     refused(capsys, rec, 2, "results.json: the verdict is not the one its trials give", "verdict.status", lines=None)
 
 
-@pytest.mark.parametrize("update, what", [
-    (lambda r: {"plan_name": "forged"}, "plan_name"),
-    (lambda r: {"files": {**r.files, "extra.cu": "0" * 64}}, "files"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "update, what",
+    [
+        (lambda r: {"plan_name": "forged"}, "plan_name"),
+        (lambda r: {"files": {**r.files, "extra.cu": "0" * 64}}, "files"),
+    ],
+)
 def test_results_json_naming_another_plan_is_named_as_such(rec, capsys, update, what):
     """results.json written as qualify writes it, its trials and verdict intact, but naming another
     plan (or other frozen files) than the record's plan and lock: the check says which, rather than
@@ -622,12 +666,15 @@ def test_readme_not_utf8(rec, capsys):
     refused(capsys, rec, 2, "README.md: not UTF-8")
 
 
-@pytest.mark.parametrize("rewrite, fragment", [
-    (lambda t: json.dumps(json.loads(t), indent=2) + "\n", "results.json line 2 differs"),
-    (lambda t: t.replace("\n", "\r\n"), "results.json line 1 differs"),
-    (lambda t: json.dumps(json.loads(t), indent=1, sort_keys=True) + "\n", "results.json line 2 differs"),
-    (lambda t: t + "\n", "results.json line"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "rewrite, fragment",
+    [
+        (lambda t: json.dumps(json.loads(t), indent=2) + "\n", "results.json line 2 differs"),
+        (lambda t: t.replace("\n", "\r\n"), "results.json line 1 differs"),
+        (lambda t: json.dumps(json.loads(t), indent=1, sort_keys=True) + "\n", "results.json line 2 differs"),
+        (lambda t: t + "\n", "results.json line"),
+    ],
+)
 def test_results_json_equal_in_values_but_not_in_bytes(rec, capsys, rewrite, fragment):
     path = rec / "results.json"
     path.write_text(rewrite(path.read_text()), newline="")
@@ -672,17 +719,20 @@ def test_npy_shape_whose_product_overflows(rec, capsys):
     refused(capsys, rec, 2, "trial-1.npz: unreadable raw samples", "floor_ns.npy")
 
 
-@pytest.mark.parametrize("field, value, fragment", [
-    ("ns", np.empty(0), "base/ns: empty"),
-    ("block", np.zeros(5, dtype=np.int32), "base/block: 5 entries, its ns has 12"),
-    ("ns", np.array(["fast"] * 12), "base/ns: dtype <U4, expected real numbers"),
-    ("block", np.zeros(12, dtype=bool), "base/block: dtype |b1, expected integers"),
-    ("ns", np.ones((12, 1)), "base/ns: 2-dimensional"),
-    ("ns", np.full(12, np.nan), "base/ns: holds a negative or non-finite duration"),
-    ("ns", np.full(12, -5.0), "base/ns: holds a negative or non-finite duration"),
-    ("sm_mhz", None, "base/sm_mhz: missing, its ns has 12"),
-    ("throttle", np.full(12, -1, dtype=np.int64), "base/throttle: holds a negative value"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "field, value, fragment",
+    [
+        ("ns", np.empty(0), "base/ns: empty"),
+        ("block", np.zeros(5, dtype=np.int32), "base/block: 5 entries, its ns has 12"),
+        ("ns", np.array(["fast"] * 12), "base/ns: dtype <U4, expected real numbers"),
+        ("block", np.zeros(12, dtype=bool), "base/block: dtype |b1, expected integers"),
+        ("ns", np.ones((12, 1)), "base/ns: 2-dimensional"),
+        ("ns", np.full(12, np.nan), "base/ns: holds a negative or non-finite duration"),
+        ("ns", np.full(12, -5.0), "base/ns: holds a negative or non-finite duration"),
+        ("sm_mhz", None, "base/sm_mhz: missing, its ns has 12"),
+        ("throttle", np.full(12, -1, dtype=np.int64), "base/throttle: holds a negative value"),
+    ],
+)
 def test_malformed_series(rec, capsys, field, value, fragment):
     case = first_case(rec)
 
@@ -754,8 +804,11 @@ def test_check_lines_stay_one_line_for_a_folder_with_a_newline(made, tmp_path, c
 
 
 def test_merged_record_checks_out_and_its_ledger_holds_the_new_sha256(made, tmp_path, capsys):
-    other = _pipeline_record(tmp_path / "other", device_info=FAKE_INFO.model_copy(
-        update={"uuid": "GPU-11111111-0000-0000-0000-000000000001"}), seed=1)  # fmt: skip
+    other = _pipeline_record(
+        tmp_path / "other",
+        device_info=FAKE_INFO.model_copy(update={"uuid": "GPU-11111111-0000-0000-0000-000000000001"}),
+        seed=1,
+    )
     dest = tmp_path / "merged"
     merge_records([made, other], dest)
     assert check_record(dest) == []
@@ -811,11 +864,17 @@ def test_a_trial_whose_end_event_was_lost_is_closed_with_the_status_its_file_hol
 ENTRY = ROOT / "records" / "attention-wide-entry"
 
 
-@pytest.mark.parametrize("change, fragment", [
-    (lambda lib: lib.update(sha256="0" * 64), "libraries.candidate: another build than trial 1's"),
-    (lambda lib: lib.update(symbol="attention_fast"), "libraries.candidate: symbol 'attention_fast' ABI 1, the plan's"),
-    (lambda lib: lib.update(abi_version=2), "ABI 2, the plan's is 'attention_gated' ABI 1"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        (lambda lib: lib.update(sha256="0" * 64), "libraries.candidate: another build than trial 1's"),
+        (
+            lambda lib: lib.update(symbol="attention_fast"),
+            "libraries.candidate: symbol 'attention_fast' ABI 1, the plan's",
+        ),
+        (lambda lib: lib.update(abi_version=2), "ABI 2, the plan's is 'attention_gated' ABI 1"),
+    ],
+)
 def test_library_build_swapped_in_one_trial(tmp_path, capsys, change, fragment):
     folder = Path(shutil.copytree(ENTRY, tmp_path / "entry"))
     edit_trial(folder, 2, lambda d: change(d["libraries"]["candidate"]))

@@ -49,11 +49,16 @@ def test_a_golden_failure_edited_out_is_refused(tmp_path):
     folder = copy(tmp_path)
 
     def drop(data):
-        data["failures"] = [f for f in data["failures"] if "differ from the golden" not in f["message"]
-                            and "not as declared" not in f["message"]]  # fmt: skip
+        data["failures"] = [
+            f
+            for f in data["failures"]
+            if "differ from the golden" not in f["message"] and "not as declared" not in f["message"]
+        ]
 
     edit_trial(folder, drop)
-    assert any("outputs fail the fidelity gate, but the trial has no fidelity failure" in p for p in check_record(folder))
+    assert any(
+        "outputs fail the fidelity gate, but the trial has no fidelity failure" in p for p in check_record(folder)
+    )
 
 
 def test_counts_judged_by_another_bound_are_refused(tmp_path):
@@ -65,5 +70,7 @@ def test_counts_judged_by_another_bound_are_refused(tmp_path):
         out["atol"] = 1.0  # a looser bound than the plan's 1e-5 would have passed it
 
     edit_trial(folder, loosen)
-    assert any("R=64,S=64: candidate out was judged by atol 1, rtol 0.03125, not by the bound the plan gives it" in p
-               for p in check_record(folder))  # fmt: skip
+    assert any(
+        "R=64,S=64: candidate out was judged by atol 1, rtol 0.03125, not by the bound the plan gives it" in p
+        for p in check_record(folder)
+    )

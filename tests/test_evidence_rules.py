@@ -21,8 +21,10 @@ from qualify.results.store import Record
 
 RECORDS = Path(__file__).resolve().parents[1] / "records"
 LIBRARY_RECORD = RECORDS / "attention-wide-entry"  # both arms are shared libraries
-FROZEN = {"base": "kernels/attention/build/libattention_base.so",
-          "candidate": "kernels/attention/build/libattention_cand.so"}
+FROZEN = {
+    "base": "kernels/attention/build/libattention_base.so",
+    "candidate": "kernels/attention/build/libattention_cand.so",
+}
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +32,9 @@ def library_record():
     """The library record's plan with each arm naming the library file its lock froze (as a plan
     that gives `library` does): the sha256 of each trial's build is then checked against the lock."""
     plan = load_plan(LIBRARY_RECORD / "plan.json").plan
-    arms = plan.arms.model_copy(update={side: plan.arm(side).model_copy(update={"library": path})
-                                        for side, path in FROZEN.items()})
+    arms = plan.arms.model_copy(
+        update={side: plan.arm(side).model_copy(update={"library": path}) for side, path in FROZEN.items()}
+    )
     trials = Record(LIBRARY_RECORD).trials()
     lock = {"files": {FROZEN[side]: info.sha256 for side, info in trials[0].libraries.items()}}
     return plan.model_copy(update={"arms": arms}), trials, lock
@@ -51,9 +54,14 @@ def test_builds_the_lock_froze_are_no_problem(library_record):
 def test_a_library_build_the_lock_never_froze_is_named(library_record):
     plan, trials, lock = library_record
     stray = "ab" * 32
-    problems = [str(p) for p in evidence.library_problems([_with_build(t, "candidate", stray) for t in trials], plan, lock)]
-    assert problems == [f"trials/trial-{t.index}.json: libraries.candidate: sha256 {evidence._short(stray)} is not "
-                        "a build the lock froze" for t in trials]
+    problems = [
+        str(p) for p in evidence.library_problems([_with_build(t, "candidate", stray) for t in trials], plan, lock)
+    ]
+    assert problems == [
+        f"trials/trial-{t.index}.json: libraries.candidate: sha256 {evidence._short(stray)} is not "
+        "a build the lock froze"
+        for t in trials
+    ]
 
 
 def test_an_unfrozen_build_is_named_even_when_the_plan_gives_no_library_file(library_record):
@@ -84,8 +92,10 @@ def test_a_block_index_beyond_the_plans_schedule_is_named(vecload, beyond):
     forged[name] = arrays[name].copy()
     forged[name][-1] = plan.schedule.blocks + beyond  # blocks are numbered 0 .. blocks - 1
     problems = evidence.trial_fact_problems(trial, plan, forged)
-    assert f"{name}: block {plan.schedule.blocks + beyond}, the plan's schedule.blocks is {plan.schedule.blocks}" \
+    assert (
+        f"{name}: block {plan.schedule.blocks + beyond}, the plan's schedule.blocks is {plan.schedule.blocks}"
         in problems
+    )
 
 
 def test_the_last_planned_block_is_no_problem(vecload):
@@ -117,63 +127,78 @@ def test_the_committed_ledger_agrees_with_its_trials(ledger):
 def test_trials_started_out_of_order_are_named(ledger):
     events, trials, plan, lock = ledger
     swapped = [events[2], events[3], events[0], events[1]]
-    assert "ledger.jsonl: trials start in the order [2, 1]; qualify numbers them 1, 2, 3… as they start" \
+    assert (
+        "ledger.jsonl: trials start in the order [2, 1]; qualify numbers them 1, 2, 3… as they start"
         in _ledger_lines(swapped, trials, plan, lock)
+    )
 
 
 def test_a_trial_started_or_ended_twice_or_ended_unstarted_is_named(ledger):
     events, trials, plan, lock = ledger
     assert "ledger.jsonl: event 3 starts trial 1 a second time" in _ledger_lines(
-        [events[0], events[1], events[0], *events[2:]], trials, plan, lock)
+        [events[0], events[1], events[0], *events[2:]], trials, plan, lock
+    )
     assert "ledger.jsonl: event 3 ends trial 1 a second time" in _ledger_lines(
-        [events[0], events[1], events[1], *events[2:]], trials, plan, lock)
+        [events[0], events[1], events[1], *events[2:]], trials, plan, lock
+    )
     assert "ledger.jsonl: event 1 ends trial 1, which has not started" in _ledger_lines(
-        [events[1], events[0], *events[2:]], trials, plan, lock)
+        [events[1], events[0], *events[2:]], trials, plan, lock
+    )
 
 
 def test_an_event_qualify_never_writes_is_named(ledger):
     events, trials, plan, lock = ledger
     assert "ledger.jsonl: event 3 is 'trial_paused'; a ledger holds trial_started and trial_ended" in _ledger_lines(
-        [*events[:2], {"event": "trial_paused", "trial": 2}, *events[2:]], trials, plan, lock)
+        [*events[:2], {"event": "trial_paused", "trial": 2}, *events[2:]], trials, plan, lock
+    )
 
 
 def test_a_trial_left_open_before_the_next_started_is_named_but_an_open_last_trial_is_not(ledger):
     events, trials, plan, lock = ledger
-    assert ("ledger.jsonl: trial 1 never ended, yet a later trial started: qualify ends a trial before it "
-            "starts another") in _ledger_lines([events[0], *events[2:]], trials, plan, lock)
+    assert (
+        "ledger.jsonl: trial 1 never ended, yet a later trial started: qualify ends a trial before it starts another"
+    ) in _ledger_lines([events[0], *events[2:]], trials, plan, lock)
     assert not [line for line in _ledger_lines(events[:3], trials[:1], plan, lock) if "never ended" in line]
 
 
 def test_a_trial_file_the_ledger_ended_normally_is_missing(ledger):
     events, trials, plan, lock = ledger
-    assert "trials/trial-2.json: missing; the ledger.jsonl ended trial 2 'complete'" \
-        in _ledger_lines(events, trials[:1], plan, lock)
+    assert "trials/trial-2.json: missing; the ledger.jsonl ended trial 2 'complete'" in _ledger_lines(
+        events, trials[:1], plan, lock
+    )
 
 
 def test_a_trial_status_the_ledger_contradicts_is_named(ledger):
     events, trials, plan, lock = ledger
     failed = trials[1].model_copy(update={"status": "failed"})
-    assert "trials/trial-2.json: status 'failed', the ledger.jsonl ended it 'complete'" \
-        in _ledger_lines(events, [trials[0], failed], plan, lock)
+    assert "trials/trial-2.json: status 'failed', the ledger.jsonl ended it 'complete'" in _ledger_lines(
+        events, [trials[0], failed], plan, lock
+    )
 
 
 def test_a_trial_run_on_another_device_than_the_ledger_says_is_named(ledger):
     events, trials, plan, lock = ledger
-    moved = [dict(e, device_uuid="GPU-other") if e["event"] == "trial_started" and e["trial"] == 2 else e
-             for e in events]
+    moved = [
+        dict(e, device_uuid="GPU-other") if e["event"] == "trial_started" and e["trial"] == 2 else e for e in events
+    ]
     lines = _ledger_lines(moved, trials, plan, lock)
-    assert f"trials/trial-2.json: ran on {trials[1].provenance.device.uuid} by its file, on GPU-other by the ledger.jsonl" \
+    assert (
+        f"trials/trial-2.json: ran on {trials[1].provenance.device.uuid} by its file, on GPU-other by the ledger.jsonl"
         in lines
+    )
 
 
 def test_more_complete_trials_than_the_schedule_runs_are_named(ledger):
     events, trials, plan, lock = ledger
-    third = trials[1].model_copy(update={"index": 3, "started_at": "2026-12-01T23:59:00.000+00:00",
-                                          "samples_sha256": "0" * 64})
+    third = trials[1].model_copy(
+        update={"index": 3, "started_at": "2026-12-01T23:59:00.000+00:00", "samples_sha256": "0" * 64}
+    )
     extra = [*events, {**events[2], "trial": 3}, {**events[3], "trial": 3}]
     uuid = trials[0].provenance.device.uuid
-    assert (f"trials: 3 complete trials on {uuid}; the plan's schedule.trials is {plan.schedule.trials} "
-            "and qualify runs no more") in _ledger_lines(extra, [*trials, third], plan, lock)
+    assert (
+        f"trials: 3 complete trials on {uuid}; the plan's schedule.trials is {plan.schedule.trials} "
+        "and qualify runs no more"
+    ) in _ledger_lines(extra, [*trials, third], plan, lock)
 
 
 def test_a_trial_file_copied_under_another_index_is_named(ledger):
@@ -191,7 +216,9 @@ def test_cases_the_samples_time_but_the_trial_leaves_out_or_lists_without_sample
     plan, trial, arrays = vecload
     dropped = trial.cases[1].case
     short = trial.model_copy(update={"cases": [c for c in trial.cases if c.case != dropped]})
-    assert f"its raw samples time {dropped}, which the trial leaves out" in evidence.trial_fact_problems(short, plan, arrays)
+    assert f"its raw samples time {dropped}, which the trial leaves out" in evidence.trial_fact_problems(
+        short, plan, arrays
+    )
     untimed = {k: v for k, v in arrays.items() if not k.startswith(dropped + "/")}
     assert f"lists {dropped}, which its raw samples do not time" in evidence.trial_fact_problems(trial, plan, untimed)
 
@@ -202,10 +229,13 @@ def test_a_timer_setting_other_than_the_plans_is_named(vecload):
     assert "timer.cache is 'warm', the plan's is 'cold'" in evidence.trial_fact_problems(edited, plan, arrays)
 
 
-@pytest.mark.parametrize("status, kind, line", [
-    ("complete", "timeout", "status 'complete' despite a timeout failure, which ends a trial as failed"),
-    ("failed", None, "status 'failed' with no failure recorded"),
-])
+@pytest.mark.parametrize(
+    "status, kind, line",
+    [
+        ("complete", "timeout", "status 'complete' despite a timeout failure, which ends a trial as failed"),
+        ("failed", None, "status 'failed' with no failure recorded"),
+    ],
+)
 def test_a_status_its_failures_contradict_is_named(vecload, status, kind, line):
     plan, trial, arrays = vecload
     failures = [] if kind is None else [Failure(kind=kind, message="m")]
@@ -223,17 +253,28 @@ def test_parity_that_contradicts_itself_is_named(vecload):
     plan, trial, arrays = vecload
     p = trial.cases[0].parity[0]
     edited = _with_parity(trial, differing_elements=5)  # "equal", yet five elements differ
-    assert (f"{trial.cases[0].case}: parity of {p.buffer} contradicts itself (equal True, 5 of {p.elements} "
-            "differ, first at None)") in evidence.trial_fact_problems(edited, plan, arrays)
+    assert (
+        f"{trial.cases[0].case}: parity of {p.buffer} contradicts itself (equal True, 5 of {p.elements} "
+        "differ, first at None)"
+    ) in evidence.trial_fact_problems(edited, plan, arrays)
     noisy = _with_parity(trial, max_ulp=3)  # "equal", with an error
     assert any("contradicts itself" in line for line in evidence.trial_fact_problems(noisy, plan, arrays))
 
 
-@pytest.mark.parametrize("changes, line", [
-    ({"caught": False}, "negative control flip_last_x_bit at N=1048576: 1 elements differ, which fails a bytes "
-                        "gate, yet it is not 'caught'"),
-    ({"differing_elements": 0}, "negative control flip_last_x_bit at N=1048576 is 'caught' with no element differing"),
-])
+@pytest.mark.parametrize(
+    "changes, line",
+    [
+        (
+            {"caught": False},
+            "negative control flip_last_x_bit at N=1048576: 1 elements differ, which fails a bytes "
+            "gate, yet it is not 'caught'",
+        ),
+        (
+            {"differing_elements": 0},
+            "negative control flip_last_x_bit at N=1048576 is 'caught' with no element differing",
+        ),
+    ],
+)
 def test_a_negative_control_its_own_counts_contradict_is_named(vecload, changes, line):
     plan, trial, arrays = vecload
     controls = [trial.controls[0].model_copy(update=changes), *trial.controls[1:]]
@@ -244,7 +285,9 @@ def test_a_sanitizer_run_the_plan_does_not_ask_for_is_named(vecload):
     plan, trial, arrays = vecload
     extra = trial.sanitizer[0].model_copy(update={"tool": "synccheck"})
     edited = trial.model_copy(update={"sanitizer": [*trial.sanitizer, extra]})
-    assert f"synccheck at {extra.case} is not a sanitizer check of the plan" in evidence.trial_fact_problems(edited, plan, arrays)
+    assert f"synccheck at {extra.case} is not a sanitizer check of the plan" in evidence.trial_fact_problems(
+        edited, plan, arrays
+    )
 
 
 def _with_code(trial, **changes):
@@ -257,12 +300,16 @@ def test_identical_code_with_identical_launches_is_a_consistent_free_aa(vecload)
     free = _with_code(trial, status="identical", digests=same, launches_match=True, free_aa=True, differences=[])
     assert evidence.trial_fact_problems(free, plan, arrays) == []
     claimed = _with_code(trial, status="identical", digests=same, launches_match=False, free_aa=True, differences=[])
-    assert any(line.startswith("code.free_aa is True, but the code is identical and its launches_match is False")
-               for line in evidence.trial_fact_problems(claimed, plan, arrays))
+    assert any(
+        line.startswith("code.free_aa is True, but the code is identical and its launches_match is False")
+        for line in evidence.trial_fact_problems(claimed, plan, arrays)
+    )
 
 
 def test_a_code_status_its_digests_contradict_is_named(vecload):
     plan, trial, arrays = vecload
     edited = _with_code(trial, status="identical")  # the digests still differ
-    assert any(line.startswith("code.status is 'identical', but its digests") and line.endswith("differ")
-               for line in evidence.trial_fact_problems(edited, plan, arrays))
+    assert any(
+        line.startswith("code.status is 'identical', but its digests") and line.endswith("differ")
+        for line in evidence.trial_fact_problems(edited, plan, arrays)
+    )

@@ -124,15 +124,30 @@ def test_each_function_and_operator_gives_its_exact_value_and_type(source, expec
 @pytest.mark.parametrize(
     "source, expected",
     [
-        ("T == 6", 1), ("T == 5", 0), ("T != 5", 1), ("T != 6", 0),
-        ("T < 6", 0), ("T < 7", 1), ("T <= 6", 1), ("T <= 5", 0),
-        ("T > 6", 0), ("T > 5", 1), ("T >= 6", 1), ("T >= 7", 0),
-        ("T > 5 and T < 7", 1), ("T > 5 and T > 7", 0), ("T < 5 and T < 7", 0),
-        ("T < 5 or T > 7", 0), ("T < 5 or T < 7", 1), ("T > 5 or T > 7", 1),
-        ("0 or 0 or 3", 1), ("3 and 2 and 0", 0),
-        ("1 if T else 2", 1), ("1 if T - 6 else 2", 2),
+        ("T == 6", 1),
+        ("T == 5", 0),
+        ("T != 5", 1),
+        ("T != 6", 0),
+        ("T < 6", 0),
+        ("T < 7", 1),
+        ("T <= 6", 1),
+        ("T <= 5", 0),
+        ("T > 6", 0),
+        ("T > 5", 1),
+        ("T >= 6", 1),
+        ("T >= 7", 0),
+        ("T > 5 and T < 7", 1),
+        ("T > 5 and T > 7", 0),
+        ("T < 5 and T < 7", 0),
+        ("T < 5 or T > 7", 0),
+        ("T < 5 or T < 7", 1),
+        ("T > 5 or T > 7", 1),
+        ("0 or 0 or 3", 1),
+        ("3 and 2 and 0", 0),
+        ("1 if T else 2", 1),
+        ("1 if T - 6 else 2", 2),
     ],
-)  # fmt: skip
+)
 def test_comparisons_and_logic_on_both_sides(source, expected):
     value = expr.evaluate(source, {"T": 6})
     assert value == expected and type(value) is int

@@ -8,18 +8,69 @@ import math
 import time
 import warnings
 
+from fuzzing import PROFILE
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from fuzzing import PROFILE
 from qualify import expr
 
 TOKENS = [
-    *"0123456789", "T", "N", "BM", "x", "_", ".", "'", '"', " ", "(", ")", ",",
-    "+", "-", "*", "/", "//", "%", "**", "<", "<=", "==", "!=", ">", "and", "or", "not", "if", "else",
-    "cdiv", "round_up", "min", "max", "abs", "sqrt", "rsqrt", "log2", "ceil", "floor",
-    "e", "j", "lambda", "__import__", "[", "]", "{", "}", ":", "=", "@", "~", "<<", "^", "\\",
-]  # fmt: skip
+    *"0123456789",
+    "T",
+    "N",
+    "BM",
+    "x",
+    "_",
+    ".",
+    "'",
+    '"',
+    " ",
+    "(",
+    ")",
+    ",",
+    "+",
+    "-",
+    "*",
+    "/",
+    "//",
+    "%",
+    "**",
+    "<",
+    "<=",
+    "==",
+    "!=",
+    ">",
+    "and",
+    "or",
+    "not",
+    "if",
+    "else",
+    "cdiv",
+    "round_up",
+    "min",
+    "max",
+    "abs",
+    "sqrt",
+    "rsqrt",
+    "log2",
+    "ceil",
+    "floor",
+    "e",
+    "j",
+    "lambda",
+    "__import__",
+    "[",
+    "]",
+    "{",
+    "}",
+    ":",
+    "=",
+    "@",
+    "~",
+    "<<",
+    "^",
+    "\\",
+]
 PARAMS = {"T": 512, "N": 1024, "BM": 64}
 
 

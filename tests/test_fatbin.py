@@ -27,7 +27,12 @@ def test_entries_of_an_uncompressed_library():
     found = fatbin.entries(fatbin.fatbin_of(lib("base")))
     # the device link's module and k.cu's, each for sm_89 and sm_90, then k.cu's compute_90 PTX
     assert [(e.kind, e.arch, e.compression) for e in found] == [
-        (2, 89, "none"), (2, 90, "none"), (2, 89, "none"), (2, 90, "none"), (1, 90, "none")]  # fmt: skip
+        (2, 89, "none"),
+        (2, 90, "none"),
+        (2, 89, "none"),
+        (2, 90, "none"),
+        (1, 90, "none"),
+    ]
     assert fatbin.architectures(lib("base")) == [89, 90]
     assert all(e.payload[:4] == b"\x7fELF" for e in found if e.kind == fatbin.KIND_ELF)
     assert b".version" in found[-1].payload  # PTX text
@@ -94,8 +99,9 @@ def _container(entry_header: bytes, payload: bytes) -> bytes:
 
 
 def _entry(kind=2, arch=90, flags=0x11, payload=b"", stored=0, raw=0, header=64) -> bytes:
-    fixed = struct.pack("<HHIQIIHHIIIQQQ", kind, 0x101, header, len(payload), stored, 0, 8, 1, arch, 0, 0,
-                        flags, 0, raw)  # fmt: skip
+    fixed = struct.pack(
+        "<HHIQIIHHIIIQQQ", kind, 0x101, header, len(payload), stored, 0, 8, 1, arch, 0, 0, flags, 0, raw
+    )
     return fixed + bytes(header - 64)
 
 

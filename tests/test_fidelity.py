@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from qualify.dtypes import NUMPY_DTYPES
+from qualify.evaluate.fidelity import compare
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.plan.model import Fidelity
 from qualify.results.model import BufferParity
-from qualify.evaluate.fidelity import compare
 
 # a comparison prints nothing: numpy's overflow or division warnings would land in the middle of
 # a run's terminal output
@@ -92,10 +92,20 @@ def test_every_dtype_of_the_plan_schema_is_in_the_table():
 
 @pytest.mark.parametrize("dtype", sorted({row[0] for row in TABLE}))
 def test_identical_buffers_are_equal_whatever_they_hold(dtype):
-    values = {"bf16": [0x7FC0, 0x8000, 0x0001]}.get(dtype, [0, 1, 2] if dtype[0] in "iu" else [math.nan, -0.0, math.inf])
+    values = {"bf16": [0x7FC0, 0x8000, 0x0001]}.get(
+        dtype, [0, 1, 2] if dtype[0] in "iu" else [math.nan, -0.0, math.inf]
+    )
     p = compare("out", dtype, raw(dtype, values), raw(dtype, values))
-    assert p == BufferParity(buffer="out", equal=True, elements=3, differing_elements=0,
-                             first_difference=None, max_ulp=0, max_abs=0.0, max_rel=0.0)  # fmt: skip
+    assert p == BufferParity(
+        buffer="out",
+        equal=True,
+        elements=3,
+        differing_elements=0,
+        first_difference=None,
+        max_ulp=0,
+        max_abs=0.0,
+        max_rel=0.0,
+    )
 
 
 def test_counts_and_maxima_over_several_differing_elements():
@@ -117,7 +127,9 @@ def test_one_non_finite_element_leaves_every_distance_unbounded():
     assert (p.differing_elements, p.max_ulp, p.max_abs, p.max_rel) == (2, None, None, None)
 
 
-@pytest.mark.parametrize("expected, actual", [(b"\0" * 8, b"\0" * 12), (b"\0" * 6, b"\0" * 6)], ids=["lengths", "partial"])
+@pytest.mark.parametrize(
+    "expected, actual", [(b"\0" * 8, b"\0" * 12), (b"\0" * 6, b"\0" * 6)], ids=["lengths", "partial"]
+)
 def test_buffers_that_are_not_two_arrays_of_one_length_are_refused(expected, actual):
     with pytest.raises(ValueError, match="not two f32 buffers"):
         compare("y", "f32", np.frombuffer(expected, np.uint8), np.frombuffer(actual, np.uint8))

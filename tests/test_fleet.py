@@ -3,15 +3,14 @@ one device failing, and how their exit codes combine."""
 
 from __future__ import annotations
 
-
 import pytest
-
 from fleet_worker import ProcessWorker, run_on_fake_device
 from plans import make_repo, plan_copy
+
+from qualify.commands.fleet import DeviceOutcome, combined_exit_code, parse_devices, run_devices
 from qualify.errors import ExitCode, UsageError
 from qualify.record.check import check_record
 from qualify.results.store import Record
-from qualify.commands.fleet import DeviceOutcome, combined_exit_code, parse_devices, run_devices
 
 
 def small_plan():
@@ -27,10 +26,17 @@ def test_device_lists(text, count, expected):
     assert parse_devices(text, count) == expected
 
 
-@pytest.mark.parametrize("text, count, message", [
-    ("all", 0, "no CUDA device"), ("0,3", 3, "device 3 requested, 3 present"), ("1,1", 2, "given twice"),
-    ("x", 2, "not a device ordinal"), ("", 2, "not a device ordinal"), ("-1", 2, "not a device ordinal"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, count, message",
+    [
+        ("all", 0, "no CUDA device"),
+        ("0,3", 3, "device 3 requested, 3 present"),
+        ("1,1", 2, "given twice"),
+        ("x", 2, "not a device ordinal"),
+        ("", 2, "not a device ordinal"),
+        ("-1", 2, "not a device ordinal"),
+    ],
+)
 def test_device_lists_refused(text, count, message):
     with pytest.raises(UsageError, match=message) as info:
         parse_devices(text, count)
@@ -61,10 +67,20 @@ def test_a_failing_device_is_its_own_and_the_others_go_on(tmp_path):
     assert combined_exit_code(outcomes, verdict_code=0) == ExitCode.DEVICE
 
 
-@pytest.mark.parametrize("codes, verdict, expected", [
-    ([0, 0], 0, 0), ([0, 1], 1, 1), ([0, 5], 0, 5), ([6, 5], 1, 5), ([130, 70], 0, 130),
-    ([7, 0], 7, 7), ([0, 99], 0, 70), ([2, 3], 1, 3), ([0], None, 7),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "codes, verdict, expected",
+    [
+        ([0, 0], 0, 0),
+        ([0, 1], 1, 1),
+        ([0, 5], 0, 5),
+        ([6, 5], 1, 5),
+        ([130, 70], 0, 130),
+        ([7, 0], 7, 7),
+        ([0, 99], 0, 70),
+        ([2, 3], 1, 3),
+        ([0], None, 7),
+    ],
+)
 def test_the_most_severe_worker_code_wins_over_the_verdict(codes, verdict, expected):
     outcomes = [DeviceOutcome(n, c) for n, c in enumerate(codes)]
     assert combined_exit_code(outcomes, verdict) == expected

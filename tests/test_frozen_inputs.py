@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from plans import HEADER, KERNEL, make_repo, plan_copy
+from test_refused_inputs import refused, run_cli  # one CLI-refusal helper for both refusal suites
+
 from qualify.build import nvrtc
 from qualify.build.nvrtc import KernelSpec, compile_kernel
-from test_refused_inputs import refused, run_cli  # one CLI-refusal helper for both refusal suites
 from qualify.errors import FrozenInputChanged, PlanError, printable
 from qualify.plan.checks import warmup_launches
 from qualify.plan.files import include_candidates
@@ -44,6 +44,7 @@ def private_cache(tmp_path_factory, monkeypatch):
 @pytest.fixture(autouse=True)
 def no_hang():
     """A regression that blocks on a FIFO must fail the test, not hang the suite."""
+
     def stop(signum, frame):
         raise TimeoutError("blocked for 60 s")
 
@@ -100,16 +101,19 @@ def test_a_define_in_the_plan_that_names_the_header_is_frozen(tmp_path, capsys):
     assert "kernels/tune.h" in lock_files(path)
 
 
-@pytest.mark.parametrize("guard, extra_plan", [
-    ("#ifdef MUTANT", {"kind": "build", "name": "mutant", "defines": {"MUTANT": 1}}),  # a build control's header
-    ("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 890", None),  # a header only one architecture reads
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "guard, extra_plan",
+    [
+        ("#ifdef MUTANT", {"kind": "build", "name": "mutant", "defines": {"MUTANT": 1}}),  # a build control's header
+        ("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 890", None),  # a header only one architecture reads
+    ],
+)
 def test_freeze_binds_headers_of_every_variant_it_compiles(tmp_path, capsys, guard, extra_plan):
     plan = plan_copy()
     plan["hardware"]["architectures"] = ["sm_89", "sm_90"]
     if extra_plan is not None:
         plan["controls"]["negative"].append(extra_plan)
-    include = f"#include \"tune.h\"\n#define STR(x) #x\n{guard}\n#include STR(variant.h)\n#endif"
+    include = f'#include "tune.h"\n#define STR(x) #x\n{guard}\n#include STR(variant.h)\n#endif'
     path = tuned_repo(tmp_path, include, plan)
     (tmp_path / "kernels" / "variant.h").write_text("// read by one variant only\n")
     assert run_cli(["plan", "freeze", path], capsys)[0] == 0
@@ -165,8 +169,7 @@ def test_a_tune_h_in_the_working_directory_is_not_picked_up(tmp_path, monkeypatc
     cwd.mkdir()
     (cwd / "tune.h").write_text("#define TUNE 100.0f\n")
     monkeypatch.chdir(cwd)
-    spec = KernelSpec(source=(repo / "kernels" / "k.cu").resolve(), kernel="axpy<1>", arch="sm_90",
-                      root=repo.resolve())  # fmt: skip
+    spec = KernelSpec(source=(repo / "kernels" / "k.cu").resolve(), kernel="axpy<1>", arch="sm_90", root=repo.resolve())
     read = [Path(name) for name, digest in compile_kernel(spec).headers if digest != nvrtc.BUILTIN]
     assert (repo / "kernels" / "tune.h").resolve() in read
     assert all(p.is_absolute() and not p.is_relative_to(cwd) for p in read), read
@@ -230,13 +233,16 @@ def test_a_refused_option_writes_no_file(tmp_path, capsys):
     assert not target.exists()
 
 
-@pytest.mark.parametrize("given, canonical", [
-    ("-use_fast_math", "--use_fast_math"),
-    ("  --ftz=true ", "--ftz=true"),
-    ("-maxrregcount 64", "--maxrregcount=64"),
-    ("-w", "--disable-warnings"),
-    ("--ptxas-options=-O3", "--ptxas-options=-O3"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "given, canonical",
+    [
+        ("-use_fast_math", "--use_fast_math"),
+        ("  --ftz=true ", "--ftz=true"),
+        ("-maxrregcount 64", "--maxrregcount=64"),
+        ("-w", "--disable-warnings"),
+        ("--ptxas-options=-O3", "--ptxas-options=-O3"),
+    ],
+)
 def test_allowed_options_normalise_to_one_spelling_and_compile(tmp_path, capsys, given, canonical):
     assert normalize_option(given) == canonical
     plan = plan_copy()
@@ -245,8 +251,21 @@ def test_allowed_options_normalise_to_one_spelling_and_compile(tmp_path, capsys,
     assert code == 0, err
 
 
-_FILE_OPTIONS = ["pre-include", "include", "preinclude", "use-pch", "create-pch", "pch-dir", "time",
-                 "fdevice-time-trace", "include-path", "I", "isystem", "dependency-output", "MF"]  # fmt: skip
+_FILE_OPTIONS = [
+    "pre-include",
+    "include",
+    "preinclude",
+    "use-pch",
+    "create-pch",
+    "pch-dir",
+    "time",
+    "fdevice-time-trace",
+    "include-path",
+    "I",
+    "isystem",
+    "dependency-output",
+    "MF",
+]
 
 
 @settings(max_examples=300, deadline=None)
@@ -354,8 +373,13 @@ def test_run_plan_itself_refuses_a_swapped_library(library_plan, tmp_path):
     path, v1, v2 = library_plan
     opened = []
     with pytest.raises(FrozenInputChanged):
-        run_plan(load_frozen(path), tmp_path / "rec", lambda: opened.append(1), lambda u: None,
-                 libraries={"base": v1, "candidate": v2})  # fmt: skip
+        run_plan(
+            load_frozen(path),
+            tmp_path / "rec",
+            lambda: opened.append(1),
+            lambda u: None,
+            libraries={"base": v1, "candidate": v2},
+        )
     assert not opened and not (tmp_path / "rec").exists()  # refused before the device or the record
 
 
@@ -430,20 +454,25 @@ def test_a_lock_naming_a_file_outside_the_repository(tmp_path, capsys, rel):
 # cause 11: warm-up bounded and inside the budget
 
 
-@pytest.mark.parametrize("warmup, fragment", [("10001", "schedule.warmup"), ("1" + "0" * 4000, "invalid JSON"),
-                                              ("18446744073709551616", "schedule.warmup")])  # fmt: skip
+@pytest.mark.parametrize(
+    "warmup, fragment",
+    [("10001", "schedule.warmup"), ("1" + "0" * 4000, "invalid JSON"), ("18446744073709551616", "schedule.warmup")],
+)
 def test_warmup_beyond_its_bound(tmp_path, capsys, warmup, fragment):
     path = make_repo(tmp_path)
     path.write_text(path.read_text().replace('"samples_per_block": 5', f'"warmup": {warmup}, "samples_per_block": 5'))
     refused(capsys, ["plan", "check", "--no-compile", path], 2, fragment)
 
 
-@pytest.mark.parametrize("planned, elapsed, per_launch, wall, expected", [
-    (300_000, 0.0, 2.0**-15, 1.0, 2**15),  # the review's 300,000 warm-ups in a 1 s budget
-    (10, 0.5, 0.01, 60.0, 10),
-    (10, 61.0, 0.01, 60.0, 0),
-    (0, 0.0, 0.01, 60.0, 0),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "planned, elapsed, per_launch, wall, expected",
+    [
+        (300_000, 0.0, 2.0**-15, 1.0, 2**15),  # the review's 300,000 warm-ups in a 1 s budget
+        (10, 0.5, 0.01, 60.0, 10),
+        (10, 61.0, 0.01, 60.0, 0),
+        (0, 0.0, 0.01, 60.0, 0),
+    ],
+)
 def test_warmup_launches_fit_the_wall_budget(planned, elapsed, per_launch, wall, expected):
     assert warmup_launches(planned, elapsed, per_launch, wall) == expected
 
@@ -491,8 +520,9 @@ def test_case_ids_and_digest_do_not_depend_on_key_order(tmp_path):
 def test_speedup_bounds_that_cannot_pass_are_refused(tmp_path, capsys, bound):
     plan = plan_copy()
     plan["acceptance"]["gates"][0]["min_speedup_pct"] = bound
-    refused(capsys, ["plan", "check", "--no-compile", make_repo(tmp_path, plan)], 2,
-            "acceptance.gates[0].min_speedup_pct")  # fmt: skip
+    refused(
+        capsys, ["plan", "check", "--no-compile", make_repo(tmp_path, plan)], 2, "acceptance.gates[0].min_speedup_pct"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -517,8 +547,9 @@ def test_labels_with_control_characters_are_refused_at_validation(tmp_path, caps
     for key in where[:-1]:
         node = node[key]
     node[where[-1]] = label
-    line = refused(capsys, ["plan", "check", "--no-compile", make_repo(tmp_path, plan)], 2,
-                   ".".join(where), "plain text")  # fmt: skip
+    line = refused(
+        capsys, ["plan", "check", "--no-compile", make_repo(tmp_path, plan)], 2, ".".join(where), "plain text"
+    )
     assert "\x1b" not in line and "\r" not in line
 
 
@@ -542,8 +573,10 @@ def test_plan_schema_into_an_existing_folder(tmp_path, capsys):
     refused(capsys, ["plan", "schema", "-o", tmp_path], 2, f"{tmp_path}: ", "folder")
 
 
-@pytest.mark.parametrize("err, fragment", [(errno.EROFS, "read-only file system"), (errno.ENOSPC, "no space left"),
-                                           (errno.EACCES, "permission denied")])  # fmt: skip
+@pytest.mark.parametrize(
+    "err, fragment",
+    [(errno.EROFS, "read-only file system"), (errno.ENOSPC, "no space left"), (errno.EACCES, "permission denied")],
+)
 def test_a_lock_that_cannot_be_written(tmp_path, capsys, monkeypatch, err, fragment):
     path = make_repo(tmp_path)
     real = os.fsync
@@ -612,8 +645,9 @@ def test_plan_error_from_an_unreadable_source_names_the_file(tmp_path):
 
 @pytest.fixture
 def checked_record(tmp_path):
-    from qualify.record.assemble import write_record
     from test_record import h200_trials, new_record
+
+    from qualify.record.assemble import write_record
 
     record, plan, lock = new_record(tmp_path / "rec")
     h200_trials(record, lock)

@@ -11,6 +11,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from plans import make_repo
+from test_doctor import by_name, healthy
+from test_refused_inputs import refused
 
 import qualify.run.device as device_module
 from qualify.build.nvrtc import nvrtc_version, toolkit_include_dir
@@ -28,9 +31,6 @@ from qualify.generation import (
     refusals,
     warnings,
 )
-from plans import make_repo
-from test_doctor import by_name, healthy
-from test_refused_inputs import refused
 
 ROOT = Path(__file__).resolve().parents[1]
 V = CudaVersion.parse
@@ -64,13 +64,20 @@ def test_what_a_driver_loads_from_an_nvrtc(nvrtc, driver, cubin, ptx):
 
 
 def stack(driver="13.0", bindings="13.3.1", nvrtc="13.0", headers="13.0") -> CudaStack:
-    return CudaStack(driver=V(driver) if driver else None, bindings=bindings,
-                     nvrtc=V(nvrtc) if nvrtc else None, headers=V(headers) if headers else None)  # fmt: skip
+    return CudaStack(
+        driver=V(driver) if driver else None,
+        bindings=bindings,
+        nvrtc=V(nvrtc) if nvrtc else None,
+        headers=V(headers) if headers else None,
+    )
 
 
 def test_a_matching_stack_has_no_refusal_and_no_warning():
-    for s in (stack(), stack(driver="12.9", bindings="12.9.10", nvrtc="12.9", headers="12.9"),
-              stack(driver="13.0", bindings="12.9.10", nvrtc="12.9", headers="12.9")):  # fmt: skip
+    for s in (
+        stack(),
+        stack(driver="12.9", bindings="12.9.10", nvrtc="12.9", headers="12.9"),
+        stack(driver="13.0", bindings="12.9.10", nvrtc="12.9", headers="12.9"),
+    ):
         assert (refusals(s), warnings(s)) == ([], [])
 
 
@@ -100,7 +107,9 @@ def test_headers_of_another_major_are_refused_and_another_minor_is_a_warning():
 
 
 def test_a_newer_nvrtc_minor_warns_and_the_same_minor_does_not():
-    assert warnings(stack(nvrtc="13.1", headers="13.1"))[0].startswith("NVRTC 13.1 is newer than the driver's CUDA 13.0")
+    assert warnings(stack(nvrtc="13.1", headers="13.1"))[0].startswith(
+        "NVRTC 13.1 is newer than the driver's CUDA 13.0"
+    )
     assert warnings(stack(nvrtc="13.0")) == []
 
 
@@ -123,12 +132,18 @@ def test_the_advice_names_the_drivers_extra_or_the_rule():
 WITHOUT_BINDINGS = "import sys; sys.modules['cuda.bindings'] = None; from qualify.cli import main; main(sys.argv[1:])"
 
 
-@pytest.mark.parametrize("argv", [["plan", "check", "protocols/vecload/plan.json"],
-                                  ["run", "protocols/vecload/plan.json", "--record", "{tmp}/record"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "check", "protocols/vecload/plan.json"],
+        ["run", "protocols/vecload/plan.json", "--record", "{tmp}/record"],
+    ],
+)
 def test_without_an_extra_the_first_use_is_one_line_exit_5_naming_the_extras(argv, tmp_path):
     argv = [a.format(tmp=tmp_path) for a in argv]
-    done = subprocess.run([sys.executable, "-c", WITHOUT_BINDINGS, *argv], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_BINDINGS, *argv], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
     assert done.returncode == 5, done.stderr
     assert "Traceback" not in done.stderr + done.stdout
     (line,) = done.stderr.splitlines()
@@ -140,9 +155,17 @@ def test_without_an_extra_the_first_use_is_one_line_exit_5_naming_the_extras(arg
 def test_records_are_checked_and_merged_without_an_extra(tmp_path):
     """The base install is generation-neutral: what needs no GPU and no compiler (report --check,
     --merge: the merge job of gpu.yml installs no extra) runs without cuda-bindings."""
-    for argv in (["report", "--check", "records/vecload"], ["report", "--merge", tmp_path / "merged", "records/vecload"]):
-        done = subprocess.run([sys.executable, "-c", WITHOUT_BINDINGS, *map(str, argv)], capture_output=True,
-                              text=True, cwd=ROOT, timeout=300)  # fmt: skip
+    for argv in (
+        ["report", "--check", "records/vecload"],
+        ["report", "--merge", tmp_path / "merged", "records/vecload"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", WITHOUT_BINDINGS, *map(str, argv)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
         assert done.returncode == 0 and done.stderr == "", (argv, done.stderr)
 
 
@@ -162,7 +185,11 @@ def both_wheels(tmp_path) -> tuple[Path, Path, Path]:
     """A site-packages holding both generations' runtime wheels, as after `pip install
     nvidia-cuda-runtime-cu12` over a cu13 install."""
     site = tmp_path / "site-packages"
-    return site, header_folder(site, "nvidia/cu13/include", 13000), header_folder(site, "nvidia/cuda_runtime/include", 12090)
+    return (
+        site,
+        header_folder(site, "nvidia/cu13/include", 13000),
+        header_folder(site, "nvidia/cuda_runtime/include", 12090),
+    )
 
 
 def test_the_headers_of_nvrtcs_generation_are_chosen_with_both_wheels_installed(both_wheels):
@@ -189,8 +216,10 @@ def test_the_fallback_is_taken_only_when_it_is_nvrtcs_generation(tmp_path):
 def test_no_headers_at_all_is_refused(tmp_path):
     with pytest.raises(DeviceError) as exc:
         header_dir(V("12.9"), lambda: None, search=[str(tmp_path)])
-    assert exc.value.one_line() == ("cuda_runtime.h: no CUDA 12 headers for NVRTC 12.9 (cuda_bf16.h ...); install the "
-                                    "extra for NVRTC CUDA 12.9: pip install 'qualify[cu12]'")  # fmt: skip
+    assert exc.value.one_line() == (
+        "cuda_runtime.h: no CUDA 12 headers for NVRTC 12.9 (cuda_bf16.h ...); install the "
+        "extra for NVRTC CUDA 12.9: pip install 'qualify[cu12]'"
+    )
 
 
 def test_a_header_folder_without_a_version_is_not_taken(tmp_path):
@@ -217,11 +246,15 @@ def test_this_installs_headers_are_of_its_nvrtcs_generation():
 def test_doctor_shows_the_four_versions_and_the_generation():
     report = diagnose(healthy())
     (packages,) = by_name(report, "packages")  # the names pip gives the cu13 extra's wheels
-    assert packages.detail.startswith("cuda-bindings 13.0.1, cuda-pathfinder 1.0, nvidia-cuda-nvrtc 1.0, "
-                                      "nvidia-cuda-runtime 1.0, numpy 1.0, pydantic 1.0, nvidia-ml-py 1.0")  # fmt: skip
+    assert packages.detail.startswith(
+        "cuda-bindings 13.0.1, cuda-pathfinder 1.0, nvidia-cuda-nvrtc 1.0, "
+        "nvidia-cuda-runtime 1.0, numpy 1.0, pydantic 1.0, nvidia-ml-py 1.0"
+    )
     (cuda,) = by_name(report, "cuda")
-    assert (cuda.status, cuda.detail) == ("ok", "driver CUDA 13.0, cuda-bindings 13.0.1, NVRTC 13.0, headers 13.0: "
-                                                "generation 13 (qualify[cu13])")  # fmt: skip
+    assert (cuda.status, cuda.detail) == (
+        "ok",
+        "driver CUDA 13.0, cuda-bindings 13.0.1, NVRTC 13.0, headers 13.0: generation 13 (qualify[cu13])",
+    )
     assert (report.cuda.generation, report.cuda.extra, report.cuda.driver) == (13, "cu13", "13.0")
 
 
@@ -230,25 +263,38 @@ def test_doctor_refuses_a_cu13_install_on_a_cuda_12_driver():
     assert report.exit_code == 5
     (cuda,) = by_name(report, "cuda")
     assert cuda.status == "fail" and cuda.exit_code == 5
-    assert cuda.detail.endswith("NVRTC 13.0 writes code the driver's CUDA 12.4 cannot load; install the extra for "
-                                "the driver's CUDA 12.4: pip install 'qualify[cu12]'")  # fmt: skip
+    assert cuda.detail.endswith(
+        "NVRTC 13.0 writes code the driver's CUDA 12.4 cannot load; install the extra for "
+        "the driver's CUDA 12.4: pip install 'qualify[cu12]'"
+    )
 
 
 def test_doctor_on_a_cu12_install_names_the_cu12_packages():
     versions = {"cuda-bindings": "12.9.10", "nvidia-cuda-nvrtc-cu12": "12.9.86", "nvidia-cuda-runtime-cu12": "12.9.79"}
-    host = healthy(package_version=lambda name: versions.get(name, "1.0"), nvrtc_version=lambda: "12.9",
-                   header_version=lambda folder: "12.9", driver_cuda=lambda: "12.4")  # fmt: skip
+    host = healthy(
+        package_version=lambda name: versions.get(name, "1.0"),
+        nvrtc_version=lambda: "12.9",
+        header_version=lambda folder: "12.9",
+        driver_cuda=lambda: "12.4",
+    )
     report = diagnose(host)
     assert report.exit_code == 0
     (packages,) = by_name(report, "packages")
-    assert packages.detail.startswith("cuda-bindings 12.9.10, cuda-pathfinder 1.0, nvidia-cuda-nvrtc-cu12 12.9.86, "
-                                      "nvidia-cuda-runtime-cu12 12.9.79, numpy")  # fmt: skip
+    assert packages.detail.startswith(
+        "cuda-bindings 12.9.10, cuda-pathfinder 1.0, nvidia-cuda-nvrtc-cu12 12.9.86, "
+        "nvidia-cuda-runtime-cu12 12.9.79, numpy"
+    )
     (cuda,) = by_name(report, "cuda")
     assert cuda.status == "warn" and "generation 12 (qualify[cu12])" in cuda.detail  # 12.9 on a 12.4 driver
-    missing = diagnose(replace(host, package_version=lambda name: None if name == "nvidia-cuda-runtime-cu12" else
-                               versions.get(name, "1.0")))  # fmt: skip
-    assert "missing nvidia-cuda-runtime-cu12; install the extra for the driver's CUDA 12.4: pip install " \
+    missing = diagnose(
+        replace(
+            host, package_version=lambda name: None if name == "nvidia-cuda-runtime-cu12" else versions.get(name, "1.0")
+        )
+    )
+    assert (
+        "missing nvidia-cuda-runtime-cu12; install the extra for the driver's CUDA 12.4: pip install "
         "'qualify[cu12]'" in by_name(missing, "packages")[0].detail
+    )
 
 
 # -- the start-up check ------------------------------------------------------------------------
@@ -263,8 +309,11 @@ class FakeDriver:
     def __init__(self, version: int, load_result: int = 0):
         from cuda.bindings import driver
 
-        self.CUresult, self.CUdevice_attribute, self.CUstream_flags = driver.CUresult, driver.CUdevice_attribute, \
-            driver.CUstream_flags  # fmt: skip
+        self.CUresult, self.CUdevice_attribute, self.CUstream_flags = (
+            driver.CUresult,
+            driver.CUdevice_attribute,
+            driver.CUstream_flags,
+        )
         self._ok = driver.CUresult.CUDA_SUCCESS
         self.version, self.load_result = version, load_result
         self.calls: list[str] = []
@@ -328,16 +377,23 @@ def test_the_start_up_check_refuses_a_driver_that_cannot_load_the_code(monkeypat
     with pytest.raises(DeviceError) as exc:
         device_module.CudaDevice(0)
     assert exc.value.exit_code == 5
-    assert exc.value.message == (f"the driver's CUDA 12.4 cannot load code compiled by NVRTC {nvrtc_version()} "
-                                 "(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222); install the extra for the driver's CUDA "
-                                 "12.4: pip install 'qualify[cu12]'")  # fmt: skip
+    assert exc.value.message == (
+        f"the driver's CUDA 12.4 cannot load code compiled by NVRTC {nvrtc_version()} "
+        "(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, 222); install the extra for the driver's CUDA "
+        "12.4: pip install 'qualify[cu12]'"
+    )
     assert "cuDevicePrimaryCtxRelease" in fake.calls and "cuStreamCreate" not in fake.calls
 
 
 def test_run_on_such_a_driver_is_one_line_exit_5_and_no_record(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(device_module, "_driver", lambda: FakeDriver(12040, load_result=UNSUPPORTED_PTX))
-    refused(capsys, ["run", ROOT / "protocols/vecload/plan.json", "--record", tmp_path / "record"], 5,
-            "the driver's CUDA 12.4 cannot load code compiled by NVRTC", "pip install 'qualify[cu12]'")  # fmt: skip
+    refused(
+        capsys,
+        ["run", ROOT / "protocols/vecload/plan.json", "--record", tmp_path / "record"],
+        5,
+        "the driver's CUDA 12.4 cannot load code compiled by NVRTC",
+        "pip install 'qualify[cu12]'",
+    )
     assert not (tmp_path / "record").exists()
 
 
@@ -345,8 +401,13 @@ def test_run_on_such_a_driver_is_one_line_exit_5_and_no_record(monkeypatch, caps
 
 
 def compile_protocols(*argv) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "compile_protocols.py"), *map(str, argv)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "compile_protocols.py"), *map(str, argv)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
 
 
 def test_compile_protocols_compiles_each_protocol_with_the_installed_generation(tmp_path):
@@ -359,12 +420,16 @@ def test_compile_protocols_compiles_each_protocol_with_the_installed_generation(
     assert "ok    tiny: base and candidate for sm_90: 2 CUBINs, every launch fits" in done.stdout
     failed = compile_protocols("--protocols", broken)
     assert failed.returncode == 4
-    assert any(line.startswith("FAIL  tiny: ") and "NVRTC could not compile" in line for line in failed.stdout.splitlines())
+    assert any(
+        line.startswith("FAIL  tiny: ") and "NVRTC could not compile" in line for line in failed.stdout.splitlines()
+    )
 
 
 def test_compile_protocols_refuses_another_generation_than_asked(tmp_path):
     other = next(g for g in GENERATIONS if g != V(nvrtc_version()).major)
     done = compile_protocols("--generation", other, "--protocols", tmp_path)
     assert done.returncode == 5 and done.stdout == ""
-    assert done.stderr == (f"compile_protocols: NVRTC {nvrtc_version()} is installed, generation {other} was asked "
-                           f"for: {GENERATIONS[other].pip}\n")  # fmt: skip
+    assert done.stderr == (
+        f"compile_protocols: NVRTC {nvrtc_version()} is installed, generation {other} was asked "
+        f"for: {GENERATIONS[other].pip}\n"
+    )

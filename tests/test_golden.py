@@ -4,12 +4,12 @@ import json
 
 import numpy as np
 import pytest
+from plans import HEADER, KERNEL, make_repo, plan_copy
 from safetensors.numpy import save_file
 
 from qualify.cli import main
 from qualify.plan.golden import config_digest, load_golden, write_golden
 from qualify.plan.load import load_plan
-from plans import HEADER, KERNEL, make_repo, plan_copy
 
 PRODUCER = "protocols/tiny/make_golden.py"
 
@@ -25,8 +25,14 @@ def golden_plan(out_dtype="f32"):
     plan = plan_copy()
     plan["workload"]["buffers"][1]["init"] = {"kind": "golden"}  # y comes from the golden
     plan["workload"]["buffers"][2]["dtype"] = out_dtype
-    plan["acceptance"]["fidelity"] = {"mode": "tolerance", "atol": 1e-6, "rtol": 1e-5, "against": "golden",
-                                      "golden": "golden.safetensors", "golden_script": "make_golden.py"}
+    plan["acceptance"]["fidelity"] = {
+        "mode": "tolerance",
+        "atol": 1e-6,
+        "rtol": 1e-5,
+        "against": "golden",
+        "golden": "golden.safetensors",
+        "golden_script": "make_golden.py",
+    }
     return plan
 
 
@@ -42,8 +48,12 @@ def good_tensors(cases, out_dtype="f32"):
 
 def setup(tmp_path, *, out_dtype="f32", edit=None):
     """A repository whose plan's golden is good, then changed by `edit(tensors, plan)` if given."""
-    files = {"kernels/k.cu": KERNEL, "kernels/common.cuh": HEADER, "protocols/tiny/make_golden.py": "# writes it\n",
-             "protocols/tiny/golden.safetensors": ""}  # the plan loads only with its golden present
+    files = {
+        "kernels/k.cu": KERNEL,
+        "kernels/common.cuh": HEADER,
+        "protocols/tiny/make_golden.py": "# writes it\n",
+        "protocols/tiny/golden.safetensors": "",
+    }  # the plan loads only with its golden present
     path = make_repo(tmp_path, golden_plan(out_dtype), files)
     loaded = load_plan(path)
     tensors = good_tensors(loaded.cases, out_dtype)
@@ -85,6 +95,7 @@ def _drop(name):
     def edit(tensors, producer, plan):
         del tensors[name]
         return tensors, producer, plan
+
     return edit
 
 
@@ -92,6 +103,7 @@ def _replace(name, dtype, array):
     def edit(tensors, producer, plan):
         tensors[name] = (dtype, array)
         return tensors, producer, plan
+
     return edit
 
 
@@ -123,7 +135,13 @@ REFUSALS = [
     ("wrong-length", _replace("N=4096/out", "f32", np.ones(4095, np.float32)), 2, "N=4096/out", "needs [4096]"),
     ("wrong-dtype", _replace("N=1024/out", "f64", np.ones(1024)), 2, "N=1024/out", "dtype 'f64'"),
     ("nan-expected", _replace("N=4096/out", "f32", _nan_at(17)), 2, "N=4096/out", "first at flat index 17"),
-    ("inf-expected", _replace("N=1024/out", "f32", np.full(1024, np.inf, np.float32)), 2, "N=1024/out", "1024 non-finite"),
+    (
+        "inf-expected",
+        _replace("N=1024/out", "f32", np.full(1024, np.inf, np.float32)),
+        2,
+        "N=1024/out",
+        "1024 non-finite",
+    ),
     ("unknown-tensor", _extra, 2, "N=1024/old_out", "no use for"),
     ("other-producer", _other_producer, 2, "metadata.producer", "golden_script is 'protocols/tiny/make_golden.py'"),
 ]
@@ -140,6 +158,7 @@ def test_non_finite_bf16_expected_value_is_refused(tmp_path, capsys):
         bits[5] = 0x7F80  # +inf in bf16
         tensors["N=1024/out"] = ("bf16", bits)
         return tensors, producer, plan
+
     check_fails(setup(tmp_path, out_dtype="bf16", edit=edit), capsys, 2, "N=1024/out", "first at flat index 5")
 
 
@@ -150,9 +169,17 @@ def test_bf16_stored_as_float_is_refused(tmp_path, capsys):
     tensors = {k: v[1] for k, v in good_tensors(loaded.cases, "bf16").items()}
     tensors["N=1024/out"] = np.ones(1024, np.float32)
     dtypes = {k: ("f32" if k.endswith("/y") else "bf16") for k in tensors}
-    save_file(tensors, str(path.parent / "golden.safetensors"), metadata={
-        "format": "qualify-golden", "format_version": "1", "producer": PRODUCER,
-        "config_sha256": config_digest(loaded.plan), "dtypes": json.dumps(dtypes)})
+    save_file(
+        tensors,
+        str(path.parent / "golden.safetensors"),
+        metadata={
+            "format": "qualify-golden",
+            "format_version": "1",
+            "producer": PRODUCER,
+            "config_sha256": config_digest(loaded.plan),
+            "dtypes": json.dumps(dtypes),
+        },
+    )
     check_fails(path, capsys, 2, "N=1024/out", "stored as F32")
 
 
@@ -160,27 +187,38 @@ def _metadata_case(tmp_path, **changes):
     path = setup(tmp_path)
     loaded = load_plan(path)
     tensors = {k: v[1] for k, v in good_tensors(loaded.cases).items()}
-    metadata = {"format": "qualify-golden", "format_version": "1", "producer": PRODUCER,
-                "config_sha256": config_digest(loaded.plan),
-                "dtypes": json.dumps({k: "f32" for k in tensors})}
+    metadata = {
+        "format": "qualify-golden",
+        "format_version": "1",
+        "producer": PRODUCER,
+        "config_sha256": config_digest(loaded.plan),
+        "dtypes": json.dumps({k: "f32" for k in tensors}),
+    }
     metadata.update(changes)
     metadata = {k: v for k, v in metadata.items() if v is not None}
     save_file(tensors, str(path.parent / "golden.safetensors"), metadata=metadata)
     return path
 
 
-@pytest.mark.parametrize("changes, field, fragment", [
-    ({"format_version": "2"}, "metadata.format_version", "'2' is not supported"),
-    ({"format": None}, "metadata.format", "expected 'qualify-golden'"),
-    ({"producer": None}, "metadata.producer", "which script wrote it"),
-    ({"dtypes": "not json"}, "metadata.dtypes", "JSON object"),
-], ids=["future-version", "no-format", "no-producer", "bad-dtypes"])
+@pytest.mark.parametrize(
+    "changes, field, fragment",
+    [
+        ({"format_version": "2"}, "metadata.format_version", "'2' is not supported"),
+        ({"format": None}, "metadata.format", "expected 'qualify-golden'"),
+        ({"producer": None}, "metadata.producer", "which script wrote it"),
+        ({"dtypes": "not json"}, "metadata.dtypes", "JSON object"),
+    ],
+    ids=["future-version", "no-format", "no-producer", "bad-dtypes"],
+)
 def test_bad_metadata_is_refused(tmp_path, capsys, changes, field, fragment):
     check_fails(_metadata_case(tmp_path, **changes), capsys, 2, field, fragment)
 
 
-@pytest.mark.parametrize("content", [b"", b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}", b"not a golden at all"],
-                         ids=["empty", "broken-header", "text"])
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}", b"not a golden at all"],
+    ids=["empty", "broken-header", "text"],
+)
 def test_unreadable_golden_is_refused(tmp_path, capsys, content):
     path = setup(tmp_path)
     (path.parent / "golden.safetensors").write_bytes(content)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from plans import HEADER, KERNEL, make_repo
+from test_golden import PRODUCER, golden_plan
 
 from qualify.errors import PlanError
 from qualify.plan.golden import load_golden, write_golden
 from qualify.plan.load import load_plan
-from plans import HEADER, KERNEL, make_repo
-from test_golden import PRODUCER, golden_plan
 
 # dtype → (its safetensors type, sample values as that dtype's numpy array; bf16 as bit patterns)
 DTYPES = {
@@ -34,8 +34,12 @@ NON_FINITE = {"bf16": np.uint16(0x7FC0), "f16": np.float16(np.inf), "f32": np.fl
 
 def _repo(tmp_path, dtype: str):
     """The test plan with its output of `dtype`; returns (plan path, loaded plan)."""
-    files = {"kernels/k.cu": KERNEL, "kernels/common.cuh": HEADER, "protocols/tiny/make_golden.py": "# writes it\n",
-             "protocols/tiny/golden.safetensors": ""}  # fmt: skip
+    files = {
+        "kernels/k.cu": KERNEL,
+        "kernels/common.cuh": HEADER,
+        "protocols/tiny/make_golden.py": "# writes it\n",
+        "protocols/tiny/golden.safetensors": "",
+    }
     path = make_repo(tmp_path, golden_plan(dtype), files)
     return path, load_plan(path)
 
@@ -81,6 +85,8 @@ def test_a_non_finite_expected_value_of_every_float_dtype_is_refused(tmp_path, d
 def test_integers_are_never_judged_finite_or_not(tmp_path, dtype):
     """Every bit pattern of an integer is a value: one that reads as NaN as a float is still fine."""
     path, loaded = _repo(tmp_path, dtype)
-    patterns = np.array([0x7FC00000, 0xFFFFFFFF], np.uint32).view(np.int32) if dtype == "i32" else np.array([255], np.uint8)
+    patterns = (
+        np.array([0x7FC00000, 0xFFFFFFFF], np.uint32).view(np.int32) if dtype == "i32" else np.array([255], np.uint8)
+    )
     write_golden(path.parent / "golden.safetensors", loaded.plan, _tensors(loaded, dtype, patterns), PRODUCER)
     assert _load(path, loaded).producer == PRODUCER

@@ -3,9 +3,10 @@ that say which output did what (tests written from the survivors of mutating gol
 
 from __future__ import annotations
 
+from test_engine_golden import frozen_golden_repo
+
 from qualify.results.tolerance import ControlOutcome
 from qualify.run.golden_stage import control_problem, judge, open_golden
-from test_engine_golden import frozen_golden_repo
 
 
 def _judge(tmp_path, fidelity_update: dict, change=None):
@@ -44,22 +45,35 @@ def test_without_calibration_only_the_counts_are_judged(tmp_path):
 
 
 def test_a_control_not_as_declared_names_every_output_that_misbehaved():
-    outcome = ControlOutcome(control="zero_gate", case="S=8", expected={"out": "fail", "weights": "pass", "lse": "pass"},
-                             passed={"out": True, "weights": False, "lse": True},
-                             worst_bound_fraction={"out": 0.25, "weights": None, "lse": 0.0}, as_declared=False)  # fmt: skip
+    outcome = ControlOutcome(
+        control="zero_gate",
+        case="S=8",
+        expected={"out": "fail", "weights": "pass", "lse": "pass"},
+        passed={"out": True, "weights": False, "lse": True},
+        worst_bound_fraction={"out": 0.25, "weights": None, "lse": 0.0},
+        as_declared=False,
+    )
     assert control_problem(outcome) == (
         "negative control zero_gate is not as declared: out declared fail but passed (worst bound fraction 0.25); "
-        "weights declared pass but failed (worst bound fraction infinite)")
+        "weights declared pass but failed (worst bound fraction infinite)"
+    )
 
 
 def test_a_control_as_declared_is_no_problem():
-    outcome = ControlOutcome(control="c", case="S=8", expected={"out": "fail"}, passed={"out": False},
-                             worst_bound_fraction={"out": 3.0}, as_declared=True)  # fmt: skip
+    outcome = ControlOutcome(
+        control="c",
+        case="S=8",
+        expected={"out": "fail"},
+        passed={"out": False},
+        worst_bound_fraction={"out": 3.0},
+        as_declared=True,
+    )
     assert control_problem(outcome) is None
 
 
 def test_a_plan_without_a_golden_opens_none(tmp_path):
     from plans import make_repo, plan_copy
+
     from qualify.plan.load import load_plan
 
     assert open_golden(load_plan(make_repo(tmp_path, plan_copy()))) is None

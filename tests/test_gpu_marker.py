@@ -40,12 +40,20 @@ def _run(tmp_path: Path, required: bool) -> subprocess.CompletedProcess:
     shutil.copy(CONFTEST, tmp_path / "shared_conftest.py")
     (tmp_path / "conftest.py").write_text(PROJECT_CONFTEST)
     (tmp_path / "test_planted.py").write_text(TESTS)
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: needs an NVIDIA GPU\naddopts = -ra --strict-markers\n")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nmarkers =\n    gpu: needs an NVIDIA GPU\naddopts = -ra --strict-markers\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "QUALIFY_REQUIRE_GPU"}
     if required:
         env["QUALIFY_REQUIRE_GPU"] = "1"
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(tmp_path)], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_missing_gpu_skips_gpu_tests(tmp_path):

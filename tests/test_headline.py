@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from plans import plan_copy
+
 from qualify.evaluate.headline import headline, headline_lines, reason_lines
 from qualify.evaluate.stats import classify
 from qualify.evaluate.verdict import verdict
@@ -28,24 +30,33 @@ from qualify.results.model import (
     Trial,
 )
 
-from plans import plan_copy
-
 LENGTHS = (512, 640, 1024, 2048, 4096, 8192)
-H200 = DeviceInfo(name="NVIDIA H200", uuid="GPU-005ec561-0000", ordinal=0, compute_capability="9.0", arch="sm_90",
-                  sm_count=132, l2_bytes=62_914_560, max_shared_per_block_optin=232_448, driver_version="580",
-                  cuda_driver_version="13.0")  # fmt: skip
+H200 = DeviceInfo(
+    name="NVIDIA H200",
+    uuid="GPU-005ec561-0000",
+    ordinal=0,
+    compute_capability="9.0",
+    arch="sm_90",
+    sm_count=132,
+    l2_bytes=62_914_560,
+    max_shared_per_block_optin=232_448,
+    driver_version="580",
+    cuda_driver_version="13.0",
+)
 
 
 def make_plan(gates=None, sanitizer=None, aa=True, cases=None):
     data = plan_copy()
     data["workload"]["cases"] = cases or [{"N": n} for n in LENGTHS]
     data["acceptance"] = {
-        "gates": gates if gates is not None else [
+        "gates": gates
+        if gates is not None
+        else [
             {"name": "faster_from_2048", "where": "N >= 2048", "min_speedup_pct": 5.0},
             {"name": "no_regression", "max_regression_pct": 2.0},
         ],
         "sanitizer": sanitizer if sanitizer is not None else [{"tool": "memcheck", "cases": ["N=512"]}],
-    }  # fmt: skip
+    }
     data["controls"]["aa"] = aa
     return validate_plan(json.loads(json.dumps(data)), Path("plan.json"))
 
@@ -55,34 +66,108 @@ def stats(delta_pct: float, half_width_pct: float = 0.3) -> CaseStats:
     lo, hi = ratio - half_width_pct / 100, ratio + half_width_pct / 100
     cls, why = classify(ratio, lo, hi)
     # the MDE a t-interval of this half-width implies over 10 blocks: (t.975 + t.80) / t.975 = 1.39
-    return CaseStats(ratio=ratio, ci_low=lo, ci_high=hi, delta_pct=delta_pct, case_class=cls, reason=why,
-                     mde_pct=1.39 * half_width_pct, blocks=10)
+    return CaseStats(
+        ratio=ratio,
+        ci_low=lo,
+        ci_high=hi,
+        delta_pct=delta_pct,
+        case_class=cls,
+        reason=why,
+        mde_pct=1.39 * half_width_pct,
+        blocks=10,
+    )
 
 
 def case(cid: str, delta_pct: float, *, equal: bool = True, half_width_pct: float = 0.3) -> CaseTrial:
-    t = TimingSummary(samples=200, warmup=10, median_ns=1e5, q1_ns=1e5, q3_ns=1e5, min_ns=1e5, max_ns=1e5,
-                      throttled_samples=0, mean_sm_clock_mhz=1980.0)  # fmt: skip
-    parity = BufferParity(buffer="out", equal=equal, elements=1000, differing_elements=0 if equal else 3,
-                          first_difference=None if equal else 7, max_ulp=0 if equal else 2, max_abs=0.0, max_rel=0.0)  # fmt: skip
-    return CaseTrial(case=cid, input_sha256={}, resources={}, timing={"base": t, "candidate": t},
-                     stats=stats(delta_pct, half_width_pct), aa=stats(0.0, 0.2), parity=[parity],
-                     deterministic={"base": True, "candidate": True}, timed_outputs_match=True)  # fmt: skip
+    t = TimingSummary(
+        samples=200,
+        warmup=10,
+        median_ns=1e5,
+        q1_ns=1e5,
+        q3_ns=1e5,
+        min_ns=1e5,
+        max_ns=1e5,
+        throttled_samples=0,
+        mean_sm_clock_mhz=1980.0,
+    )
+    parity = BufferParity(
+        buffer="out",
+        equal=equal,
+        elements=1000,
+        differing_elements=0 if equal else 3,
+        first_difference=None if equal else 7,
+        max_ulp=0 if equal else 2,
+        max_abs=0.0,
+        max_rel=0.0,
+    )
+    return CaseTrial(
+        case=cid,
+        input_sha256={},
+        resources={},
+        timing={"base": t, "candidate": t},
+        stats=stats(delta_pct, half_width_pct),
+        aa=stats(0.0, 0.2),
+        parity=[parity],
+        deterministic={"base": True, "candidate": True},
+        timed_outputs_match=True,
+    )
 
 
-def trial(index: int, deltas, *, status="complete", equal=True, sanitizer=None, controls=None, failures=(),
-          half_width_pct: float = 0.3) -> Trial:  # fmt: skip
-    prov = Provenance(device=H200, planned=True, nvrtc_version="13.0", cuda_bindings_version="13.0",
-                      qualify_version="0.1", python_version="3.11", numpy_version="2.4", git_revision=None,
-                      git_dirty=None, host="h", command=["qualify", "run"])  # fmt: skip
-    clean = [SanitizerResult(tool="memcheck", case="N=512", side=s, status="clean", errors=0, exit_code=0,
-                             summary=[], excerpt=[], seconds=1.0) for s in ("base", "candidate")]  # fmt: skip
-    return Trial(index=index, status=status, plan_digest="d" * 64, started_at="s", ended_at="e", provenance=prov,
-                 timer={}, cases=[case(f"N={n}", d, equal=equal, half_width_pct=half_width_pct)
-                                  for n, d in zip(LENGTHS, deltas)],
-                 controls=controls if controls is not None else
-                 [ControlResult(name="flip", kind="input", case="N=512", caught=True, differing_elements=1)],
-                 sanitizer=clean if sanitizer is None else sanitizer, failures=list(failures),
-                 samples_file="trials/x.npz", samples_sha256="0" * 64)  # fmt: skip
+def trial(
+    index: int,
+    deltas,
+    *,
+    status="complete",
+    equal=True,
+    sanitizer=None,
+    controls=None,
+    failures=(),
+    half_width_pct: float = 0.3,
+) -> Trial:
+    prov = Provenance(
+        device=H200,
+        planned=True,
+        nvrtc_version="13.0",
+        cuda_bindings_version="13.0",
+        qualify_version="0.1",
+        python_version="3.11",
+        numpy_version="2.4",
+        git_revision=None,
+        git_dirty=None,
+        host="h",
+        command=["qualify", "run"],
+    )
+    clean = [
+        SanitizerResult(
+            tool="memcheck",
+            case="N=512",
+            side=s,
+            status="clean",
+            errors=0,
+            exit_code=0,
+            summary=[],
+            excerpt=[],
+            seconds=1.0,
+        )
+        for s in ("base", "candidate")
+    ]
+    return Trial(
+        index=index,
+        status=status,
+        plan_digest="d" * 64,
+        started_at="s",
+        ended_at="e",
+        provenance=prov,
+        timer={},
+        cases=[case(f"N={n}", d, equal=equal, half_width_pct=half_width_pct) for n, d in zip(LENGTHS, deltas)],
+        controls=controls
+        if controls is not None
+        else [ControlResult(name="flip", kind="input", case="N=512", caught=True, differing_elements=1)],
+        sanitizer=clean if sanitizer is None else sanitizer,
+        failures=list(failures),
+        samples_file="trials/x.npz",
+        samples_sha256="0" * 64,
+    )
 
 
 def results(plan, trials) -> Results:
@@ -125,7 +210,7 @@ def test_faster_from_a_length_on_and_the_same_below_states_the_crossover():
         "(time per launch, median of 2 complete trials). It crosses over: faster from N=2048; the data would "
         "support a gate where N >= 2048 with a speed-up of at least 5.5 % in a new, separately frozen plan "
         "(this verdict stands)."
-    )  # fmt: skip
+    )
     assert reasons == []
 
 
@@ -133,18 +218,24 @@ def test_mixed_classes_read_in_plan_order():
     plan = make_plan(gates=[])
     deltas = (3.0, 0.1, 0.0, -4.0, 0.2, 6.0)
     head, _ = lines(plan, [trial(1, deltas), trial(2, deltas)])
-    assert head[0].startswith("The candidate is slower at N=512, by 3.0 %; the same from N=640 to N=1024 "
-                              "(within ±0.5 %); faster at N=2048, by 4.0 %; the same at N=4096 (within ±0.5 %); "
-                              "slower at N=8192, by 6.0 % (time")  # fmt: skip
+    assert head[0].startswith(
+        "The candidate is slower at N=512, by 3.0 %; the same from N=640 to N=1024 "
+        "(within ±0.5 %); faster at N=2048, by 4.0 %; the same at N=4096 (within ±0.5 %); "
+        "slower at N=8192, by 6.0 % (time"
+    )
     assert "crosses over" not in head[0]  # faster in the middle only: no single boundary
 
 
 def test_trials_that_disagree_and_wide_intervals_are_said_so():
     plan = make_plan(gates=[])
-    head, _ = lines(plan, [trial(1, (3.0, 1.0, 0, 0, 0, 0), half_width_pct=2.0),
-                           trial(2, (-3.0, 1.0, 0, 0, 0, 0), half_width_pct=2.0)])  # fmt: skip
-    assert head[0].startswith("The candidate is inconsistent across trials at N=512; not resolved from N=640 "
-                              "(+0.0 % to +1.0 % in time, the 95 % interval too wide to call)")  # fmt: skip
+    head, _ = lines(
+        plan,
+        [trial(1, (3.0, 1.0, 0, 0, 0, 0), half_width_pct=2.0), trial(2, (-3.0, 1.0, 0, 0, 0, 0), half_width_pct=2.0)],
+    )
+    assert head[0].startswith(
+        "The candidate is inconsistent across trials at N=512; not resolved from N=640 "
+        "(+0.0 % to +1.0 % in time, the 95 % interval too wide to call)"
+    )
 
 
 def test_a_speed_up_short_of_its_gate_and_one_not_resolved():
@@ -159,15 +250,19 @@ def test_a_speed_up_short_of_its_gate_and_one_not_resolved():
     assert any(r.startswith("gate faster can't tell at N=640") and "resolves is 3.47%" in r for r in reasons)
     plan2 = make_plan(gates=[{"name": "faster", "min_speedup_pct": 1.0}], sanitizer=[])
     _, reasons = lines(plan2, [trial(1, (-0.3, -0.5, -3, -3, -3, -3)), trial(2, (-0.3, -0.5, -3, -3, -3, -3))])
-    assert reasons[0] == ("gate faster missed at N=512, N=640 (speed-up >= 1%; 4 of 12 judgements): "
-                          "faster by only 0.3 % to 0.5 %.")  # fmt: skip
+    assert reasons[0] == (
+        "gate faster missed at N=512, N=640 (speed-up >= 1%; 4 of 12 judgements): faster by only 0.3 % to 0.5 %."
+    )
 
 
 def test_a_gate_missed_both_ways_gives_the_span():
     plan = make_plan(gates=[{"name": "big", "min_speedup_pct": 10.0, "every_trial": False}], sanitizer=[])
     deltas = (4.0, -3.0, -20.0, -20.0, -20.0, -20.0)
     _, reasons = lines(plan, [trial(1, deltas), trial(2, deltas)])
-    assert reasons[0] == "gate big missed at N=512, N=640 (speed-up >= 10%; 2 of 6 judgements): from 4.0 % slower to 3.0 % faster."
+    assert (
+        reasons[0]
+        == "gate big missed at N=512, N=640 (speed-up >= 10%; 2 of 6 judgements): from 4.0 % slower to 3.0 % faster."
+    )
 
 
 def test_incomplete_record_says_what_is_missing():
@@ -186,16 +281,31 @@ def test_incomplete_record_says_what_is_missing():
 def test_fidelity_failure_and_vacuous_control_are_in_the_headline():
     plan = make_plan(gates=[])
     missed = [ControlResult(name="flip", kind="input", case="N=512", caught=False, differing_elements=0)]
-    found = [SanitizerResult(tool="memcheck", case="N=512", side="candidate", status="findings", errors=3,
-                             exit_code=1, summary=[], excerpt=[], seconds=1.0)]  # fmt: skip
+    found = [
+        SanitizerResult(
+            tool="memcheck",
+            case="N=512",
+            side="candidate",
+            status="findings",
+            errors=3,
+            exit_code=1,
+            summary=[],
+            excerpt=[],
+            seconds=1.0,
+        )
+    ]
     t1 = trial(1, SLOWER[0], equal=False, controls=missed, sanitizer=found)
     t2 = trial(2, SLOWER[1], failures=[Failure(kind="fidelity", case="N=9", message="outputs differ")])
     head, _ = lines(plan, [t1, t2])
-    assert head[1] == "Outputs: NOT byte-identical to the base arm at N=512 (trial 1), N=640 (trial 1), " \
-                      "N=1024 (trial 1) and 4 more."  # fmt: skip
-    assert head[2] == ("A/A control found no difference in 12 runs; negative control NOT caught: flip at N=512 "
-                       "(trial 1) (the fidelity gate is vacuous); compute-sanitizer: memcheck at N=512 (candidate): "
-                       "findings.")  # fmt: skip
+    assert (
+        head[1] == "Outputs: NOT byte-identical to the base arm at N=512 (trial 1), N=640 (trial 1), "
+        "N=1024 (trial 1) and 4 more."
+    )
+    assert head[2] == (
+        "A/A control found no difference in 12 runs; negative control NOT caught: flip at N=512 "
+        "(trial 1) (the fidelity gate is vacuous); compute-sanitizer: memcheck at N=512 (candidate): "
+        "findings."
+    )
 
 
 def test_labels_pass_through_the_escape_function():
@@ -218,4 +328,7 @@ def test_a_large_crossover_length_is_written_whole():
     t = trial(1, (0.1, -12.0, -15.0, -20.0, -22.0, -23.0))
     t = t.model_copy(update={"cases": [c.model_copy(update={"case": f"N={n}"}) for c, n in zip(t.cases, sizes)]})
     head, _ = lines(plan, [t])
-    assert "faster from N=4194304;" in head[0] and "a gate where N >= 4194304 with a speed-up of at least 11.5 %" in head[0]
+    assert (
+        "faster from N=4194304;" in head[0]
+        and "a gate where N >= 4194304 with a speed-up of at least 11.5 %" in head[0]
+    )

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from plans import make_repo
 from test_engine import small_plan
 
@@ -56,7 +55,9 @@ def test_signal_mid_run_keeps_the_trial(tmp_path, signum):
     record = tmp_path / "record"
     script = SCRIPT.format(tests=str(ROOT / "tests"), plan=str(path), record=str(record))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     ledger = record / "ledger.jsonl"
     deadline = time.monotonic() + 60
     while not (ledger.exists() and "trial_started" in ledger.read_text()):

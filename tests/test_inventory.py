@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from qualify.evaluate.inventory import inventory
 from qualify.evaluate.kernels import case_kernels
 from qualify.results.model import DeviceLimits, KernelActivity, TracedCall
 from qualify.run import cupti_tracer
 from qualify.run.demangle import demangle_all
 from qualify.run.fake import FAKE_LIMITS
-from qualify.evaluate.inventory import inventory
-
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cupti" / "attention-wide-entry.json"
 
@@ -24,8 +23,12 @@ def load_fixture() -> dict:
 
 
 def fixture_trace(case: dict) -> dict[str, list[TracedCall]]:
-    return {side: [TracedCall(event_ns=c["event_ns"], kernels=[cupti_tracer.from_raw(r) for r in c["records"]])
-                   for c in calls] for side, calls in case.items()}  # fmt: skip
+    return {
+        side: [
+            TracedCall(event_ns=c["event_ns"], kernels=[cupti_tracer.from_raw(r) for r in c["records"]]) for c in calls
+        ]
+        for side, calls in case.items()
+    }
 
 
 # --- the recorded CUPTI activity (synthetic until the H200 recording replaces it) --------------
@@ -60,8 +63,9 @@ def test_fixture_inventory_shows_each_builds_tile():
     memory), the candidate 128-row tiles (8 warps, 101,376 B)."""
     fx = load_fixture()
     limits = DeviceLimits.model_validate(fx["limits"])
-    names = demangle_all([r["name"] for c in fx["cases"].values() for calls in c.values()
-                          for call in calls for r in call["records"]])[1]  # fmt: skip
+    names = demangle_all(
+        [r["name"] for c in fx["cases"].values() for calls in c.values() for call in calls for r in call["records"]]
+    )[1]
     for cid, case in fx["cases"].items():
         kernels = case_kernels(fixture_trace(case), names, limits, fx["floor_ns"])
         (fwd_base,) = [r for r in kernels.inventory["base"] if r.name.startswith("attention_gated_fwd")]
@@ -81,16 +85,31 @@ def test_fixture_inventory_shows_each_builds_tile():
 
 def test_inventory_keeps_two_launches_of_one_kernel_apart_and_takes_medians():
     def k(name, start, ns, corr):
-        return KernelActivity(name=name, grid=(1, 1, 1), block=(64, 1, 1), registers_per_thread=40,
-                              static_shared_bytes=0, dynamic_shared_bytes=0, local_bytes_per_thread=0,
-                              start_ns=start, end_ns=start + ns, correlation_id=corr, stream_id=1)  # fmt: skip
+        return KernelActivity(
+            name=name,
+            grid=(1, 1, 1),
+            block=(64, 1, 1),
+            registers_per_thread=40,
+            static_shared_bytes=0,
+            dynamic_shared_bytes=0,
+            local_bytes_per_thread=0,
+            start_ns=start,
+            end_ns=start + ns,
+            correlation_id=corr,
+            stream_id=1,
+        )
 
-    calls = [TracedCall(event_ns=0, kernels=[k("b", 50, 30, 2), k("a", 0, 10, 1), k("a", 100, 70, 3)]),
-             TracedCall(event_ns=0, kernels=[k("a", 0, 20, 4), k("b", 50, 40, 5), k("a", 100, 90, 6)]),
-             TracedCall(event_ns=0, kernels=[k("a", 0, 60, 7), k("b", 70, 35, 8), k("a", 200, 80, 9)])]  # fmt: skip
+    calls = [
+        TracedCall(event_ns=0, kernels=[k("b", 50, 30, 2), k("a", 0, 10, 1), k("a", 100, 70, 3)]),
+        TracedCall(event_ns=0, kernels=[k("a", 0, 20, 4), k("b", 50, 40, 5), k("a", 100, 90, 6)]),
+        TracedCall(event_ns=0, kernels=[k("a", 0, 60, 7), k("b", 70, 35, 8), k("a", 200, 80, 9)]),
+    ]
     rows = inventory(calls, {}, FAKE_LIMITS)
     assert [(r.name, r.occurrence, r.median_ns, r.calls) for r in rows] == [
-        ("a", 0, 20.0, 3), ("b", 0, 35.0, 3), ("a", 1, 80.0, 3)]
+        ("a", 0, 20.0, 3),
+        ("b", 0, 35.0, 3),
+        ("a", 1, 80.0, 3),
+    ]
     # 40 regs x 32 = 1,280 per warp; 16,384 // 1,280 = 12 warps per sub-partition, 48 per SM, 24 blocks of 2
     assert (rows[0].blocks_per_sm, rows[0].warps_per_sm, rows[0].limiter) == (24, 48, "registers")
 
@@ -98,13 +117,28 @@ def test_inventory_keeps_two_launches_of_one_kernel_apart_and_takes_medians():
 def test_without_the_devices_limits_the_inventory_states_no_occupancy():
     """A trial that could not read the device's limits still lists its kernels; what the launch
     implies per SM is unknown, never computed from guessed limits."""
-    call = TracedCall(event_ns=0, kernels=[
-        KernelActivity(name="k", grid=(8, 1, 1), block=(128, 1, 1), registers_per_thread=64, static_shared_bytes=512,
-                       dynamic_shared_bytes=0, local_bytes_per_thread=0, start_ns=0, end_ns=2_000,
-                       correlation_id=1, stream_id=1)])  # fmt: skip
+    call = TracedCall(
+        event_ns=0,
+        kernels=[
+            KernelActivity(
+                name="k",
+                grid=(8, 1, 1),
+                block=(128, 1, 1),
+                registers_per_thread=64,
+                static_shared_bytes=512,
+                dynamic_shared_bytes=0,
+                local_bytes_per_thread=0,
+                start_ns=0,
+                end_ns=2_000,
+                correlation_id=1,
+                stream_id=1,
+            )
+        ],
+    )
     (known,) = inventory([call], {}, FAKE_LIMITS)
     (unknown,) = inventory([call], {}, None)
     assert known.blocks_per_sm and known.warps_per_sm and known.limiter
     assert (unknown.blocks_per_sm, unknown.warps_per_sm, unknown.limiter) == (None, None, None)
     assert unknown.model_dump(exclude={"blocks_per_sm", "warps_per_sm", "limiter"}) == known.model_dump(
-        exclude={"blocks_per_sm", "warps_per_sm", "limiter"})
+        exclude={"blocks_per_sm", "warps_per_sm", "limiter"}
+    )

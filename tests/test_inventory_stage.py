@@ -8,9 +8,9 @@ import json
 import shutil
 
 import pytest
-
 from test_compare import build, compare
 from test_engine import fake, frozen, run_trial, small_plan
+
 from qualify.record.check import check_record
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C compiler")
@@ -18,12 +18,28 @@ pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C c
 PREP = "_Z4prepPKfPfi"
 FLASH = "_ZN5flash6kernelILi128ELb1EEEvPK6__halfPS2_i"
 ACTIVITY = {
-    "base": [{"name": PREP, "ns": 2_000}, {"name": FLASH, "ns": 40_000, "grid": (132, 1, 1),
-                                           "registers_per_thread": 128, "dynamic_shared_bytes": 101_376}],
-    "candidate": [{"name": PREP, "ns": 2_010}, {"name": FLASH, "ns": 45_000, "grid": (132, 1, 1),
-                                                "registers_per_thread": 168, "dynamic_shared_bytes": 101_376},
-                  {"name": "tail", "ns": 900}],
-}  # fmt: skip
+    "base": [
+        {"name": PREP, "ns": 2_000},
+        {
+            "name": FLASH,
+            "ns": 40_000,
+            "grid": (132, 1, 1),
+            "registers_per_thread": 128,
+            "dynamic_shared_bytes": 101_376,
+        },
+    ],
+    "candidate": [
+        {"name": PREP, "ns": 2_010},
+        {
+            "name": FLASH,
+            "ns": 45_000,
+            "grid": (132, 1, 1),
+            "registers_per_thread": 168,
+            "dynamic_shared_bytes": 101_376,
+        },
+        {"name": "tail", "ns": 900},
+    ],
+}
 
 
 def traced_compare(tmp_path, **device_kw):
@@ -55,7 +71,7 @@ def test_tracing_follows_each_cases_timing_and_is_kept_raw(tmp_path):
         before = [k for k in kinds[: group[0]] if k not in ("differs", "trace_null")]
         assert before[-1] == "release"  # right after the case's last ABBA half
         assert [calls[i][1] for i in group] == ["base"] * 5 + ["candidate"] * 5
-    assert "sample" in kinds[traces[9]:traces[10]]  # the next case is timed after this one's trace
+    assert "sample" in kinds[traces[9] : traces[10]]  # the next case is timed after this one's trace
     assert kinds.count("trace_null") == 1 and kinds.index("trace_null") == traces[0] - 1  # once, before the first
     (trial,) = outcome.trials
     case = trial.cases[0]

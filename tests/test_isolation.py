@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import fakes
+
 from qualify.run.isolation import CaseOutcome, preflight, worker_command
 
 
@@ -31,11 +32,19 @@ def test_all_cases_pass_in_one_worker():
 
 
 def test_fault_is_recorded_and_the_next_cases_get_a_fresh_worker():
-    run, calls = scripted([
-        (done("T=1") + [{"event": "start", "case": "T=2"},
-                        {"event": "fault", "case": "T=2", "code": 700, "message": "illegal address"}], False),
-        (done("T=3"), False),
-    ])  # fmt: skip
+    run, calls = scripted(
+        [
+            (
+                done("T=1")
+                + [
+                    {"event": "start", "case": "T=2"},
+                    {"event": "fault", "case": "T=2", "code": 700, "message": "illegal address"},
+                ],
+                False,
+            ),
+            (done("T=3"), False),
+        ]
+    )
     out = preflight(Path("p.json"), "candidate", ["T=1", "T=2", "T=3"], run_worker=run)
     assert [(o.case, o.status) for o in out] == [("T=1", "ok"), ("T=2", "fault"), ("T=3", "ok")]
     assert "illegal address" in out[1].message
@@ -71,8 +80,7 @@ def test_engine_skips_the_faulting_case_and_keeps_going(tmp_path):
     loaded = frozen(tmp_path)
 
     def pre(side, cases):
-        return [CaseOutcome(c, side, "fault" if (side, c) == ("candidate", "N=1024") else "ok", "trap")
-                for c in cases]
+        return [CaseOutcome(c, side, "fault" if (side, c) == ("candidate", "N=1024") else "ok", "trap") for c in cases]
 
     opts = RunOptions(record_dir=tmp_path / "record", preflight=pre)
     trial = TrialRunner(loaded, fake(fakes.axpy), FakeTelemetry(), opts).run()
@@ -89,8 +97,9 @@ def test_real_worker_process_hang_is_killed(tmp_path):
     from qualify.run.isolation import _run_worker
 
     script = tmp_path / "child.py"
-    script.write_text("import json, time\nprint(json.dumps({'event': 'start', 'case': 'T=1'}), flush=True)\n"
-                      "time.sleep(60)\n")
+    script.write_text(
+        "import json, time\nprint(json.dumps({'event': 'start', 'case': 'T=1'}), flush=True)\ntime.sleep(60)\n"
+    )
     t0 = __import__("time").monotonic()
     events, killed, _ = _run_worker([sys.executable, str(script)], startup_timeout=20, case_timeout=1.0)
     assert killed and events == [{"event": "start", "case": "T=1"}]

@@ -10,14 +10,28 @@ from qualify.run.fake import FAKE_LIMITS
 
 
 def row(name: str, ns: float, occurrence: int = 0) -> KernelRow:
-    return KernelRow(name=name, occurrence=occurrence, grid=(1, 1, 1), block=(128, 1, 1), registers=32,
-                     static_shared_bytes=0, dynamic_shared_bytes=0, local_bytes=0, blocks_per_sm=16,
-                     warps_per_sm=64, limiter="warps", calls=5, median_ns=ns)  # fmt: skip
+    return KernelRow(
+        name=name,
+        occurrence=occurrence,
+        grid=(1, 1, 1),
+        block=(128, 1, 1),
+        registers=32,
+        static_shared_bytes=0,
+        dynamic_shared_bytes=0,
+        local_bytes=0,
+        blocks_per_sm=16,
+        warps_per_sm=64,
+        limiter="warps",
+        calls=5,
+        median_ns=ns,
+    )
 
 
 def test_attribution_wording():
-    changes = attribute([row("flash<128>", 100_000), row("prep", 10_000), row("gone", 500)],
-                        [row("prep", 10_100), row("flash<128>", 112_100), row("tail", 900)])  # fmt: skip
+    changes = attribute(
+        [row("flash<128>", 100_000), row("prep", 10_000), row("gone", 500)],
+        [row("prep", 10_100), row("flash<128>", 112_100), row("tail", 900)],
+    )
     text = {label(c): change_text(c) for c in changes}
     assert text == {"flash<128>": "+12.1 %", "prep": "same", "gone": "only in base", "tail": "only in candidate"}
     assert [c.name for c in changes] == ["flash<128>", "prep", "gone", "tail"]  # base's order, then new ones
@@ -43,10 +57,15 @@ def test_attribution_band_edges(base, cand, outcome):
 
 
 def test_duplicates_match_by_launch_order_and_templates_by_name():
-    changes = attribute([row("prep", 1_000), row("prep", 5_000, 1), row("fwd<64>", 50_000)],
-                        [row("prep", 1_000), row("prep", 8_000, 1), row("fwd<128>", 40_000)])  # fmt: skip
+    changes = attribute(
+        [row("prep", 1_000), row("prep", 5_000, 1), row("fwd<64>", 50_000)],
+        [row("prep", 1_000), row("prep", 8_000, 1), row("fwd<128>", 40_000)],
+    )
     assert [(label(c), change_text(c)) for c in changes] == [
-        ("prep", "same"), ("prep #2", "+60.0 %"), ("fwd<64> → fwd<128>", "-20.0 %")]
+        ("prep", "same"),
+        ("prep #2", "+60.0 %"),
+        ("fwd<64> → fwd<128>", "-20.0 %"),
+    ]
 
 
 def test_exact_names_are_matched_before_templates():
@@ -66,10 +85,24 @@ def test_a_kernel_of_zero_duration_in_base_changes_by_nanoseconds_only():
 def test_a_case_traced_on_one_arm_keeps_its_inventory_and_attributes_nothing():
     """A trace that holds one arm (a hand-edited record, a tracer that failed on the other) still
     gives that arm's kernels and timers; there is nothing to attribute a change to."""
-    call = TracedCall(event_ns=1_000 + 10_000, kernels=[
-        KernelActivity(name="k", grid=(4, 1, 1), block=(64, 1, 1), registers_per_thread=32, static_shared_bytes=0,
-                       dynamic_shared_bytes=0, local_bytes_per_thread=0, start_ns=0, end_ns=10_000,
-                       correlation_id=1, stream_id=1)])  # fmt: skip
+    call = TracedCall(
+        event_ns=1_000 + 10_000,
+        kernels=[
+            KernelActivity(
+                name="k",
+                grid=(4, 1, 1),
+                block=(64, 1, 1),
+                registers_per_thread=32,
+                static_shared_bytes=0,
+                dynamic_shared_bytes=0,
+                local_bytes_per_thread=0,
+                start_ns=0,
+                end_ns=10_000,
+                correlation_id=1,
+                stream_id=1,
+            )
+        ],
+    )
     kernels = case_kernels({"base": [call]}, {}, FAKE_LIMITS, 1_000.0)
     assert kernels.attribution == []
     assert [(r.name, r.median_ns) for r in kernels.inventory["base"]] == [("k", 10_000.0)]

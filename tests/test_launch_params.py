@@ -6,13 +6,13 @@ import struct
 from pathlib import Path
 
 import pytest
-
 from plans import make_repo, plan_copy
+
 from qualify.build.elf import ElfProblem
 from qualify.build.nvrtc import KernelSpec, compile_kernel
 from qualify.build.params import _records, kernel_params, params_from_info
-from qualify.commands.check import check_plan
 from qualify.cli import main
+from qualify.commands.check import check_plan
 from qualify.errors import PlanError
 
 SIZES = """\

@@ -8,13 +8,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from plans import make_repo
+from test_compare import ARM, LIB, PLAN, arm, build
+
 from qualify.build.elf import HOST_MACHINES, parse
 from qualify.cli import main
-from qualify.errors import PlanError
 from qualify.commands.libcheck import check_library, host_machine
-from test_compare import ARM, LIB, PLAN, arm, build
+from qualify.errors import PlanError
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C compiler")
 
@@ -43,8 +43,12 @@ def with_machine(path: Path, machine: int) -> Path:
     "make, changes, field, fragment",
     [
         (lambda p: p.with_name("nope.so"), {}, "arms.base.library", "no such library"),
-        (lambda p: (p.with_name("t.so").write_text("text"), p.with_name("t.so"))[1], {},
-         "arms.base.library", "not a shared library: not an ELF file"),
+        (
+            lambda p: (p.with_name("t.so").write_text("text"), p.with_name("t.so"))[1],
+            {},
+            "arms.base.library",
+            "not a shared library: not an ELF file",
+        ),
         (lambda p: with_machine(p, 183 if host_machine() != 183 else 62), {}, "arms.base.library", "built for"),
         (lambda p: p, {"symbol": "scale_v2"}, "arms.base.symbol", "exports no function 'scale_v2'"),
         (lambda p: p, {"abi_symbol": "abi"}, "arms.base.abi_symbol", "exports no function 'abi'"),
@@ -73,7 +77,9 @@ def test_an_executable_is_not_a_shared_library(tmp_path):
 
 
 def test_a_library_whose_constructor_crashes_is_named_not_fatal(tmp_path):
-    crashing = build(tmp_path, "boom", source=LIB + "__attribute__((constructor)) static void boom(void) { __builtin_trap(); }\n")
+    crashing = build(
+        tmp_path, "boom", source=LIB + "__attribute__((constructor)) static void boom(void) { __builtin_trap(); }\n"
+    )
     with pytest.raises(PlanError, match="cannot load to read its ABI version: abi_version\\(\\) ended the process"):
         check_library(crashing, arm(), "arms.base", need_load=True)
     check_library(crashing, arm(), "arms.base")  # plan check leaves the ABI to the run; no crash here
@@ -93,7 +99,10 @@ def test_plan_check_reads_a_library_the_plan_names(tmp_path, capsys):
     path = make_repo(tmp_path / "repo", plan, files={"lib/libv1.so": lib, "lib/libv2.so": lib})
     code, err = run_cli(["plan", "check", str(path)], capsys)
     assert code == 2
-    assert err == "qualify: error: ../../lib/libv2.so: arms.candidate.symbol: the library exports no function 'scale_fast'\n"
+    assert (
+        err
+        == "qualify: error: ../../lib/libv2.so: arms.candidate.symbol: the library exports no function 'scale_fast'\n"
+    )
 
 
 def test_compare_refuses_a_wrong_file_before_the_driver(tmp_path, capsys, monkeypatch):

@@ -113,8 +113,9 @@ def test_bytes_that_change_execution_are_not_ignored(tmp_path):
 
 def test_a_function_present_on_one_side_only(tmp_path):
     a, _ = cubin(tmp_path, SOURCE, name="a.cu")
-    b, _ = cubin(tmp_path, SOURCE.replace('extern "C" __global__ void other', 'extern "C" __global__ void renamed'),
-                 name="b.cu")  # fmt: skip
+    b, _ = cubin(
+        tmp_path, SOURCE.replace('extern "C" __global__ void other', 'extern "C" __global__ void renamed'), name="b.cu"
+    )
     diff = compare(machine_code(a), machine_code(b))
     assert {(d.name, d.status) for d in diff.functions} == {("other", "only in a"), ("renamed", "only in b")}
 

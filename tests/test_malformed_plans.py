@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from plans import make_repo, plan_copy
+
 from qualify.cli import main
 
 
@@ -67,22 +67,77 @@ CASES = [
     ("negative-trials", _set("budget/max_trials", -1), "budget.max_trials", "greater"),
     ("zero-size", _set("workload/buffers/0/shape", ["N - 1024"]), "workload.buffers[0].shape[0]", "at least 1"),
     ("negative-size", _set("workload/buffers/2/shape", ["N - 2 * N"]), "workload.buffers[2].shape[0]", "at least 1"),
-    ("unknown-name-in-expr", _set("workload/launch/grid", ["cdiv(M, THREADS)"]), "workload.launch.grid[0]", "unknown name 'M'"),
-    ("division-by-zero", _set("workload/launch/block", ["THREADS // (VEC - VEC)"]), "workload.launch.block[0]", "division by zero"),
-    ("code-injection", _set("workload/launch/shared_bytes", "__import__('os').system('true')"), "workload.launch.shared_bytes", "unknown function"),
-    ("attribute-injection", _set("workload/buffers/0/shape", ["N.__class__"]), "workload.buffers[0].shape[0]", "Attribute"),
-    ("path-outside-repo", _set("arms/base/source", "../../../../etc/hostname"), "arms.base.source", "outside the repository"),
+    (
+        "unknown-name-in-expr",
+        _set("workload/launch/grid", ["cdiv(M, THREADS)"]),
+        "workload.launch.grid[0]",
+        "unknown name 'M'",
+    ),
+    (
+        "division-by-zero",
+        _set("workload/launch/block", ["THREADS // (VEC - VEC)"]),
+        "workload.launch.block[0]",
+        "division by zero",
+    ),
+    (
+        "code-injection",
+        _set("workload/launch/shared_bytes", "__import__('os').system('true')"),
+        "workload.launch.shared_bytes",
+        "unknown function",
+    ),
+    (
+        "attribute-injection",
+        _set("workload/buffers/0/shape", ["N.__class__"]),
+        "workload.buffers[0].shape[0]",
+        "Attribute",
+    ),
+    (
+        "path-outside-repo",
+        _set("arms/base/source", "../../../../etc/hostname"),
+        "arms.base.source",
+        "outside the repository",
+    ),
     ("missing-source", _set("arms/candidate/source", "../../kernels/nope.cu"), "arms.candidate.source", "no such file"),
-    ("kernel-not-in-source", _set("arms/candidate/kernel", "axpy_wide<4>"), "arms.candidate.kernel", "no __global__ function 'axpy_wide'"),
+    (
+        "kernel-not-in-source",
+        _set("arms/candidate/kernel", "axpy_wide<4>"),
+        "arms.candidate.kernel",
+        "no __global__ function 'axpy_wide'",
+    ),
     ("bad-kernel-name", _set("arms/base/kernel", "axpy<1>; system()"), "arms.base.kernel", "pattern"),
-    ("unsupported-arch", _set("hardware/architectures", ["sm_90", "sm_95"]), "hardware.architectures", "unsupported architecture 'sm_95'"),
-    ("gate-undeclared-case", _set("acceptance/gates/0", {"name": "g", "cases": ["N=99"], "min_speedup_pct": 1}), "acceptance.gates[0].cases[0]", "undeclared case 'N=99'"),
-    ("gate-selects-nothing", _set("acceptance/gates/0/where", "N > 10 ** 9"), "acceptance.gates[0].where", "selects no case"),
-    ("sanitizer-undeclared-case", _set("acceptance/sanitizer/0/cases", ["N=5"]), "acceptance.sanitizer[0].cases[0]", "undeclared case"),
+    (
+        "unsupported-arch",
+        _set("hardware/architectures", ["sm_90", "sm_95"]),
+        "hardware.architectures",
+        "unsupported architecture 'sm_95'",
+    ),
+    (
+        "gate-undeclared-case",
+        _set("acceptance/gates/0", {"name": "g", "cases": ["N=99"], "min_speedup_pct": 1}),
+        "acceptance.gates[0].cases[0]",
+        "undeclared case 'N=99'",
+    ),
+    (
+        "gate-selects-nothing",
+        _set("acceptance/gates/0/where", "N > 10 ** 9"),
+        "acceptance.gates[0].where",
+        "selects no case",
+    ),
+    (
+        "sanitizer-undeclared-case",
+        _set("acceptance/sanitizer/0/cases", ["N=5"]),
+        "acceptance.sanitizer[0].cases[0]",
+        "undeclared case",
+    ),
     ("budget-below-one-block", _set("budget/max_samples", 9), "budget.max_samples", "smaller than one ABBA block"),
     ("budget-below-schedule", _set("budget/max_samples", 39), "budget.max_samples", "needs 40 samples"),
     ("trials-over-budget", _set("schedule/trials", 3), "schedule.trials", "exceed budget.max_trials"),
-    ("unknown-buffer-arg", _set("workload/launch/args/0/name", "z"), "workload.launch.args[0].name", "unknown buffer 'z'"),
+    (
+        "unknown-buffer-arg",
+        _set("workload/launch/args/0/name", "z"),
+        "workload.launch.args[0].name",
+        "unknown buffer 'z'",
+    ),
     ("unknown-arm-kind", _set("arms/base/kind", "python"), "arms.base", "kind"),
     ("unknown-dtype", _set("workload/buffers/0/dtype", "f8"), "workload.buffers[0].dtype", "f8"),
     ("input-without-init", _drop("workload/buffers/0/init"), "workload.buffers[0]", "needs init"),
@@ -90,15 +145,30 @@ CASES = [
     ("block-too-large", _set("workload/params/THREADS", 2048), "workload.launch.block", "exceed 1024"),
     ("absurd-allocation", _set("workload/buffers/2/shape", ["N", "N", "N"]), "workload.buffers[2].shape", "exceeds"),
     ("overflow", _set("workload/buffers/2/shape", ["N ** 64"]), "workload.buffers[2].shape[0]", "exceeds"),
-    ("scalar-out-of-range", _set("workload/launch/args/4", {"kind": "i32", "value": "2 ** 40"}), "workload.launch.args[4].value", "does not fit i32"),
+    (
+        "scalar-out-of-range",
+        _set("workload/launch/args/4", {"kind": "i32", "value": "2 ** 40"}),
+        "workload.launch.args[4].value",
+        "does not fit i32",
+    ),
     ("control-on-output", _set("controls/negative/0/buffer", "out"), "controls.negative[0].buffer", "not an input"),
     ("noise-without-target", _set("stop", {"rule": "noise"}), "stop", "target_ci_pct"),
     ("params-clash", _set("workload/params/N", 3), "workload.cases", "also set"),
     ("arch-option-smuggled", _set("arms/base/options", ["-arch=sm_80"]), "arms.base.options[0]", "architectures"),
     ("no-output-buffer", _set("workload/buffers/2/role", "scratch"), "workload.buffers", "no buffer has role 'output'"),
     ("device-spec-empty", _set("hardware/devices", [{}]), "hardware.devices[0]", "name pattern"),
-    ("bytes-with-bound", _set("acceptance/fidelity", {"mode": "bytes", "bound": 1}), "acceptance.fidelity", "takes no bound"),
-    ("golden-outside", _set("acceptance/fidelity", {"mode": "abs", "bound": 0.1, "against": "golden", "golden": "/etc/passwd"}), "acceptance.fidelity.golden", "outside the repository"),
+    (
+        "bytes-with-bound",
+        _set("acceptance/fidelity", {"mode": "bytes", "bound": 1}),
+        "acceptance.fidelity",
+        "takes no bound",
+    ),
+    (
+        "golden-outside",
+        _set("acceptance/fidelity", {"mode": "abs", "bound": 0.1, "against": "golden", "golden": "/etc/passwd"}),
+        "acceptance.fidelity.golden",
+        "outside the repository",
+    ),
 ]
 
 

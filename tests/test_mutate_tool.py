@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-
-_SPEC = importlib.util.spec_from_file_location("qualify_tools_mutate", Path(__file__).resolve().parents[1] / "tools" / "mutate.py")
+_SPEC = importlib.util.spec_from_file_location(
+    "qualify_tools_mutate", Path(__file__).resolve().parents[1] / "tools" / "mutate.py"
+)
 mutate = importlib.util.module_from_spec(_SPEC)
 sys.modules["qualify_tools_mutate"] = mutate  # dataclasses look their module up by name
 _SPEC.loader.exec_module(mutate)
@@ -34,7 +35,7 @@ def countdown(n):
     return n
 '''
 
-TESTS = '''from pkg.small import add, positive
+TESTS = """from pkg.small import add, positive
 
 
 def test_add():
@@ -43,7 +44,7 @@ def test_add():
 
 def test_positive():
     assert positive(5) and not positive(-5)
-'''
+"""
 RUN = SMALL.split("\n\n\ndef countdown")[0] + "\n"  # what the end-to-end run mutates: no loop to time out
 
 # (line, description) → what TESTS do to it (and, for countdown, what `countdown(3) == 0` would):
@@ -87,7 +88,7 @@ def test_positions_are_found_after_non_ascii_text_and_across_lines():
     found = {m.description: m for m in mutate.find_mutants(source, "m.py")}
     assert found["`+` → `-`"].apply(source).splitlines()[2] == "        - x) >= 0"
     assert found["`>=` → `>`"].apply(source).splitlines()[2] == "        + x) > 0"
-    assert found["string → \"\""].apply(source).splitlines()[1].startswith('    s = ""; return')
+    assert found['string → ""'].apply(source).splitlines()[1].startswith('    s = ""; return')
 
 
 def test_and_or_not_in_and_is_not_are_swapped_whole():
@@ -131,13 +132,17 @@ def test_a_statistic_is_replaced_by_its_sibling():
 def test_an_ordering_comparison_is_reversed():
     source = "def f(a, b):\n    return a < b or a >= b\n"
     assert _mutated_lines(source, "reverse") == {
-        "`<` → `>`": ["return a > b or a >= b"], "`>=` → `<=`": ["return a < b or a <= b"]}
+        "`<` → `>`": ["return a > b or a >= b"],
+        "`>=` → `<=`": ["return a < b or a <= b"],
+    }
     assert _mutated_lines("def f(a, b):\n    return a == b\n", "reverse") == {}  # equality has no direction
 
 
 def test_a_returned_value_becomes_none_and_a_returned_truth_value_its_negation():
-    source = ("def f(a, b):\n    if a:\n        return a + b\n    if b:\n        return a in b and b\n"
-              "    if a is b:\n        return not a\n    if a == b:\n        return True\n    return\n")
+    source = (
+        "def f(a, b):\n    if a:\n        return a + b\n    if b:\n        return a in b and b\n"
+        "    if a is b:\n        return not a\n    if a == b:\n        return True\n    return\n"
+    )
     assert _mutated_lines(source, "return") == {
         "returned value → `None`": ["return None"],
         "returned truth value negated": ["return not (a in b and b)", "return not (not a)"],
@@ -154,7 +159,7 @@ def test_an_element_of_a_membership_literal_is_dropped():
         "element 3 of 3 dropped": ['return c in ("faster", "slower") or c not in [1, 2]'],
     }
     # blanking one of the strings, ("faster", ""), is the constant operator's mutant
-    assert 'return c in ("faster", "") or c not in [1, 2, 3]' in _mutated_lines(source, "constant")["string → \"\""]
+    assert 'return c in ("faster", "") or c not in [1, 2, 3]' in _mutated_lines(source, "constant")['string → ""']
 
 
 def test_two_operators_that_write_the_same_mutant_count_it_once():
@@ -167,7 +172,10 @@ def test_lines_marked_no_mutate_and_annotations_are_left_alone():
     source = "def f(x: int = 1) -> str:\n    y = 2  # pragma: no mutate\n    return x\n"
     found = mutate.find_mutants(source, "m.py")
     assert {(m.line, m.description) for m in found} == {
-        (1, "`1` → `2`"), (3, "`Return` statement deleted"), (3, "returned value → `None`")}
+        (1, "`1` → `2`"),
+        (3, "`Return` statement deleted"),
+        (3, "returned value → `None`"),
+    }
 
 
 def test_a_sample_is_fixed_by_its_seed_and_kept_in_source_order():
@@ -188,18 +196,33 @@ def _project(tmp_path: Path, tests: str = TESTS) -> tuple[Path, Path]:
     (root / "tests" / "test_small.py").write_text(tests)
     gt = next(m for m in mutate.find_mutants(RUN, "pkg/small.py") if m.line == 11 and m.description == "`>` → `>=`")
     config = tmp_path / "mutation.json"
-    config.write_text(json.dumps({
-        "targets": {"pkg/small.py": ["tests/test_small.py"]},
-        "equivalents": [{**gt.key(RUN), "reason": "stands in for an equivalent mutant in this test"}],
-    }))  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "targets": {"pkg/small.py": ["tests/test_small.py"]},
+                "equivalents": [{**gt.key(RUN), "reason": "stands in for an equivalent mutant in this test"}],
+            }
+        )
+    )
     return root, config
 
 
 def test_a_run_classifies_every_mutant_and_reports_survivors(tmp_path, capsys):
     root, config = _project(tmp_path)
     out = tmp_path / "report"
-    args = ["pkg/small.py", "--root", str(root), "--config", str(config), "--sample", "0",
-            "--out", str(out), "--fail-under", "80"]  # fmt: skip
+    args = [
+        "pkg/small.py",
+        "--root",
+        str(root),
+        "--config",
+        str(config),
+        "--sample",
+        "0",
+        "--out",
+        str(out),
+        "--fail-under",
+        "80",
+    ]
     assert mutate.main(args) == 1  # 6 of 8 is under 80 %
     report = json.loads((out / "report.json").read_text())
     (module,) = report["modules"]
@@ -230,12 +253,28 @@ def test_a_module_without_configured_tests_is_refused(tmp_path, capsys):
 
 
 # the modules issue 18 holds to the 90 % bar
-CORE = ("qualify/evaluate/fidelity.py", "qualify/expr.py", "qualify/plan/digest.py", "qualify/evaluate/stats.py",
-        "qualify/evaluate/verdict.py", "qualify/record/check.py", "qualify/plan/golden.py",
-        "qualify/run/golden_stage.py", "qualify/evaluate/parity_counts.py", "qualify/evaluate/tolerance_gate.py",
-        "qualify/evaluate/stopping.py", "qualify/plan/schedule.py", "qualify/record/evidence.py",
-        "qualify/evaluate/second_timer.py", "qualify/evaluate/occupancy.py", "qualify/evaluate/kernels.py",
-        "qualify/evaluate/inventory.py", "qualify/generation.py", "qualify/run/code_identity.py", "qualify/dtypes.py")  # fmt: skip
+CORE = (
+    "qualify/evaluate/fidelity.py",
+    "qualify/expr.py",
+    "qualify/plan/digest.py",
+    "qualify/evaluate/stats.py",
+    "qualify/evaluate/verdict.py",
+    "qualify/record/check.py",
+    "qualify/plan/golden.py",
+    "qualify/run/golden_stage.py",
+    "qualify/evaluate/parity_counts.py",
+    "qualify/evaluate/tolerance_gate.py",
+    "qualify/evaluate/stopping.py",
+    "qualify/plan/schedule.py",
+    "qualify/record/evidence.py",
+    "qualify/evaluate/second_timer.py",
+    "qualify/evaluate/occupancy.py",
+    "qualify/evaluate/kernels.py",
+    "qualify/evaluate/inventory.py",
+    "qualify/generation.py",
+    "qualify/run/code_identity.py",
+    "qualify/dtypes.py",
+)
 
 
 def test_the_configuration_names_every_core_module_with_existing_tests():
@@ -260,19 +299,36 @@ def test_the_score_sets_equivalents_and_errors_aside_and_counts_timeouts_as_dete
     def outcome(status, equivalent=None):
         return mutate.Outcome(status, 1.0, equivalent=equivalent)
 
-    outcomes = [outcome("killed"), outcome("timeout"), outcome("survived"), outcome("survived", "same value"),
-                outcome("error")]  # fmt: skip
+    outcomes = [
+        outcome("killed"),
+        outcome("timeout"),
+        outcome("survived"),
+        outcome("survived", "same value"),
+        outcome("error"),
+    ]
     s = mutate.summarize("m.py", ["t.py"], 9, 1.0, outcomes)
-    assert (s["mutants_total"], s["sampled"], s["killed"], s["timeout"], s["survived"], s["equivalent"], s["error"]) \
-        == (9, 5, 1, 1, 2, 1, 1)  # fmt: skip
+    assert (
+        s["mutants_total"],
+        s["sampled"],
+        s["killed"],
+        s["timeout"],
+        s["survived"],
+        s["equivalent"],
+        s["error"],
+    ) == (9, 5, 1, 1, 2, 1, 1)
     assert (s["score"], s["raw_score"]) == (66.7, 40.0)
 
 
 def test_merging_reports_applies_the_equivalence_list_as_it_stands(tmp_path, capsys):
     key = {"module": "m.py", "description": "`1` → `2`", "line": "x = 1", "mutated": "x = 2"}
     mutants = [mutate.asdict(mutate.Outcome("survived", 1.0, key=key)), mutate.asdict(mutate.Outcome("killed", 1.0))]
-    run = {"format": mutate.REPORT_FORMAT, "seed": 3, "sample": 2, "commit": "abc",
-           "modules": [mutate.summarize("m.py", ["t.py"], 7, 1.0, [mutate.Outcome(**o) for o in mutants])]}  # fmt: skip
+    run = {
+        "format": mutate.REPORT_FORMAT,
+        "seed": 3,
+        "sample": 2,
+        "commit": "abc",
+        "modules": [mutate.summarize("m.py", ["t.py"], 7, 1.0, [mutate.Outcome(**o) for o in mutants])],
+    }
     (tmp_path / "r.json").write_text(json.dumps(run))
     config = tmp_path / "mutation.json"
     config.write_text(json.dumps({"targets": {}, "equivalents": [{**key, "reason": "same value"}]}))
@@ -300,14 +356,15 @@ def test_every_listed_equivalent_is_a_mutant_of_the_module_as_it_is():
 
 
 _TABLE_SPEC = importlib.util.spec_from_file_location(
-    "qualify_tools_mutation_table", Path(__file__).resolve().parents[1] / "tools" / "mutation_table.py")
+    "qualify_tools_mutation_table", Path(__file__).resolve().parents[1] / "tools" / "mutation_table.py"
+)
 table_tool = importlib.util.module_from_spec(_TABLE_SPEC)
 _TABLE_SPEC.loader.exec_module(table_tool)
 
 
 def _table_rows(doc: Path) -> list[list[str]]:
     text = doc.read_text(encoding="utf-8")
-    block = text[text.index(table_tool.BEGIN) + len(table_tool.BEGIN): text.index(table_tool.END)]
+    block = text[text.index(table_tool.BEGIN) + len(table_tool.BEGIN) : text.index(table_tool.END)]
     rows = [line for line in block.strip().splitlines()[2:]]
     return [[c.strip() for c in r.strip("|").split("|")] for r in rows]
 
@@ -323,8 +380,12 @@ def test_the_score_tables_in_the_documents_are_those_of_the_committed_reports():
             _, data = table_tool.read_run(root / report.strip("`"))
             (m,) = [m for m in data["modules"] if m["module"] == module.strip("`")]
             assert [total, tried, killed, survived, equivalent] == [
-                str(m["mutants_total"]), str(m["sampled"]), str(m["killed"] + m["timeout"]),
-                str(m["survived"] - m["equivalent"]), str(m["equivalent"])], (doc, module)  # fmt: skip
+                str(m["mutants_total"]),
+                str(m["sampled"]),
+                str(m["killed"] + m["timeout"]),
+                str(m["survived"] - m["equivalent"]),
+                str(m["equivalent"]),
+            ], (doc, module)
             assert score == f"{m['score']:.1f} %" and code == data["commit"], (doc, module)
 
 
@@ -339,7 +400,7 @@ def test_every_committed_sample_of_every_seed_meets_the_bar_and_is_tabled():
     the seeds table is the newest committed report of that seed, regenerated, and scores ≥ 90 %."""
     readme = table_tool.REPORTS / "README.md"
     text = readme.read_text(encoding="utf-8")
-    block = text[text.index(table_tool.SEEDS_BEGIN) + len(table_tool.SEEDS_BEGIN): text.index(table_tool.SEEDS_END)]
+    block = text[text.index(table_tool.SEEDS_BEGIN) + len(table_tool.SEEDS_BEGIN) : text.index(table_tool.SEEDS_END)]
     assert block.strip().splitlines() == table_tool.seed_table()
     rows = [[c.strip() for c in r.strip("|").split("|")] for r in table_tool.seed_table()[2:]]
     assert len({r[1] for r in rows}) >= 4, "samples of seed 0 and three more"
@@ -383,7 +444,9 @@ def test_recheck_runs_only_the_survivors_again_and_keeps_the_rest_of_the_sample(
     common = ["--root", str(root), "--config", str(config)]
     assert mutate.main(["pkg/small.py", *common, "--sample", "0", "--out", str(first)]) == 0
     # the test written for two survivors: positive() at 0 and at 1
-    (root / "tests" / "test_small.py").write_text(TESTS + "\n\ndef test_edge():\n    assert positive(1) and not positive(0)\n")
+    (root / "tests" / "test_small.py").write_text(
+        TESTS + "\n\ndef test_edge():\n    assert positive(1) and not positive(0)\n"
+    )
     capsys.readouterr()
     again = tmp_path / "again"
     assert mutate.main(["--recheck", str(first / "report.json"), *common, "--out", str(again), "--label", "re"]) == 0
@@ -391,7 +454,10 @@ def test_recheck_runs_only_the_survivors_again_and_keeps_the_rest_of_the_sample(
     (before,) = json.loads((first / "report.json").read_text())["modules"]
     (after,) = json.loads((again / "report.json").read_text())["modules"]
     status = {(o["line"], o["description"]): o["status"] for o in after["mutants"]}
-    assert status == {**{(o["line"], o["description"]): o["status"] for o in before["mutants"]},
-                      (11, "`>` → `>=`"): "killed", (11, "`0` → `1`"): "killed"}  # fmt: skip
+    assert status == {
+        **{(o["line"], o["description"]): o["status"] for o in before["mutants"]},
+        (11, "`>` → `>=`"): "killed",
+        (11, "`0` → `1`"): "killed",
+    }
     # the listed equivalent was killed: it no longer counts as one; LIMIT's 3 → 4 still survives
     assert (after["killed"], after["survived"], after["equivalent"], after["score"]) == (8, 1, 0, 88.9)

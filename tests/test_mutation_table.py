@@ -26,22 +26,48 @@ table = _tool("qualify_tools_mutation_table", "mutation_table.py")
 
 
 def _mutant(status: str, line: int, equivalent: str | None = None) -> dict:
-    return {"status": status, "seconds": 1.0, "killed_by": "tests/test_x.py::test_x" if status == "killed" else None,
-            "diff": f"-    a = {line}\n+    a = {line + 1}\n", "key": {"module": "m.py", "line": f"a = {line}"},
-            "line": line, "operator": "constant", "description": f"`{line}` → `{line + 1}`",
-            "equivalent": equivalent}  # fmt: skip
+    return {
+        "status": status,
+        "seconds": 1.0,
+        "killed_by": "tests/test_x.py::test_x" if status == "killed" else None,
+        "diff": f"-    a = {line}\n+    a = {line + 1}\n",
+        "key": {"module": "m.py", "line": f"a = {line}"},
+        "line": line,
+        "operator": "constant",
+        "description": f"`{line}` → `{line + 1}`",
+        "equivalent": equivalent,
+    }
 
 
 REPORT = {
-    "format": "qualify-mutation/1", "seed": 3, "sample": 5, "commit": "abc1234",
-    "modules": [{
-        "module": "m.py", "tests": ["tests/test_x.py"], "mutants_total": 9, "sampled": 5, "killed": 2,
-        "timeout": 1, "survived": 2, "error": 0, "equivalent": 1, "score": 75.0, "raw_score": 60.0,
-        "baseline_seconds": 2.5,
-        "mutants": [_mutant("killed", 1), _mutant("survived", 2), _mutant("timeout", 3),
-                    _mutant("survived", 4, equivalent="a reason"), _mutant("killed", 5)],
-    }],
-}  # fmt: skip
+    "format": "qualify-mutation/1",
+    "seed": 3,
+    "sample": 5,
+    "commit": "abc1234",
+    "modules": [
+        {
+            "module": "m.py",
+            "tests": ["tests/test_x.py"],
+            "mutants_total": 9,
+            "sampled": 5,
+            "killed": 2,
+            "timeout": 1,
+            "survived": 2,
+            "error": 0,
+            "equivalent": 1,
+            "score": 75.0,
+            "raw_score": 60.0,
+            "baseline_seconds": 2.5,
+            "mutants": [
+                _mutant("killed", 1),
+                _mutant("survived", 2),
+                _mutant("timeout", 3),
+                _mutant("survived", 4, equivalent="a reason"),
+                _mutant("killed", 5),
+            ],
+        }
+    ],
+}
 
 
 def _rendered(run: dict) -> str:
@@ -77,7 +103,9 @@ def test_a_folder_is_read_from_its_summary_and_a_fresh_report_from_the_report(tm
     assert run["committed_at"] < sys.maxsize  # dated when summarized, so a later run still counts as newer
 
 
-@pytest.mark.parametrize("folder", sorted(p.parent.name for p in (ROOT / "benchmarks" / "mutation").glob("*/summary.json")))
+@pytest.mark.parametrize(
+    "folder", sorted(p.parent.name for p in (ROOT / "benchmarks" / "mutation").glob("*/summary.json"))
+)
 def test_each_committed_report_md_is_its_summary_rendered(folder):
     run_folder = ROOT / "benchmarks" / "mutation" / folder
     _, run = table.read_run(run_folder)

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from float_patterns import LARGEST, SIGN, words
+
 from qualify.evaluate.parity_counts import count, step_index
 
 

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 
+import fakes
 import pytest
+from plans import make_repo
+from test_engine import small_plan
 
 from qualify.cli import main
-from qualify.errors import ExitCode, FrozenInputChanged
 from qualify.commands.pipeline import exit_code, load_frozen, run_plan
+from qualify.errors import ExitCode, FrozenInputChanged
 from qualify.run.fake import FakeDevice, FakeTelemetry
-
-import fakes
-from test_engine import small_plan
-from plans import make_repo
 
 
 def _run(tmp_path, plan, trials=None, kernel=fakes.axpy, cand_ns=8_000.0):
@@ -48,8 +47,7 @@ def test_qualified_record_checks_and_re_renders(tmp_path, capsys):
 def test_planned_trials_complete_means_no_extra_run(tmp_path):
     outcome, record = _run(tmp_path, small_plan())
     path = tmp_path / "protocols" / "tiny" / "plan.json"
-    again = run_plan(load_frozen(path), record, lambda: FakeDevice({"axpy": fakes.axpy}),
-                     lambda uuid: FakeTelemetry())
+    again = run_plan(load_frozen(path), record, lambda: FakeDevice({"axpy": fakes.axpy}), lambda uuid: FakeTelemetry())
     assert again.trials == [] and "complete" in again.skipped
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fakes
 from plans import make_repo, plan_copy
+
 from qualify.plan.load import load_plan
 from qualify.run.device import MAX_BATCH
 from qualify.run.engine import BATCH_MIN_NS, STAGES, RunOptions, TrialRunner
@@ -85,8 +86,11 @@ def test_hot_cache_samples_are_poisoned_once_per_half_and_never_flushed(tmp_path
     for batch in timed:
         assert [c[0] for c in batch[1:-1]] == ["sample"] * 4
     # the poison of a hot half comes right before its hold
-    holds = [i for i, c in enumerate(device.calls) if c[0] == "hold" and device.calls[i + 1][0] == "sample"
-             and device.calls[i + 1][1]]
+    holds = [
+        i
+        for i, c in enumerate(device.calls)
+        if c[0] == "hold" and device.calls[i + 1][0] == "sample" and device.calls[i + 1][1]
+    ]
     assert all(device.calls[i - 1][0] == "poison" for i in holds)
 
 

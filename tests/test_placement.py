@@ -12,8 +12,13 @@ from qualify.plan.resolve import ResolvedBuffer
 from qualify.run.device import DeviceBuffer
 from qualify.run.fake import FakeDevice
 from qualify.run.placement import (
-    OFFSET_LIMIT, PlacementPool, check_granularity, draw_layouts, layout_rng, shared_keys,
-)  # fmt: skip
+    OFFSET_LIMIT,
+    PlacementPool,
+    check_granularity,
+    draw_layouts,
+    layout_rng,
+    shared_keys,
+)
 
 N = 1024
 
@@ -100,8 +105,7 @@ def test_eight_placements_sit_apart_at_offsets_of_the_granularity(granularity):
     dev = Recording()
     with PlacementPool(dev, ARMS, inputs(), 8, np.random.default_rng(3), granularity=granularity) as pool:
         assert pool.count == 8
-        sets = {tuple(sorted((n, b.ptr) for side in ARMS for n, b in pool.buffers(p, side).items()))
-                for p in range(8)}  # fmt: skip
+        sets = {tuple(sorted((n, b.ptr) for side in ARMS for n, b in pool.buffers(p, side).items())) for p in range(8)}
         assert len(sets) == 8
         assert len({b.ptr for p in range(8) for side in ARMS for b in pool.buffers(p, side).values()}) == 8 * 5
         for layout in pool.facts.placements:
@@ -125,8 +129,9 @@ def test_eight_placements_sit_apart_at_offsets_of_the_granularity(granularity):
     assert len(uploads) == 4 and len(copies) == 7 * 4
     assert pool.facts.granularity == granularity
     spacers = sum(layout.spacer_bytes for layout in pool.facts.placements)
-    assert pool.facts.pool_bytes == spacers + sum(b.nbytes + b.offset_bytes for layout in pool.facts.placements
-                                                  for b in layout.buffers)  # fmt: skip
+    assert pool.facts.pool_bytes == spacers + sum(
+        b.nbytes + b.offset_bytes for layout in pool.facts.placements for b in layout.buffers
+    )
 
 
 def test_every_allocation_is_freed_on_exit_spacers_included():

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from qualify.evaluate.placements import block_placements, placement_deltas
-from qualify.results.samples import TrialSamples, load, save, series_problems
 from qualify.evaluate.summarize import pair_stats
+from qualify.results.samples import TrialSamples, load, save, series_problems
 
 
 def _add(s, series, ns, block, placement=None):

@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 
 import pytest
+from fuzzing import PROFILE
 from hypothesis import example, given
 from hypothesis import strategies as st
-
-from fuzzing import PROFILE
 from plans import PLAN, make_repo
+
 from qualify.cli import main
 from qualify.errors import PlanError
 from qualify.plan.load import load_plan

@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
+from test_record import H200, add_trial, h200_trials, l40s_trials, new_record, plan_and_lock
 
 from qualify.plan.schedule import block_halves
-import pytest
-
-from qualify.results.samples import TrialSamples
 from qualify.record.assemble import write_record
 from qualify.render.plots import (
     AA,
@@ -30,9 +29,8 @@ from qualify.render.plots import (
     taken_order,
     write_plots,
 )
+from qualify.results.samples import TrialSamples
 from qualify.results.store import Record
-
-from test_record import H200, add_trial, h200_trials, l40s_trials, new_record, plan_and_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,16 +70,23 @@ def test_plots_are_the_same_bytes_every_time_and_in_another_process(record):
     first = render_plots(record, results, plan)
     assert digests(first) == digests(render_plots(record, results, plan))
     # a fresh interpreter with another hash seed: ids and ordering must not depend on either
-    code = ("import sys, hashlib, json; sys.path[:0] = sys.argv[1:3]\n"
-            "from test_record import plan_and_lock\n"
-            "from qualify.render.plots import render_plots\n"
-            "from qualify.results.store import Record\n"
-            "r = Record(sys.argv[3]).results()\n"
-            "print(json.dumps({k: hashlib.sha256(v).hexdigest() for k, v in "
-            "render_plots(sys.argv[3], r, plan_and_lock()[0]).items()}))")  # fmt: skip
+    code = (
+        "import sys, hashlib, json; sys.path[:0] = sys.argv[1:3]\n"
+        "from test_record import plan_and_lock\n"
+        "from qualify.render.plots import render_plots\n"
+        "from qualify.results.store import Record\n"
+        "r = Record(sys.argv[3]).results()\n"
+        "print(json.dumps({k: hashlib.sha256(v).hexdigest() for k, v in "
+        "render_plots(sys.argv[3], r, plan_and_lock()[0]).items()}))"
+    )
     env = {**os.environ, "PYTHONHASHSEED": "12345", "MPLCONFIGDIR": str(record.parent / "mplconfig")}
-    out = subprocess.run([sys.executable, "-c", code, str(ROOT), str(ROOT / "tests"), str(record)],
-                         capture_output=True, text=True, env=env, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT), str(ROOT / "tests"), str(record)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     import json
 
     assert json.loads(out.stdout) == digests(first)
@@ -133,7 +138,8 @@ def test_under_another_matplotlib_the_declared_data_is_compared(copy):
     original = path.read_bytes()
     # drawn by another version: other bytes, the same data -> no problem
     other = original.replace(f"Matplotlib v{matplotlib.__version__}".encode(), b"Matplotlib v0.1").replace(
-        b'<g id="figure_1">', b'<g id="figure_1" class="older-layout">')
+        b'<g id="figure_1">', b'<g id="figure_1" class="older-layout">'
+    )
     path.write_bytes(other)
     assert plot_problems(copy, results, plan) == []
     # ... but a declared data digest that the raw samples do not give is a problem

@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from test_stats import interleaved
 
 from qualify.evaluate.pooled import ONE_PROCESS, pool, satterthwaite_df, trial_moments
 from qualify.evaluate.stats import case_stats, classify, mde_pct, t_quantile
 from qualify.results.model import CaseStats
-
-from test_stats import interleaved
 
 T975 = 0.975
 
@@ -21,8 +20,18 @@ def trial(mean: float, sd: float, blocks: int = 10) -> CaseStats:
     lo, hi = math.exp(mean - half), math.exp(mean + half)
     mde = mde_pct(sd, blocks)
     cls, why = classify(math.exp(mean), lo, hi, mde=mde, blocks=blocks)
-    return CaseStats(ratio=math.exp(mean), ci_low=lo, ci_high=hi, delta_pct=math.expm1(mean) * 100.0,
-                     case_class=cls, reason=why, blocks=blocks, mde_pct=mde, log_mean=mean, log_sd=sd)  # fmt: skip
+    return CaseStats(
+        ratio=math.exp(mean),
+        ci_low=lo,
+        ci_high=hi,
+        delta_pct=math.expm1(mean) * 100.0,
+        case_class=cls,
+        reason=why,
+        blocks=blocks,
+        mde_pct=mde,
+        log_mean=mean,
+        log_sd=sd,
+    )
 
 
 def test_case_stats_records_the_moments_of_its_block_log_ratios():
@@ -40,7 +49,12 @@ def test_one_trial_is_its_own_interval_and_says_it_covers_one_process():
     stats = case_stats(*interleaved(100_000, 97_000, blocks=8, seed=3))
     p = pool([stats])
     assert (p.ratio, p.ci_low, p.ci_high, p.mde_pct, p.case_class) == (
-        stats.ratio, stats.ci_low, stats.ci_high, stats.mde_pct, stats.case_class)
+        stats.ratio,
+        stats.ci_low,
+        stats.ci_high,
+        stats.mde_pct,
+        stats.case_class,
+    )
     assert p.trials == 1 and p.df == 7.0 and p.between_pct is None
     assert p.within_pct == pytest.approx(math.expm1(stats.log_sd / math.sqrt(8)) * 100.0, rel=1e-12)
     assert p.reason.endswith(ONE_PROCESS) and "one process only" in p.reason
@@ -130,8 +144,9 @@ def test_trials_made_before_the_moments_were_recorded_give_them_from_their_inter
 
 
 def test_a_trial_without_an_interval_leaves_the_pooled_case_without_one():
-    short = trial(-0.1, 0.01).model_copy(update={"ci_low": None, "ci_high": None, "blocks": 1, "log_sd": None,
-                                                 "mde_pct": None})  # fmt: skip
+    short = trial(-0.1, 0.01).model_copy(
+        update={"ci_low": None, "ci_high": None, "blocks": 1, "log_sd": None, "mde_pct": None}
+    )
     p = pool([trial(-0.1, 0.01), short])
     assert p.ci_low is None and p.ci_high is None and p.mde_pct is None and p.df is None
     assert p.case_class == "cant_tell" and "1 of 2 trials have fewer than two blocks" in p.reason
@@ -177,8 +192,11 @@ def test_a_gate_over_trials_that_each_pass_but_disagree_cannot_tell(measured):
     plan, base = measured
     trials = planted(base, [0.0, math.log(1.015), math.log(0.985)])
     for t in trials:  # each trial alone passes the gate, and so would the median of their ratios
-        assert all(judge_gate(plan.acceptance.gates[0], c.stats.ratio, c.stats.ci_low, c.stats.ci_high,
-                              c.stats.mde_pct)[0] == "pass" for c in t.cases)  # fmt: skip
+        assert all(
+            judge_gate(plan.acceptance.gates[0], c.stats.ratio, c.stats.ci_low, c.stats.ci_high, c.stats.mde_pct)[0]
+            == "pass"
+            for c in t.cases
+        )
     judged, undecided = judge_gates(plan, trials)
     assert judged == [] and len(undecided) == len(base.cases)
     assert all("(pooled over 3 trials (3 processes))" in r and "can't tell" in r for r in undecided)
@@ -199,8 +217,9 @@ def test_a_missed_gate_over_trials_names_the_pooled_trials(measured):
     plan, base = measured
     v = verdict(plan, planted(base, [0.05, 0.052, 0.048]))
     assert v.status == "not_qualified" and [g.passed for g in v.gates] == [False] * len(base.cases)
-    assert any(r.startswith("gate no_regression missed at") and "(pooled over 3 trials (3 processes))" in r
-               for r in v.reasons)  # fmt: skip
+    assert any(
+        r.startswith("gate no_regression missed at") and "(pooled over 3 trials (3 processes))" in r for r in v.reasons
+    )
     assert not any("median of trials" in r for r in v.reasons)
 
 

@@ -7,13 +7,13 @@ import json
 
 import numpy as np
 import pytest
-
 from fakes import axpy
 from plans import make_repo, plan_copy
+
+from qualify.commands.probe import format_probe, probe_buffer, run_probe, ulp_histogram
 from qualify.errors import DeviceError
 from qualify.plan.load import load_plan
 from qualify.run.fake import FakeDevice
-from qualify.commands.probe import format_probe, probe_buffer, run_probe, ulp_histogram
 
 
 def f32(values) -> np.ndarray:
@@ -52,8 +52,9 @@ def test_bf16_and_integers():
     base = np.array([0x3F80, 0x4000], dtype=np.uint16).view(np.uint8)  # 1.0, 2.0
     cand = np.array([0x3F81, 0x4000], dtype=np.uint16).view(np.uint8)
     assert dict(ulp_histogram("bf16", base, cand)[0]) == {"1": 1}
-    row = probe_buffer("N=2", "idx", "i32", np.array([1, 5], np.int32).view(np.uint8),
-                       np.array([1, 7], np.int32).view(np.uint8))  # fmt: skip
+    row = probe_buffer(
+        "N=2", "idx", "i32", np.array([1, 5], np.int32).view(np.uint8), np.array([1, 7], np.int32).view(np.uint8)
+    )
     # integers: the ulp distance is the plain difference (docs/plan.md), rel against the base
     assert (row.max_abs, row.max_ulp, row.max_rel) == (2, 2, 0.4) and row.ulp_histogram == ()
 
@@ -156,7 +157,12 @@ def probe_against_float64(tmp_path, function, kernel):
     from plans import HEADER, KERNEL
 
     plan = plan_copy()
-    plan["acceptance"]["fidelity"] = {"mode": "ulp", "bound": 2, "against": "float64", "reference": f"ref.py:{function}"}
+    plan["acceptance"]["fidelity"] = {
+        "mode": "ulp",
+        "bound": 2,
+        "against": "float64",
+        "reference": f"ref.py:{function}",
+    }
     files = {"kernels/k.cu": KERNEL, "kernels/common.cuh": HEADER, "protocols/tiny/ref.py": REF}
     return run_probe(load_plan(make_repo(tmp_path, plan, files=files)), FakeDevice({"axpy": kernel}))
 
@@ -164,9 +170,11 @@ def probe_against_float64(tmp_path, function, kernel):
 def test_float64_reference_compares_each_arm_with_the_rounded_reference(tmp_path):
     result = probe_against_float64(tmp_path, "axpy64", candidate_off_by(3))
     assert [(b.case, b.compared) for b in result.buffers] == [
-        ("N=1024", "base/float64"), ("N=1024", "candidate/float64"),
-        ("N=4096", "base/float64"), ("N=4096", "candidate/float64"),
-    ]  # fmt: skip
+        ("N=1024", "base/float64"),
+        ("N=1024", "candidate/float64"),
+        ("N=4096", "base/float64"),
+        ("N=4096", "candidate/float64"),
+    ]
     base, cand = result.buffers[0], result.buffers[1]
     assert base.max_ulp is not None and base.max_ulp <= 1  # float32 a*x+y: two roundings at most
     assert 2 <= cand.max_ulp <= 4  # three ulps off the base, which is within one of the reference
@@ -177,5 +185,7 @@ def test_float64_reference_compares_each_arm_with_the_rounded_reference(tmp_path
 def test_a_reference_breaking_the_contract_names_the_case(tmp_path):
     from qualify.errors import PlanError
 
-    with pytest.raises(PlanError, match=r"case N=1024: the reference must return a dict of the outputs \['out'\], got \['y'\]"):
+    with pytest.raises(
+        PlanError, match=r"case N=1024: the reference must return a dict of the outputs \['out'\], got \['y'\]"
+    ):
         probe_against_float64(tmp_path, "wrong_keys", axpy)

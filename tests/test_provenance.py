@@ -6,7 +6,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from plans import HEADER, make_repo
 
 
@@ -19,8 +18,11 @@ def git_repo(tmp_path):
     shutil.rmtree(root / ".git")
 
     def git(*args):
-        subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                       check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            check=True,
+            capture_output=True,
+        )
 
     git("init", "-q")
     return root, path, git

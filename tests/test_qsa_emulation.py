@@ -64,19 +64,22 @@ def test_every_control_behaves_as_declared(evaluated):
     assert not wrong
 
 
-@pytest.mark.parametrize("control, case, output, outcome", [
-    ("causal_mask", "R=6,S=2055", "out", "fail"),      # the only case whose mask hides keys
-    ("causal_mask", "R=6,S=2055", "weights", "fail"),
-    ("causal_mask", "R=64,S=64", "out", "pass"),       # an all-visible mask: nothing changes
-    ("swap_key_heads", "R=8,S=8", "weights", "fail"),
-    ("swap_key_heads", "R=16,S=2048", "out", "fail"),
-    ("saturate_gate", "R=16,S=2048", "weights", "pass"),
-    ("saturate_gate", "R=16,S=2048", "out", "fail"),
-    ("unrounded_gate", "R=8,S=8", "out", "fail"),      # seen by the bit-exact cases only
-    ("unrounded_gate", "R=10,S=10", "out", "fail"),
-    ("unrounded_gate", "R=64,S=64", "out", "pass"),    # within a quantum: the seed's blind spot
-    ("unrounded_gate", "R=6,S=2055", "weights", "pass"),
-])
+@pytest.mark.parametrize(
+    "control, case, output, outcome",
+    [
+        ("causal_mask", "R=6,S=2055", "out", "fail"),  # the only case whose mask hides keys
+        ("causal_mask", "R=6,S=2055", "weights", "fail"),
+        ("causal_mask", "R=64,S=64", "out", "pass"),  # an all-visible mask: nothing changes
+        ("swap_key_heads", "R=8,S=8", "weights", "fail"),
+        ("swap_key_heads", "R=16,S=2048", "out", "fail"),
+        ("saturate_gate", "R=16,S=2048", "weights", "pass"),
+        ("saturate_gate", "R=16,S=2048", "out", "fail"),
+        ("unrounded_gate", "R=8,S=8", "out", "fail"),  # seen by the bit-exact cases only
+        ("unrounded_gate", "R=10,S=10", "out", "fail"),
+        ("unrounded_gate", "R=64,S=64", "out", "pass"),  # within a quantum: the seed's blind spot
+        ("unrounded_gate", "R=6,S=2055", "weights", "pass"),
+    ],
+)
 def test_control_outcome_per_case(evaluated, control, case, output, outcome):
     _, controls, _ = evaluated
     assert _outcomes(controls)[(control, case, output)] == (outcome, outcome)
@@ -130,7 +133,7 @@ def _block_sum_loop(p):
             v = [f(v[i] + v[i ^ o]) for i in range(32)]
         return v[0]
 
-    warps = [warp(partial[32 * w:32 * w + 32]) for w in range(8)]
+    warps = [warp(partial[32 * w : 32 * w + 32]) for w in range(8)]
     return warp(warps + [f(0)] * 24)
 
 

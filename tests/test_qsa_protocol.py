@@ -26,11 +26,14 @@ def _reference():
 
 
 @pytest.mark.parametrize("arch", ["sm_89", "sm_90", "sm_120"])
-@pytest.mark.parametrize("kernel, defines", [
-    ("qsa_forward<1, false>", ()),
-    ("qsa_forward<4, true>", ()),
-    ("qsa_forward<4, true>", (("QSA_MUTATION_UNROUNDED_GATE", "1"),)),
-])
+@pytest.mark.parametrize(
+    "kernel, defines",
+    [
+        ("qsa_forward<1, false>", ()),
+        ("qsa_forward<4, true>", ()),
+        ("qsa_forward<4, true>", (("QSA_MUTATION_UNROUNDED_GATE", "1"),)),
+    ],
+)
 def test_qsa_arms_compile_without_spills(arch, kernel, defines):
     compiled = compile_kernel(KernelSpec(source=SOURCE, kernel=kernel, arch=arch, defines=defines))
     assert compiled.cubin[:4] == b"\x7fELF"

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from plans import plan_copy
 
 from qualify.errors import FrozenInputChanged, PlanError
 from qualify.evaluate.recompute import recompute_trial
-from qualify.results.samples import TrialSamples, load, save
 from qualify.plan.digest import freeze_from_hashes, sha256_bytes
 from qualify.plan.load import validate_plan
 from qualify.record.assemble import assemble_results, write_record
@@ -39,9 +39,8 @@ from qualify.results.model import (
     TimingSummary,
     Trial,
 )
+from qualify.results.samples import TrialSamples, load, save
 from qualify.results.store import Record
-
-from plans import plan_copy
 
 GOLDEN = Path(__file__).parent / "golden" / "record-README.md"
 
@@ -71,14 +70,34 @@ PLAN["acceptance"] = {
 }
 FILES = {"kernels/k.cu": sha256_bytes(b"kernel"), "kernels/common.cuh": sha256_bytes(b"header")}
 
-H200 = DeviceInfo(name="NVIDIA H200", uuid="GPU-1111aaaa-0000-0000-0000-000000000001", ordinal=0,
-                  compute_capability="9.0", arch="sm_90", sm_count=132, l2_bytes=62_914_560,
-                  max_shared_per_block_optin=232_448, sm_clock_max_mhz=1980, mem_clock_max_mhz=3201,
-                  driver_version="580.65.06", cuda_driver_version="13.0")  # fmt: skip
-L40S = DeviceInfo(name="NVIDIA L40S", uuid="GPU-2222bbbb-0000-0000-0000-000000000002", ordinal=0,
-                  compute_capability="8.9", arch="sm_89", sm_count=142, l2_bytes=100_663_296,
-                  max_shared_per_block_optin=101_376, sm_clock_max_mhz=2520, mem_clock_max_mhz=9001,
-                  driver_version="580.65.06", cuda_driver_version="13.0")  # fmt: skip
+H200 = DeviceInfo(
+    name="NVIDIA H200",
+    uuid="GPU-1111aaaa-0000-0000-0000-000000000001",
+    ordinal=0,
+    compute_capability="9.0",
+    arch="sm_90",
+    sm_count=132,
+    l2_bytes=62_914_560,
+    max_shared_per_block_optin=232_448,
+    sm_clock_max_mhz=1980,
+    mem_clock_max_mhz=3201,
+    driver_version="580.65.06",
+    cuda_driver_version="13.0",
+)
+L40S = DeviceInfo(
+    name="NVIDIA L40S",
+    uuid="GPU-2222bbbb-0000-0000-0000-000000000002",
+    ordinal=0,
+    compute_capability="8.9",
+    arch="sm_89",
+    sm_count=142,
+    l2_bytes=100_663_296,
+    max_shared_per_block_optin=101_376,
+    sm_clock_max_mhz=2520,
+    mem_clock_max_mhz=9001,
+    driver_version="580.65.06",
+    cuda_driver_version="13.0",
+)
 # true per-launch nanoseconds of (base, candidate) per case and device
 TRUE_NS = {
     "sm_90": {"N=1024": (8_000.0, 7_600.0), "N=4096": (30_000.0, 29_900.0)},
@@ -94,8 +113,13 @@ FLOOR_NS = 2_000.0
 def plan_and_lock() -> tuple:
     plan = validate_plan(json.loads(json.dumps(PLAN)), Path("plan.json"))
     frozen = freeze_from_hashes(plan, FILES)
-    lock = {"lock_version": 1, "plan": "plan.json", "plan_sha256": frozen.plan_sha256, "files": FILES,
-            "digest": frozen.digest}
+    lock = {
+        "lock_version": 1,
+        "plan": "plan.json",
+        "plan_sha256": frozen.plan_sha256,
+        "files": FILES,
+        "digest": frozen.digest,
+    }
     return plan, lock
 
 
@@ -126,12 +150,31 @@ def raw_samples(device: DeviceInfo, cases: list[str], seed: int, throttled: int 
 
 def make_case(cid: str, n: int) -> CaseTrial:
     """A case with placeholder statistics; recompute_trial derives the real ones from the samples."""
-    nothing = TimingSummary(samples=0, warmup=0, median_ns=0, q1_ns=0, q3_ns=0, min_ns=0, max_ns=0,
-                            throttled_samples=0, mean_sm_clock_mhz=None)  # fmt: skip
+    nothing = TimingSummary(
+        samples=0,
+        warmup=0,
+        median_ns=0,
+        q1_ns=0,
+        q3_ns=0,
+        min_ns=0,
+        max_ns=0,
+        throttled_samples=0,
+        mean_sm_clock_mhz=None,
+    )
     unknown = CaseStats(ratio=1.0, ci_low=None, ci_high=None, delta_pct=0.0, case_class="cant_tell", reason="")
-    res = {side: ArmResources(registers=regs, static_shared_bytes=0, dynamic_shared_bytes=0, local_bytes=0,
-                              max_threads_per_block=1024, threads_per_block=256, blocks_per_sm=8, warps_per_sm=64)
-           for side, regs in (("base", 16), ("candidate", 28))}  # fmt: skip
+    res = {
+        side: ArmResources(
+            registers=regs,
+            static_shared_bytes=0,
+            dynamic_shared_bytes=0,
+            local_bytes=0,
+            max_threads_per_block=1024,
+            threads_per_block=256,
+            blocks_per_sm=8,
+            warps_per_sm=64,
+        )
+        for side, regs in (("base", 16), ("candidate", 28))
+    }
     return CaseTrial(
         case=cid,
         input_sha256={b: sha256_bytes(f"{b}:{cid}".encode()) for b in ("x", "y")},
@@ -139,8 +182,18 @@ def make_case(cid: str, n: int) -> CaseTrial:
         timing={"base": nothing, "candidate": nothing},
         stats=unknown,
         aa=None,
-        parity=[BufferParity(buffer="out", equal=True, elements=n, differing_elements=0, first_difference=None,
-                             max_ulp=0, max_abs=0.0, max_rel=0.0)],  # fmt: skip
+        parity=[
+            BufferParity(
+                buffer="out",
+                equal=True,
+                elements=n,
+                differing_elements=0,
+                first_difference=None,
+                max_ulp=0,
+                max_abs=0.0,
+                max_rel=0.0,
+            )
+        ],
         deterministic={"base": True, "candidate": True},
         timed_outputs_match=True,
     )
@@ -149,18 +202,36 @@ def make_case(cid: str, n: int) -> CaseTrial:
 COMMAND = ["qualify", "run", "protocols/vecwidth/plan.json", "--record", "records/vecwidth"]
 
 
-def add_trial(record: Record, lock: dict, device: DeviceInfo, seed: int, *, status: str = "complete",
-              cases: tuple[str, ...] = ("N=1024", "N=4096"), throttled: int = 0,
-              sanitizer=(), failures=()) -> Trial:  # fmt: skip
+def add_trial(
+    record: Record,
+    lock: dict,
+    device: DeviceInfo,
+    seed: int,
+    *,
+    status: str = "complete",
+    cases: tuple[str, ...] = ("N=1024", "N=4096"),
+    throttled: int = 0,
+    sanitizer=(),
+    failures=(),
+) -> Trial:
     index = record.next_trial_index()
     started = f"2026-03-0{index}T10:00:00.000+00:00"
     record.append({"event": "trial_started", "trial": index, "device_uuid": device.uuid, "digest": lock["digest"]})
     arrays = raw_samples(device, list(cases), seed, throttled)
     data = save(record.samples_path(index), arrays)
-    provenance = Provenance(device=device, planned=True, nvrtc_version="13.0", cuda_bindings_version="13.0.1",
-                            qualify_version="0.1.0", python_version="3.11.9", numpy_version="2.4.6",
-                            git_revision="0123456789abcdef0123456789abcdef01234567", git_dirty=False,
-                            host=f"host-{device.arch}", command=COMMAND)  # fmt: skip
+    provenance = Provenance(
+        device=device,
+        planned=True,
+        nvrtc_version="13.0",
+        cuda_bindings_version="13.0.1",
+        qualify_version="0.1.0",
+        python_version="3.11.9",
+        numpy_version="2.4.6",
+        git_revision="0123456789abcdef0123456789abcdef01234567",
+        git_dirty=False,
+        host=f"host-{device.arch}",
+        command=COMMAND,
+    )
     placeholder = Trial(
         index=index,
         status=status,
@@ -183,8 +254,17 @@ def add_trial(record: Record, lock: dict, device: DeviceInfo, seed: int, *, stat
 
 
 def clean(tool: str, side: str) -> SanitizerResult:
-    return SanitizerResult(tool=tool, case="N=1024", side=side, status="clean", errors=0, exit_code=0,
-                           summary=["========= ERROR SUMMARY: 0 errors"], excerpt=[], seconds=3.5)  # fmt: skip
+    return SanitizerResult(
+        tool=tool,
+        case="N=1024",
+        side=side,
+        status="clean",
+        errors=0,
+        exit_code=0,
+        summary=["========= ERROR SUMMARY: 0 errors"],
+        excerpt=[],
+        seconds=3.5,
+    )
 
 
 def new_record(folder: Path) -> tuple[Record, object, dict]:
@@ -211,8 +291,15 @@ def built(tmp_path_factory) -> Path:
     record, plan, lock = new_record(tmp_path_factory.mktemp("built") / "vecwidth")
     h200_trials(record, lock)
     l40s_trials(record, lock)
-    add_trial(record, lock, L40S, 5, status="interrupted", cases=("N=1024",),
-              failures=[Failure(kind="interrupted", message="SIGINT after case N=1024")])  # fmt: skip
+    add_trial(
+        record,
+        lock,
+        L40S,
+        5,
+        status="interrupted",
+        cases=("N=1024",),
+        failures=[Failure(kind="interrupted", message="SIGINT after case N=1024")],
+    )
     write_record(record, plan, lock)
     return record.folder
 
@@ -242,32 +329,38 @@ def test_readme_matches_golden(built):
 def test_verdict_headline_and_grouped_reasons_come_before_the_protocol(built):
     results = Record(built).results()
     lines = readme_lines(built)
-    head = lines[:lines.index("## Protocol")]
+    head = lines[: lines.index("## Protocol")]
     assert results.verdict.status == "not_qualified"
     assert head[:4] == ["# vecwidth: vec1 → vec4", "", "**Verdict: NOT QUALIFIED**", ""]
     # the answer in words before any list: one sentence per device, then fidelity, then checks
-    assert head[4].startswith("On NVIDIA H200 (GPU-1111aaaa), the candidate is faster at N=1024, by 5.2 %; "
-                              "inconsistent across trials at N=4096")  # fmt: skip
+    assert head[4].startswith(
+        "On NVIDIA H200 (GPU-1111aaaa), the candidate is faster at N=1024, by 5.2 %; "
+        "inconsistent across trials at N=4096"
+    )
     assert head[5].startswith("On NVIDIA L40S (GPU-2222bbbb), the candidate is faster at both cases")
     assert head[6] == "Outputs: byte-identical to the base arm in all 9 case-trial checks."
     # the two per-trial misses of gate faster at N=4096 are one line, worded for a speed-up too small
     gate_lines = [line for line in head if line.startswith("- gate ")]
-    assert gate_lines == ["- gate faster missed at N=4096 on NVIDIA H200 (GPU-1111aaaa) "
-                          "(speed-up >= 1%; 2 of 2 judgements): faster by only 0.3 %."]  # fmt: skip
+    assert gate_lines == [
+        "- gate faster missed at N=4096 on NVIDIA H200 (GPU-1111aaaa) "
+        "(speed-up >= 1%; 2 of 2 judgements): faster by only 0.3 %."
+    ]
     # every other reason is kept as the verdict wrote it
     missed = sum(not g.passed for g in results.verdict.gates)
     assert len(results.verdict.reasons) == missed + len([line for line in head if line.startswith("- ")]) - 1
     assert "- trial 5 on NVIDIA L40S (GPU-2222bbbb) is interrupted" in head
     # the forest plot of each device is on the first screen
-    assert "![NVIDIA H200 (GPU-1111aaaa): ratio candidate / base per case, 95 % interval per trial, against " \
-           "the gates' bounds](plots/device-1-ratio.svg)" in head  # fmt: skip
+    assert (
+        "![NVIDIA H200 (GPU-1111aaaa): ratio candidate / base per case, 95 % interval per trial, against "
+        "the gates' bounds](plots/device-1-ratio.svg)" in head
+    )
 
 
 def test_readme_has_one_results_table_per_device_with_every_trial(built):
     lines = readme_lines(built)
     headings = [line for line in lines if line.startswith("## Results on ")]
     assert headings == ["## Results on NVIDIA H200 (GPU-1111aaaa)", "## Results on NVIDIA L40S (GPU-2222bbbb)"]
-    l40s = lines[lines.index(headings[1]):]
+    l40s = lines[lines.index(headings[1]) :]
     header = next(line for line in l40s if line.startswith("| case |"))
     assert "| trial 3 | trial 4 | trial 5 (interrupted) |" in header
     # the interrupted trial measured N=1024 only; its N=4096 cell says so instead of a number
@@ -279,8 +372,10 @@ def test_readme_numbers_come_from_the_results(built):
     results = Record(built).results()
     text = (built / "README.md").read_text(encoding="utf-8")
     c = results.trials[0].cases[1]  # H200, N=4096, trial 1
-    cell = f"{duration(c.timing['base'].median_ns)} → {duration(c.timing['candidate'].median_ns)} " \
-           f"({signed_pct(c.stats.delta_pct)})"  # fmt: skip
+    cell = (
+        f"{duration(c.timing['base'].median_ns)} → {duration(c.timing['candidate'].median_ns)} "
+        f"({signed_pct(c.stats.delta_pct)})"
+    )
     assert cell in text
     # the median column over trials 1 and 2 of H200 at N=1024
     rows = [t.cases[0] for t in results.trials[:2]]
@@ -290,7 +385,7 @@ def test_readme_numbers_come_from_the_results(built):
 
 def test_unverified_section_is_derived(built):
     lines = readme_lines(built)
-    section = lines[lines.index("## What is unverified"):lines.index("## Reproduce")]
+    section = lines[lines.index("## What is unverified") : lines.index("## Reproduce")]
     text = "\n".join(section)
     assert "Compiled for sm_120 but not executed there" in text
     assert "Device compute capability 12.0: listed by the plan, no complete trial ran on it." in text
@@ -354,8 +449,9 @@ def test_tampered_samples_with_a_matching_sha_are_found_by_recomputing(copy):
         old = Record(copy).trials()[1].samples_sha256
         (copy / name).write_text(text.replace(old, sha256_bytes(data)))
     problems = check_record(copy)
-    assert any(p.startswith("trials/trial-2.json: differs from its raw samples: cases[0].timing.candidate")
-               for p in problems)  # fmt: skip
+    assert any(
+        p.startswith("trials/trial-2.json: differs from its raw samples: cases[0].timing.candidate") for p in problems
+    )
 
 
 def test_results_json_number_edited_is_found(copy):
@@ -375,8 +471,10 @@ def test_trial_file_median_edited_is_found(copy):
     data["cases"][0]["timing"]["candidate"]["median_ns"] = 1.0
     path.write_text(json.dumps(data, indent=1))
     problems = check_record(copy)
-    assert any(p.startswith("trials/trial-3.json: differs from its raw samples: cases[0].timing.candidate.median_ns")
-               for p in problems)  # fmt: skip
+    assert any(
+        p.startswith("trials/trial-3.json: differs from its raw samples: cases[0].timing.candidate.median_ns")
+        for p in problems
+    )
     assert any(p.startswith("results.json: trial 3 differs from its trial file") for p in problems)
 
 
@@ -440,7 +538,10 @@ def test_merge_gives_one_record_with_a_table_per_device(two_records, tmp_path):
     assert moved.started_at == source.started_at
     headings = [line for line in readme_lines(dest) if line.startswith("## Results on ")]
     assert headings == ["## Results on NVIDIA H200 (GPU-1111aaaa)", "## Results on NVIDIA L40S (GPU-2222bbbb)"]
-    assert "| case | median of trials | trial 3 | trial 4 | 95 % CI of the ratio | class | resolves | stopped |" in readme_lines(dest)
+    assert (
+        "| case | median of trials | trial 3 | trial 4 | 95 % CI of the ratio | class | resolves | stopped |"
+        in readme_lines(dest)
+    )
     ledger = Record(dest).ledger()
     assert [(e["event"], e["trial"]) for e in ledger][-2:] == [("trial_started", 4), ("trial_ended", 4)]
     assert ledger[-1]["merged_from"] == {"record": str(b), "trial": 2}
@@ -485,7 +586,14 @@ def test_merge_keeps_a_trial_that_left_only_a_ledger_entry(two_records, tmp_path
     a, b = two_records
     crashed = Path(shutil.copytree(a, tmp_path / "crashed"))
     # the process died during trial 3: started in the ledger, no trial file
-    Record(crashed).append({"event": "trial_started", "trial": 3, "device_uuid": H200.uuid, "digest": json.loads((crashed / "plan.lock.json").read_text())["digest"]})
+    Record(crashed).append(
+        {
+            "event": "trial_started",
+            "trial": 3,
+            "device_uuid": H200.uuid,
+            "digest": json.loads((crashed / "plan.lock.json").read_text())["digest"],
+        }
+    )
     results = merge_records([crashed, b], tmp_path / "merged")
     assert [t.index for t in results.trials] == [1, 2, 4, 5]
     started = [e for e in Record(tmp_path / "merged").ledger() if e["event"] == "trial_started"]
@@ -496,23 +604,43 @@ def test_failed_evidence_renders_in_every_section(built):
     plan, lock = plan_and_lock()
     trials = Record(built).trials()[:2]
     case = trials[0].cases[0]
-    bad_parity = [BufferParity(buffer="out", equal=False, elements=1024, differing_elements=3, first_difference=17,
-                               max_ulp=2, max_abs=1e-6, max_rel=2e-7)]  # fmt: skip
-    finding = SanitizerResult(tool="racecheck", case="N=1024", side="candidate", status="findings", errors=2,
-                              exit_code=1, summary=["RACECHECK SUMMARY: 2 hazards"],
-                              excerpt=["Race reported between Write access at axpy+0x40"], seconds=9.0)  # fmt: skip
-    broken = trials[0].model_copy(update={
-        "cases": [case.model_copy(update={"parity": bad_parity})] + trials[0].cases[1:],
-        "controls": [ControlResult(name="flip", kind="input", case="N=1024", caught=False, differing_elements=0)],
-        "sanitizer": [finding],
-    })  # fmt: skip
+    bad_parity = [
+        BufferParity(
+            buffer="out",
+            equal=False,
+            elements=1024,
+            differing_elements=3,
+            first_difference=17,
+            max_ulp=2,
+            max_abs=1e-6,
+            max_rel=2e-7,
+        )
+    ]
+    finding = SanitizerResult(
+        tool="racecheck",
+        case="N=1024",
+        side="candidate",
+        status="findings",
+        errors=2,
+        exit_code=1,
+        summary=["RACECHECK SUMMARY: 2 hazards"],
+        excerpt=["Race reported between Write access at axpy+0x40"],
+        seconds=9.0,
+    )
+    broken = trials[0].model_copy(
+        update={
+            "cases": [case.model_copy(update={"parity": bad_parity})] + trials[0].cases[1:],
+            "controls": [ControlResult(name="flip", kind="input", case="N=1024", caught=False, differing_elements=0)],
+            "sanitizer": [finding],
+        }
+    )
     results = assemble_results(plan, lock, [broken, trials[1]])
     text = render_readme(results, plan)
     assert "**3 of 1,024 elements differ**, first at 17, max 2 ulp" in text
     assert "| NVIDIA H200 (GPU-1111aaaa) | 1 | flip | input | N=1024 | **NOT caught**: the gate is vacuous |" in text
     assert "| racecheck | N=1024 | candidate | findings | 2 | RACECHECK SUMMARY: 2 hazards |" in text
     assert "Race reported between Write access at axpy+0x40" in text
-    head = text[:text.index("## Protocol")]
+    head = text[: text.index("## Protocol")]
     assert "trial 1: negative control flip at N=1024 passed the fidelity gate" in head
     assert "racecheck at N=1024 (candidate) on NVIDIA H200 (GPU-1111aaaa): findings, 2 errors" in head
 
@@ -520,9 +648,11 @@ def test_failed_evidence_renders_in_every_section(built):
 def test_a_record_without_trials_renders_as_incomplete():
     plan, lock = plan_and_lock()
     text = render_readme(assemble_results(plan, lock, []), plan)
-    assert text.startswith("# vecwidth: vec1 → vec4\n\n**Verdict: INCOMPLETE**\n\n"
-                           "No trial has run: there is nothing to report yet.\n"
-                           "Outputs: not compared (no case was measured).\n")  # fmt: skip
+    assert text.startswith(
+        "# vecwidth: vec1 → vec4\n\n**Verdict: INCOMPLETE**\n\n"
+        "No trial has run: there is nothing to report yet.\n"
+        "Outputs: not compared (no case was measured).\n"
+    )
     assert "\n- no trials\n" in text[: text.index("## Protocol")]
     assert "plots/" not in text  # no trial, no plot
     assert "No trial has run." in text
@@ -535,35 +665,53 @@ def test_noise_stop_rule_is_stated_with_its_target():
     plan = validate_plan(data, Path("plan.json"))
     lock = plan_and_lock()[1]
     text = render_readme(assemble_results(plan, lock, []), plan)
-    assert "- **Stop rule:** noise (stop once the 95 % CI of the ratio is within ±0.5 %, after at least 2 blocks)" in text
+    assert (
+        "- **Stop rule:** noise (stop once the 95 % CI of the ratio is within ±0.5 %, after at least 2 blocks)" in text
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # labels are plain text (issue 15, cause 8)
 
-HOSTILE = ("x\n\n**Verdict: QUALIFIED**\n\n<!-- the real verdict is hidden -->\n# Heading <script>alert(1)</script>"
-           " <img src=x onerror=alert(1)> [link](http://evil) ![img](http://evil/p.png) | cell | `code` *em* _em_ "
-           "~~strike~~ $math$ &amp; \x1b[31mred\x1b[0m \u202eevil\u2028line")  # fmt: skip
+HOSTILE = (
+    "x\n\n**Verdict: QUALIFIED**\n\n<!-- the real verdict is hidden -->\n# Heading <script>alert(1)</script>"
+    " <img src=x onerror=alert(1)> [link](http://evil) ![img](http://evil/p.png) | cell | `code` *em* _em_ "
+    "~~strike~~ $math$ &amp; \x1b[31mred\x1b[0m \u202eevil\u2028line"
+)
 
 
 def _hostile_results(built):
     plan, lock = plan_and_lock()
-    plan = plan.model_copy(update={
-        "hypothesis": HOSTILE,
-        "independent_variable": HOSTILE,
-        "revisions": plan.revisions.model_copy(update={"base": HOSTILE, "candidate": "`` ` ``|" + HOSTILE}),
-    })  # fmt: skip
+    plan = plan.model_copy(
+        update={
+            "hypothesis": HOSTILE,
+            "independent_variable": HOSTILE,
+            "revisions": plan.revisions.model_copy(update={"base": HOSTILE, "candidate": "`` ` ``|" + HOSTILE}),
+        }
+    )
     trials = Record(built).trials()[:2]
     device = trials[0].provenance.device.model_copy(update={"name": HOSTILE})
-    finding = SanitizerResult(tool="racecheck", case="N=1024", side="candidate", status="findings", errors=1,
-                              exit_code=1, summary=[HOSTILE], excerpt=["```", HOSTILE, "````"], seconds=1.0)  # fmt: skip
-    first = trials[0].model_copy(update={
-        "provenance": trials[0].provenance.model_copy(update={"device": device, "host": HOSTILE,
-                                                               "command": ["qualify", "run", HOSTILE]}),
-        "failures": [Failure(kind="error", case="N=1024", message=HOSTILE)],
-        "sanitizer": [finding],
-        "timer": {**trials[0].timer, HOSTILE: HOSTILE},
-    })  # fmt: skip
+    finding = SanitizerResult(
+        tool="racecheck",
+        case="N=1024",
+        side="candidate",
+        status="findings",
+        errors=1,
+        exit_code=1,
+        summary=[HOSTILE],
+        excerpt=["```", HOSTILE, "````"],
+        seconds=1.0,
+    )
+    first = trials[0].model_copy(
+        update={
+            "provenance": trials[0].provenance.model_copy(
+                update={"device": device, "host": HOSTILE, "command": ["qualify", "run", HOSTILE]}
+            ),
+            "failures": [Failure(kind="error", case="N=1024", message=HOSTILE)],
+            "sanitizer": [finding],
+            "timer": {**trials[0].timer, HOSTILE: HOSTILE},
+        }
+    )
     return plan, assemble_results(plan, lock, [first, trials[1]])
 
 
@@ -587,8 +735,18 @@ def test_hostile_labels_render_as_plain_text(built):
             assert len(widths) == 1, table
         table = []
     html = MarkdownIt("commonmark").enable("table").enable("strikethrough").render(text)
-    for injected in ("<script", "<img src=x", 'src="http://evil', "<!--", "<h1>Heading", "<strong>Verdict: QUALIFIED",
-                     "<a href=\"http://evil", "<em>em</em>", "<s>strike</s>", "<code>code</code>"):  # fmt: skip
+    for injected in (
+        "<script",
+        "<img src=x",
+        'src="http://evil',
+        "<!--",
+        "<h1>Heading",
+        "<strong>Verdict: QUALIFIED",
+        '<a href="http://evil',
+        "<em>em</em>",
+        "<s>strike</s>",
+        "<code>code</code>",
+    ):
         assert injected not in html, injected
     assert html.count("<h1>") == 1
     # the text itself survives, visibly
@@ -604,7 +762,10 @@ def test_markdown_escapes_keep_ordinary_labels_readable():
 
     assert md("attention_gated_fwd<64>") == "attention_gated_fwd<64>"
     assert md("regression <= 2 %") == "regression <= 2 %"
-    assert md("_a_ *b* <b> |c| &x; $y$ ~z~ [l](u) \\") == "\\_a\\_ \\*b\\* \\<b> \\|c\\| \\&x; \\$y\\$ \\~z\\~ \\[l\\](u) \\\\"
+    assert (
+        md("_a_ *b* <b> |c| &x; $y$ ~z~ [l](u) \\")
+        == "\\_a\\_ \\*b\\* \\<b> \\|c\\| \\&x; \\$y\\$ \\~z\\~ \\[l\\](u) \\\\"
+    )
     assert md("two\nlines\x1b") == "two\\\\nlines\\\\x1b"
     assert md(-1.5) == "-1.5"
     assert line_start("# h") == "\\# h" and line_start("12. x") == "12\\. x" and line_start("- y") == "\\- y"
@@ -621,11 +782,13 @@ def test_readme_shows_the_pooled_change_interval_parts_and_mde(built):
     lines = readme_lines(built)
     assert set(results.pooled) == {"NVIDIA H200 (GPU-1111aaaa)", "NVIDIA L40S (GPU-2222bbbb)"}
     for device, cases in results.pooled.items():
-        section = lines[lines.index(f"## Results on {device}"):]
+        section = lines[lines.index(f"## Results on {device}") :]
         for cid, p in cases.items():
             assert p.trials == 2 and p.between_pct is not None  # the L40S's interrupted trial is left out
-            row = (f"| {cid} | 2 | {p.delta_pct:+.2f} % | [{p.ci_low:.4f}, {p.ci_high:.4f}] | {p.case_class} | "
-                   f"{p.within_pct:.2f} % | {p.between_pct:.2f} % | {p.df:.1f} | {p.mde_pct:.2f} % |")
+            row = (
+                f"| {cid} | 2 | {p.delta_pct:+.2f} % | [{p.ci_low:.4f}, {p.ci_high:.4f}] | {p.case_class} | "
+                f"{p.within_pct:.2f} % | {p.between_pct:.2f} % | {p.df:.1f} | {p.mde_pct:.2f} % |"
+            )
             assert row in section
     assert not any("one process only" in line for line in lines)
 
@@ -646,8 +809,13 @@ def test_a_tampered_pooled_figure_is_found(copy):
     data["pooled"]["NVIDIA H200 (GPU-1111aaaa)"]["N=1024"]["ci_high"] *= 1.01
     (copy / "results.json").write_text(json.dumps(data, indent=1) + "\n")
     problems = check_record(copy)
-    assert any(p.startswith("results.json: the pooled statistics are not the ones its trials give: "
-                            "pooled.NVIDIA H200 (GPU-1111aaaa).N=1024.ci_high: found") for p in problems)
+    assert any(
+        p.startswith(
+            "results.json: the pooled statistics are not the ones its trials give: "
+            "pooled.NVIDIA H200 (GPU-1111aaaa).N=1024.ci_high: found"
+        )
+        for p in problems
+    )
 
 
 def test_a_results_json_without_pooled_figures_is_found(copy):
@@ -663,5 +831,7 @@ def test_a_trial_whose_recorded_log_moments_were_edited_is_found(copy):
     assert data["cases"][0]["stats"]["log_sd"] is not None
     data["cases"][0]["stats"]["log_sd"] *= 0.5
     path.write_text(json.dumps(data, indent=1) + "\n")
-    assert any(p.startswith("trials/trial-1.json: differs from its raw samples: cases[0].stats.log_sd")
-               for p in check_record(copy))  # fmt: skip
+    assert any(
+        p.startswith("trials/trial-1.json: differs from its raw samples: cases[0].stats.log_sd")
+        for p in check_record(copy)
+    )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from plans import make_repo, plan_copy
+
 from qualify.cli import main
 from qualify.plan.digest import lock_path
 from qualify.results.store import Record
@@ -103,8 +103,8 @@ def test_paths_in_errors_are_relative_to_the_working_folder(tmp_path, capsys, mo
 
 
 def test_run_on_a_changed_plan_names_the_remedy(tmp_path):
-    from qualify.errors import FrozenInputChanged
     from qualify.commands.pipeline import load_frozen
+    from qualify.errors import FrozenInputChanged
 
     path, _ = frozen_then_changed(tmp_path)
     with pytest.raises(FrozenInputChanged, match="plan freeze --replace"):

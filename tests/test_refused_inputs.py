@@ -21,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from plans import make_repo, plan_copy
+from test_record import h200_trials, l40s_trials, new_record
+
 from qualify.cli import main
 from qualify.plan.digest import freeze_from_hashes, sha256_file
 from qualify.plan.load import validate_plan
 from qualify.record.assemble import write_record
-from test_record import h200_trials, l40s_trials, new_record
 
 
 def run_cli(argv, capsys):
@@ -175,67 +175,175 @@ def _swap_trial_files(folder: Path) -> None:
 # (id, damage to a copy of the pristine record, command, exit code, fragments of the error line)
 RECORD_CASES = [
     ("results-truncated", _truncate("results.json"), "check", 2, ["results.json", "invalid JSON"]),
-    ("results-number-tampered",
-     lambda f: _edit_json(f / "results.json", lambda d: d["trials"][0]["cases"][1]["timing"]["base"].update(median_ns=1.0)),
-     "check", 2, ["results.json", "trial 1 differs from its trial file", "cases[1].timing.base.median_ns"]),
-    ("results-version-2", lambda f: _edit_json(f / "results.json", lambda d: d.update(results_version=2)),
-     "check", 2, ["results.json: results_version: ", "not 1"]),
+    (
+        "results-number-tampered",
+        lambda f: _edit_json(
+            f / "results.json", lambda d: d["trials"][0]["cases"][1]["timing"]["base"].update(median_ns=1.0)
+        ),
+        "check",
+        2,
+        ["results.json", "trial 1 differs from its trial file", "cases[1].timing.base.median_ns"],
+    ),
+    (
+        "results-version-2",
+        lambda f: _edit_json(f / "results.json", lambda d: d.update(results_version=2)),
+        "check",
+        2,
+        ["results.json: results_version: ", "not 1"],
+    ),
     ("results-not-an-object", _results_text("[1, 2, 3]"), "check", 2, ["results.json: expected a JSON object"]),
-    ("results-nan", lambda f: (f / "results.json").write_text(
-        (f / "results.json").read_text().replace('"ratio": ', '"ratio": NaN, "x": ', 1)),
-     "check", 2, ["results.json: trials[0].cases[0].stats.ratio: ", "not a finite number"]),
-    ("results-duplicate-key", lambda f: (f / "results.json").write_text(
-        (f / "results.json").read_text().replace("{", '{"plan_name": "forged",', 1)),
-     "check", 2, ["results.json: plan_name: ", "given twice"]),
-    ("results-nested-too-deeply", _results_text("[" * 100_000 + "]" * 100_000), "check", 2,
-     ["results.json: JSON nested too deeply"]),
-    ("results-huge-integer", _results_text('{"results_version": 1' + "0" * 5000 + "}"), "check", 2,
-     ["results.json: invalid JSON"]),
-    ("trial-unknown-field", lambda f: _edit_json(f / "trials/trial-1.json", lambda d: d.update(colour="blue")),
-     "check", 2, ["trial-1.json: colour: unknown field"]),
-    ("trial-missing-field", lambda f: _edit_json(f / "trials/trial-2.json", lambda d: d.pop("samples_sha256")),
-     "check", 2, ["trial-2.json: samples_sha256: required field is missing"]),
-    ("trial-wrong-type", lambda f: _edit_json(f / "trials/trial-1.json", lambda d: d.update(cases="all")),
-     "report", 2, ["trial-1.json: cases: "]),
+    (
+        "results-nan",
+        lambda f: (f / "results.json").write_text(
+            (f / "results.json").read_text().replace('"ratio": ', '"ratio": NaN, "x": ', 1)
+        ),
+        "check",
+        2,
+        ["results.json: trials[0].cases[0].stats.ratio: ", "not a finite number"],
+    ),
+    (
+        "results-duplicate-key",
+        lambda f: (f / "results.json").write_text(
+            (f / "results.json").read_text().replace("{", '{"plan_name": "forged",', 1)
+        ),
+        "check",
+        2,
+        ["results.json: plan_name: ", "given twice"],
+    ),
+    (
+        "results-nested-too-deeply",
+        _results_text("[" * 100_000 + "]" * 100_000),
+        "check",
+        2,
+        ["results.json: JSON nested too deeply"],
+    ),
+    (
+        "results-huge-integer",
+        _results_text('{"results_version": 1' + "0" * 5000 + "}"),
+        "check",
+        2,
+        ["results.json: invalid JSON"],
+    ),
+    (
+        "trial-unknown-field",
+        lambda f: _edit_json(f / "trials/trial-1.json", lambda d: d.update(colour="blue")),
+        "check",
+        2,
+        ["trial-1.json: colour: unknown field"],
+    ),
+    (
+        "trial-missing-field",
+        lambda f: _edit_json(f / "trials/trial-2.json", lambda d: d.pop("samples_sha256")),
+        "check",
+        2,
+        ["trial-2.json: samples_sha256: required field is missing"],
+    ),
+    (
+        "trial-wrong-type",
+        lambda f: _edit_json(f / "trials/trial-1.json", lambda d: d.update(cases="all")),
+        "report",
+        2,
+        ["trial-1.json: cases: "],
+    ),
     ("trial-truncated", _truncate("trials/trial-2.json"), "check", 2, ["trial-2.json: invalid JSON"]),
     ("trial-files-swapped", _swap_trial_files, "report", 2, ["trial-1.json: index: holds trial 2"]),
-    ("trial-renamed-with-leading-zero",
-     lambda f: (f / "trials/trial-1.json").rename(f / "trials/trial-01.json"),
-     "check", 2, ["trial-01.json: index: holds trial 1"]),
-    ("ledger-line-not-json", _append_ledger(b"this is not json\n"), "check", 2,
-     ["ledger.jsonl: line 5 is not JSON"]),
-    ("ledger-line-cut-short", _append_ledger(b'{"event": "trial_started", "tri'), "check", 2,
-     ["ledger.jsonl: line 5 is not JSON"]),
-    ("ledger-trial-not-a-number", _append_ledger(b'{"event": "trial_started", "trial": "3"}\n'), "check", 2,
-     ["ledger.jsonl: line 5 is not a ledger event"]),
+    (
+        "trial-renamed-with-leading-zero",
+        lambda f: (f / "trials/trial-1.json").rename(f / "trials/trial-01.json"),
+        "check",
+        2,
+        ["trial-01.json: index: holds trial 1"],
+    ),
+    ("ledger-line-not-json", _append_ledger(b"this is not json\n"), "check", 2, ["ledger.jsonl: line 5 is not JSON"]),
+    (
+        "ledger-line-cut-short",
+        _append_ledger(b'{"event": "trial_started", "tri'),
+        "check",
+        2,
+        ["ledger.jsonl: line 5 is not JSON"],
+    ),
+    (
+        "ledger-trial-not-a-number",
+        _append_ledger(b'{"event": "trial_started", "trial": "3"}\n'),
+        "check",
+        2,
+        ["ledger.jsonl: line 5 is not a ledger event"],
+    ),
     ("ledger-not-utf8", _append_ledger(b"\xff\xfe\x00\x00\n"), "check", 2, ["ledger.jsonl: unreadable ledger"]),
-    ("samples-missing", lambda f: (f / "trials/trial-1.npz").unlink(), "check", 2,
-     ["trials/trial-1.json: its raw samples trials/trial-1.npz are missing"]),
-    ("samples-not-a-zip", _replace_samples(b"PK? not a zip at all"), "check", 2,
-     ["trial-1.npz: unreadable raw samples"]),
+    (
+        "samples-missing",
+        lambda f: (f / "trials/trial-1.npz").unlink(),
+        "check",
+        2,
+        ["trials/trial-1.json: its raw samples trials/trial-1.npz are missing"],
+    ),
+    (
+        "samples-not-a-zip",
+        _replace_samples(b"PK? not a zip at all"),
+        "check",
+        2,
+        ["trial-1.npz: unreadable raw samples"],
+    ),
     ("samples-object-dtype", _object_samples, "check", 2, ["trial-1.npz: unreadable raw samples", "object arrays"]),
-    ("samples-header-cut-short",
-     _replace_samples(_npz({"N=1024/base/ns.npy": _npy("{'descr': '<f8', 'fortran_order': False, 'sha")})),
-     "check", 2, ["trial-1.npz: unreadable raw samples", "unreadable .npy header"]),
-    ("samples-unknown-dtype",
-     _replace_samples(_npz({"N=1024/base/ns.npy": _npy("{'descr': 'no-such-type', 'fortran_order': False, 'shape': (1,)}")})),
-     "check", 2, ["trial-1.npz: unreadable raw samples", "unknown dtype"]),
-    ("samples-file-outside-record", _samples_at("../../../etc/hostname"), "check", 2,
-     ["trial-1.json: samples_file", "outside the record"]),
-    ("samples-file-is-a-folder", _samples_at("trials"), "check", 2, ["trial-1.json: its raw samples trials are not a file"]),
-    ("readme-edited-by-hand", lambda f: (f / "README.md").write_text((f / "README.md").read_text() + "It is faster.\n"),
-     "check", 2, ["README.md line", "extra line", "It is faster."]),
+    (
+        "samples-header-cut-short",
+        _replace_samples(_npz({"N=1024/base/ns.npy": _npy("{'descr': '<f8', 'fortran_order': False, 'sha")})),
+        "check",
+        2,
+        ["trial-1.npz: unreadable raw samples", "unreadable .npy header"],
+    ),
+    (
+        "samples-unknown-dtype",
+        _replace_samples(
+            _npz({"N=1024/base/ns.npy": _npy("{'descr': 'no-such-type', 'fortran_order': False, 'shape': (1,)}")})
+        ),
+        "check",
+        2,
+        ["trial-1.npz: unreadable raw samples", "unknown dtype"],
+    ),
+    (
+        "samples-file-outside-record",
+        _samples_at("../../../etc/hostname"),
+        "check",
+        2,
+        ["trial-1.json: samples_file", "outside the record"],
+    ),
+    (
+        "samples-file-is-a-folder",
+        _samples_at("trials"),
+        "check",
+        2,
+        ["trial-1.json: its raw samples trials are not a file"],
+    ),
+    (
+        "readme-edited-by-hand",
+        lambda f: (f / "README.md").write_text((f / "README.md").read_text() + "It is faster.\n"),
+        "check",
+        2,
+        ["README.md line", "extra line", "It is faster."],
+    ),
     ("record-plan-edited", _plan_edited, "report", 3, ["plan.json: its digest is", "edited after freezing"]),
     ("record-lock-wrong-digest", _lock_digest, "report", 3, ["plan.lock.json: digest 0000000000000000"]),
-    ("record-lock-missing", lambda f: (f / "plan.lock.json").unlink(), "check", 2,
-     ["plan.json: no plan.lock.json beside it"]),
-    ("record-lock-version-9", lambda f: _edit_json(f / "plan.lock.json", lambda lock: lock.update(lock_version=9)),
-     "report", 2, ["plan.lock.json: lock_version: "]),
+    (
+        "record-lock-missing",
+        lambda f: (f / "plan.lock.json").unlink(),
+        "check",
+        2,
+        ["plan.json: no plan.lock.json beside it"],
+    ),
+    (
+        "record-lock-version-9",
+        lambda f: _edit_json(f / "plan.lock.json", lambda lock: lock.update(lock_version=9)),
+        "report",
+        2,
+        ["plan.lock.json: lock_version: "],
+    ),
 ]
 
 
-@pytest.mark.parametrize("damage, command, code, fragments", [c[1:] for c in RECORD_CASES],
-                         ids=[c[0] for c in RECORD_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    "damage, command, code, fragments", [c[1:] for c in RECORD_CASES], ids=[c[0] for c in RECORD_CASES]
+)
 def test_damaged_record_is_refused(rec, capsys, damage, command, code, fragments):
     damage(rec)
     argv = ["report", "--check", rec] if command == "check" else ["report", rec]
@@ -251,7 +359,9 @@ def test_record_plan_edited_is_a_check_problem_too(rec, capsys):
 
 
 def test_record_folder_that_does_not_exist(tmp_path, capsys):
-    refused(capsys, ["report", "--check", tmp_path / "nowhere"], 2, f"{tmp_path / 'nowhere' / 'plan.json'}: no such file")
+    refused(
+        capsys, ["report", "--check", tmp_path / "nowhere"], 2, f"{tmp_path / 'nowhere' / 'plan.json'}: no such file"
+    )
 
 
 def test_record_that_is_a_file(tmp_path, capsys):
@@ -274,7 +384,9 @@ def test_merging_records_of_different_plans(rec, other_device, tmp_path, capsys)
     other = Path(shutil.copytree(other_device, tmp_path / "other"))
     _another_plan(other)
     dest = tmp_path / "merged"
-    refused(capsys, ["report", "--merge", dest, rec, other], 3, str(other / "plan.lock.json"), "only records of one plan")
+    refused(
+        capsys, ["report", "--merge", dest, rec, other], 3, str(other / "plan.lock.json"), "only records of one plan"
+    )
     assert not dest.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".merged")]  # no staging left behind
 
@@ -304,8 +416,13 @@ def test_merging_a_record_whose_samples_lie_outside_it(rec, other_device, tmp_pa
     elsewhere = other_device / "trials" / "trial-1.npz"
     _samples_at(str(Path("..") / ".." / elsewhere.relative_to(rec.parent.parent)))(rec)
     _edit_json(rec / "trials" / "trial-1.json", lambda d: d.update(samples_sha256=sha256_file(elsewhere)))
-    refused(capsys, ["report", "--merge", tmp_path / "m", rec], 2,
-            f"{rec / 'trials' / 'trial-1.json'}: samples_file: ", "lies outside the record")  # fmt: skip
+    refused(
+        capsys,
+        ["report", "--merge", tmp_path / "m", rec],
+        2,
+        f"{rec / 'trials' / 'trial-1.json'}: samples_file: ",
+        "lies outside the record",
+    )
     assert not (tmp_path / "m").exists()
 
 
@@ -347,46 +464,110 @@ def _raw_plan(tmp_path, transform) -> Path:
 # (id, build the plan under tmp_path -> path, field, fragments of the message)
 PLAN_CASES = [
     ("expr-overflow", lambda t: _plan_with(t, _shape("2**62 * 4")), "workload.buffers[0].shape[0]", ["exceeds"]),
-    ("expr-overflow-beyond-float-range", lambda t: _plan_with(t, _shape("(2**62) ** 64")),
-     "workload.buffers[0].shape[0]", ["exceeds"]),
-    ("expr-absurd-allocation", lambda t: _plan_with(t, _shape("2 ** 40")), "workload.buffers[0].shape",
-     ["bytes exceeds the 68,719,476,736-byte limit"]),
-    ("expr-complex-result", lambda t: _plan_with(t, _shape("(N - 2 * N) ** 0.5")), "workload.buffers[0].shape[0]",
-     ["not a real number"]),
-    ("expr-deeply-nested", lambda t: _plan_with(t, _shape("(" * 1000 + "N" + ")" * 1000)),
-     "workload.buffers[0].shape[0]", ["longer than 200 characters"]),
-    ("expr-very-long", lambda t: _plan_with(t, _shape(" + ".join(["N"] * 500))), "workload.buffers[0].shape[0]",
-     ["longer than 200 characters"]),
-    ("expr-unicode-identifier", lambda t: _plan_with(t, _shape("Ｎ")), "workload.buffers[0].shape[0]",
-     ["only ASCII"]),
-    ("expr-unicode-function",
-     lambda t: _plan_with(t, lambda p: p["workload"]["launch"].update(grid=["ｃｄｉｖ(N, THREADS * VEC)"])),
-     "workload.launch.grid[0]", ["only ASCII"]),
-    ("param-beyond-float-range",
-     lambda t: _plan_with(t, lambda p: (p["workload"]["params"].update(BIG=1e308),
-                                        p["workload"]["launch"]["args"][3].update(value="BIG * BIG"))),
-     "workload.launch.args[3].value", ["exceeds"]),
-    ("json-nan", lambda t: _raw_plan(t, lambda s: s.replace('"min_speedup_pct": 1.0', '"min_speedup_pct": NaN')),
-     "acceptance.gates[0].min_speedup_pct", ["nan is not a finite number"]),
-    ("json-infinity", lambda t: _raw_plan(t, lambda s: s.replace('"max_wall_seconds": 60', '"max_wall_seconds": Infinity')),
-     "budget.max_wall_seconds", ["inf is not a finite number"]),
-    ("json-minus-infinity", lambda t: _raw_plan(t, lambda s: s.replace('"value": 0.5', '"value": -Infinity')),
-     "workload.launch.args[3].value", ["-inf is not a finite number"]),
-    ("json-float-overflow", lambda t: _raw_plan(t, lambda s: s.replace('"kind": "normal"', '"kind": "normal", "std": 1e400')),
-     "workload.buffers[0].init.std", ["inf is not a finite number"]),
-    ("json-duplicate-top-level-key", lambda t: _raw_plan(t, lambda s: s.replace("{", '{"name": "forged",', 1)),
-     "name", ["given twice"]),
-    ("json-duplicate-nested-key",
-     lambda t: _raw_plan(t, lambda s: s.replace('"name": "y",', '"name": "y", "dtype": "f64",')),
-     "workload.buffers[1].dtype", ["given twice"]),
+    (
+        "expr-overflow-beyond-float-range",
+        lambda t: _plan_with(t, _shape("(2**62) ** 64")),
+        "workload.buffers[0].shape[0]",
+        ["exceeds"],
+    ),
+    (
+        "expr-absurd-allocation",
+        lambda t: _plan_with(t, _shape("2 ** 40")),
+        "workload.buffers[0].shape",
+        ["bytes exceeds the 68,719,476,736-byte limit"],
+    ),
+    (
+        "expr-complex-result",
+        lambda t: _plan_with(t, _shape("(N - 2 * N) ** 0.5")),
+        "workload.buffers[0].shape[0]",
+        ["not a real number"],
+    ),
+    (
+        "expr-deeply-nested",
+        lambda t: _plan_with(t, _shape("(" * 1000 + "N" + ")" * 1000)),
+        "workload.buffers[0].shape[0]",
+        ["longer than 200 characters"],
+    ),
+    (
+        "expr-very-long",
+        lambda t: _plan_with(t, _shape(" + ".join(["N"] * 500))),
+        "workload.buffers[0].shape[0]",
+        ["longer than 200 characters"],
+    ),
+    ("expr-unicode-identifier", lambda t: _plan_with(t, _shape("Ｎ")), "workload.buffers[0].shape[0]", ["only ASCII"]),
+    (
+        "expr-unicode-function",
+        lambda t: _plan_with(t, lambda p: p["workload"]["launch"].update(grid=["ｃｄｉｖ(N, THREADS * VEC)"])),
+        "workload.launch.grid[0]",
+        ["only ASCII"],
+    ),
+    (
+        "param-beyond-float-range",
+        lambda t: _plan_with(
+            t,
+            lambda p: (
+                p["workload"]["params"].update(BIG=1e308),
+                p["workload"]["launch"]["args"][3].update(value="BIG * BIG"),
+            ),
+        ),
+        "workload.launch.args[3].value",
+        ["exceeds"],
+    ),
+    (
+        "json-nan",
+        lambda t: _raw_plan(t, lambda s: s.replace('"min_speedup_pct": 1.0', '"min_speedup_pct": NaN')),
+        "acceptance.gates[0].min_speedup_pct",
+        ["nan is not a finite number"],
+    ),
+    (
+        "json-infinity",
+        lambda t: _raw_plan(t, lambda s: s.replace('"max_wall_seconds": 60', '"max_wall_seconds": Infinity')),
+        "budget.max_wall_seconds",
+        ["inf is not a finite number"],
+    ),
+    (
+        "json-minus-infinity",
+        lambda t: _raw_plan(t, lambda s: s.replace('"value": 0.5', '"value": -Infinity')),
+        "workload.launch.args[3].value",
+        ["-inf is not a finite number"],
+    ),
+    (
+        "json-float-overflow",
+        lambda t: _raw_plan(t, lambda s: s.replace('"kind": "normal"', '"kind": "normal", "std": 1e400')),
+        "workload.buffers[0].init.std",
+        ["inf is not a finite number"],
+    ),
+    (
+        "json-duplicate-top-level-key",
+        lambda t: _raw_plan(t, lambda s: s.replace("{", '{"name": "forged",', 1)),
+        "name",
+        ["given twice"],
+    ),
+    (
+        "json-duplicate-nested-key",
+        lambda t: _raw_plan(t, lambda s: s.replace('"name": "y",', '"name": "y", "dtype": "f64",')),
+        "workload.buffers[1].dtype",
+        ["given twice"],
+    ),
     ("name-path-traversal", lambda t: _plan_with(t, lambda p: p.update(name="../../etc")), "name", []),
-    ("pre-include-option", lambda t: _plan_with(t, lambda p: p["arms"]["base"].update(options=["--pre-include=/etc/hostname"])),
-     "arms.base.options[0]", ["pre-included header is not frozen"]),
-    ("pre-include-short-option",
-     lambda t: _plan_with(t, lambda p: p["arms"]["candidate"].update(options=["-include", "/etc/hostname"])),
-     "arms.candidate.options[0]", ["pre-included header is not frozen"]),
-    ("include-dir-outside", lambda t: _plan_with(t, lambda p: p["arms"]["base"].update(include_dirs=["../../.."])),
-     "arms.base.include_dirs[0]", ["not a folder inside the repository"]),
+    (
+        "pre-include-option",
+        lambda t: _plan_with(t, lambda p: p["arms"]["base"].update(options=["--pre-include=/etc/hostname"])),
+        "arms.base.options[0]",
+        ["pre-included header is not frozen"],
+    ),
+    (
+        "pre-include-short-option",
+        lambda t: _plan_with(t, lambda p: p["arms"]["candidate"].update(options=["-include", "/etc/hostname"])),
+        "arms.candidate.options[0]",
+        ["pre-included header is not frozen"],
+    ),
+    (
+        "include-dir-outside",
+        lambda t: _plan_with(t, lambda p: p["arms"]["base"].update(include_dirs=["../../.."])),
+        "arms.base.include_dirs[0]",
+        ["not a folder inside the repository"],
+    ),
 ]
 
 
@@ -443,8 +624,13 @@ def test_unreadable_header(tmp_path, capsys, monkeypatch):
         return real_open(file, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", refuse)
-    refused(capsys, ["plan", "check", "--no-compile", path], 2, f"{path}: arms.base.source: ",
-            "cannot read common.cuh: Permission denied")  # fmt: skip
+    refused(
+        capsys,
+        ["plan", "check", "--no-compile", path],
+        2,
+        f"{path}: arms.base.source: ",
+        "cannot read common.cuh: Permission denied",
+    )
 
 
 def test_include_cycle_ends_and_freezes_both_headers(tmp_path, capsys):
@@ -462,8 +648,13 @@ def test_include_of_a_file_outside_the_repository(tmp_path, capsys):
     path = make_repo(tmp_path / "repo")
     source = tmp_path / "repo" / "kernels" / "k.cu"
     source.write_text('#include "../../outside.cuh"\n' + source.read_text())
-    refused(capsys, ["plan", "check", "--no-compile", path], 2, f"{path}: arms.base.source: ",
-            "includes '../../outside.cuh', which is outside the repository")  # fmt: skip
+    refused(
+        capsys,
+        ["plan", "check", "--no-compile", path],
+        2,
+        f"{path}: arms.base.source: ",
+        "includes '../../outside.cuh', which is outside the repository",
+    )
 
 
 def test_header_symlinked_outside_the_repository(tmp_path, capsys):
@@ -520,7 +711,9 @@ def test_source_edited_after_freezing(frozen_plan, tmp_path, capsys):
 
 
 def test_header_edited_after_freezing(frozen_plan, tmp_path, capsys):
-    (tmp_path / "kernels" / "common.cuh").write_text("#define SNEAKY 1\n" + (tmp_path / "kernels" / "common.cuh").read_text())
+    (tmp_path / "kernels" / "common.cuh").write_text(
+        "#define SNEAKY 1\n" + (tmp_path / "kernels" / "common.cuh").read_text()
+    )
     refused(capsys, ["plan", "freeze", frozen_plan], 3, "kernels/common.cuh: changed after freezing")
 
 
@@ -569,9 +762,14 @@ def library_plan(**arm) -> dict:
     call = plan["workload"].pop("launch")["args"]
     plan["workload"]["call"] = call
     for side in ("base", "candidate"):
-        plan["arms"][side] = {"kind": "library", "library": f"../../lib/lib{side}.so", "symbol": "axpy_run",
-                              "signature": ["ptr", "ptr", "ptr", "f32", "i64"], "params": {"VEC": 1 if side == "base" else 4},
-                              **arm}  # fmt: skip
+        plan["arms"][side] = {
+            "kind": "library",
+            "library": f"../../lib/lib{side}.so",
+            "symbol": "axpy_run",
+            "signature": ["ptr", "ptr", "ptr", "f32", "i64"],
+            "params": {"VEC": 1 if side == "base" else 4},
+            **arm,
+        }
     return plan
 
 
@@ -596,22 +794,48 @@ LIBRARY_CASES = [
     ("library-is-an-executable", library_plan(), _elf(2), "arms.base.library", ["not a shared object"]),
     ("library-elf-header-cut-short", library_plan(), b"\x7fELF\x02", "arms.base.library", ["truncated ELF header"]),
     ("library-is-a-folder", library_plan(library="../../lib"), _elf(3), "arms.base.library", ["not a regular file"]),
-    ("library-outside-repository", library_plan(library="/bin/sh"), _elf(3), "arms.base.library",
-     ["outside the repository"]),
-    ("signature-too-short", library_plan(signature=["ptr", "ptr", "ptr", "f32"]), _elf(3), "arms.base.signature",
-     ["4 types for 5 arguments"]),
-    ("signature-wrong-type", library_plan(signature=["ptr", "ptr", "ptr", "f64", "i64"]), _elf(3),
-     "arms.base.signature[3]", ["'f64' but workload.call[3] is 'f32'"]),
-    ("signature-unknown-type", library_plan(signature=["ptr", "ptr", "ptr", "f32", "i128"]), _elf(3),
-     "arms.base.signature[4]", []),
+    (
+        "library-outside-repository",
+        library_plan(library="/bin/sh"),
+        _elf(3),
+        "arms.base.library",
+        ["outside the repository"],
+    ),
+    (
+        "signature-too-short",
+        library_plan(signature=["ptr", "ptr", "ptr", "f32"]),
+        _elf(3),
+        "arms.base.signature",
+        ["4 types for 5 arguments"],
+    ),
+    (
+        "signature-wrong-type",
+        library_plan(signature=["ptr", "ptr", "ptr", "f64", "i64"]),
+        _elf(3),
+        "arms.base.signature[3]",
+        ["'f64' but workload.call[3] is 'f32'"],
+    ),
+    (
+        "signature-unknown-type",
+        library_plan(signature=["ptr", "ptr", "ptr", "f32", "i128"]),
+        _elf(3),
+        "arms.base.signature[4]",
+        [],
+    ),
     ("symbol-not-an-identifier", library_plan(symbol="axpy_run; rm -rf ~"), _elf(3), "arms.base.symbol", ["pattern"]),
-    ("abi-symbol-without-version", library_plan(abi_symbol="axpy_abi"), _elf(3), "arms.base.abi_version",
-     ["go together"]),
+    (
+        "abi-symbol-without-version",
+        library_plan(abi_symbol="axpy_abi"),
+        _elf(3),
+        "arms.base.abi_version",
+        ["go together"],
+    ),
 ]
 
 
-@pytest.mark.parametrize("plan, base, field, fragments", [c[1:] for c in LIBRARY_CASES],
-                         ids=[c[0] for c in LIBRARY_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    "plan, base, field, fragments", [c[1:] for c in LIBRARY_CASES], ids=[c[0] for c in LIBRARY_CASES]
+)
 def test_hostile_library_arm_exits_2_naming_the_field(tmp_path, capsys, plan, base, field, fragments):
     path = library_repo(tmp_path, plan, base if base is not None else _elf(3))
     if base is None:
@@ -623,12 +847,15 @@ def test_hostile_library_arm_exits_2_naming_the_field(tmp_path, capsys, plan, ba
 
 
 NOT_ONE_INPUT = {  # guards of the tables, the tables' own runners, and this count
-    "test_the_pristine_record_checks_and_re_renders", "test_deep_but_short_nesting_is_plain_arithmetic",
-    "test_a_valid_library_plan_checks", "test_damaged_record_is_refused",
-    "test_hostile_plan_exits_2_naming_the_field", "test_hostile_library_arm_exits_2_naming_the_field",
+    "test_the_pristine_record_checks_and_re_renders",
+    "test_deep_but_short_nesting_is_plain_arithmetic",
+    "test_a_valid_library_plan_checks",
+    "test_damaged_record_is_refused",
+    "test_hostile_plan_exits_2_naming_the_field",
+    "test_hostile_library_arm_exits_2_naming_the_field",
     "test_at_least_40_distinct_hostile_inputs",
     "test_record_plan_edited_is_a_check_problem_too",  # record-plan-edited again, through --check
-}  # fmt: skip
+}
 
 
 def test_at_least_40_distinct_hostile_inputs():

@@ -46,7 +46,9 @@ def test_refuses_object_arrays(tmp_path):
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
         header = repr({"descr": "|O", "fortran_order": False, "shape": (1,)}).encode()
-        z.writestr("x.npy", b"\x93NUMPY\x01\x00" + (len(header) + 1).to_bytes(2, "little") + header + b"\n" + b"\x00" * 8)
+        z.writestr(
+            "x.npy", b"\x93NUMPY\x01\x00" + (len(header) + 1).to_bytes(2, "little") + header + b"\n" + b"\x00" * 8
+        )
     (tmp_path / "s.npz").write_bytes(buf.getvalue())
     with pytest.raises(ValueError, match="object"):
         load(tmp_path / "s.npz")

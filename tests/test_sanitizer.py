@@ -38,7 +38,7 @@ NO_SUMMARY = "Traceback (most recent call last):\n  ImportError: qualify\n"
         ("racecheck", sanitizer_output.FINDINGS_EXIT, RACE, "findings", 1),
         ("memcheck", 0, OOB, "findings", 1),  # errors counted even if the exit code were lost
         ("memcheck", 1, NO_SUMMARY, "error", None),  # a crashed worker is not a clean bill
-        ("memcheck", 0, "{\"event\": \"done\"}\n", "error", None),  # no summary line: not clean
+        ("memcheck", 0, '{"event": "done"}\n', "error", None),  # no summary line: not clean
         ("memcheck", None, "", "timeout", None),
         ("memcheck", 3, '{"event": "fault", "code": 700}\n========= ERROR SUMMARY: 0 errors', "fault", 0),
         ("memcheck", sanitizer_output.FINDINGS_EXIT, OOB + '{"event": "fault", "code": 719}\n', "findings", 1),
@@ -68,8 +68,16 @@ def test_command_runs_the_worker_under_the_tool(tmp_path):
     cmd = sanitizer.command("racecheck", tmp_path / "plan.json", "T=640", "candidate", 0, "/cs")
     assert cmd[:3] == ["/cs", "--tool", "racecheck"]
     assert cmd[cmd.index("--error-exitcode") + 1] == str(sanitizer_output.FINDINGS_EXIT)
-    assert cmd[-8:] == ["qualify.run.worker", str(tmp_path / "plan.json"), "--case", "T=640",
-                        "--side", "candidate", "--device", "0"]
+    assert cmd[-8:] == [
+        "qualify.run.worker",
+        str(tmp_path / "plan.json"),
+        "--case",
+        "T=640",
+        "--side",
+        "candidate",
+        "--device",
+        "0",
+    ]
 
 
 def test_engine_runs_declared_checks_once_per_device(tmp_path):
@@ -79,8 +87,10 @@ def test_engine_runs_declared_checks_once_per_device(tmp_path):
     from qualify.run.fake import FakeTelemetry
 
     plan = small_plan()
-    plan["acceptance"]["sanitizer"] = [{"tool": "memcheck", "cases": ["N=1024", "N=4096"]},
-                                       {"tool": "racecheck", "cases": ["N=1024"]}]
+    plan["acceptance"]["sanitizer"] = [
+        {"tool": "memcheck", "cases": ["N=1024", "N=4096"]},
+        {"tool": "racecheck", "cases": ["N=1024"]},
+    ]
     loaded = frozen(tmp_path, plan)
     calls = []
 

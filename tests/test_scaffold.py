@@ -51,9 +51,22 @@ def edit_cases(plan_path: Path, sizes: list[int]) -> None:
 def test_kernel_pair_skeleton_checks_and_freezes(tmp_path, capsys, monkeypatch):
     root = repo(tmp_path, {"kernels/softmax.cu": SOFTMAX})
     monkeypatch.chdir(root)
-    code, out, err = run_cli(["plan", "new", "protocols/softmax/plan.json", "--cuda", "kernels/softmax.cu",
-                              "--kernel", "softmax_rows<0>", "--candidate-kernel", "softmax_rows<1>",
-                              "--fidelity", "ulp"], capsys)  # fmt: skip
+    code, out, err = run_cli(
+        [
+            "plan",
+            "new",
+            "protocols/softmax/plan.json",
+            "--cuda",
+            "kernels/softmax.cu",
+            "--kernel",
+            "softmax_rows<0>",
+            "--candidate-kernel",
+            "softmax_rows<1>",
+            "--fidelity",
+            "ulp",
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert "wrote protocols/softmax/plan.json (plan check passes)" in out
     assert "acceptance.fidelity.bound: 4 is a placeholder" in out and "qualify probe" in out
@@ -82,8 +95,20 @@ def test_library_pair_skeleton_checks_and_freezes(tmp_path, capsys, monkeypatch,
     (root / "lib").mkdir()
     for n in ("v1", "v2"):
         shutil.copyfile(lib, root / "lib" / f"lib{n}.so")
-    argv = ["plan", "new", "protocols/scale/plan.json", "--library", "--symbol", "scale",
-            "--signature", "ptr,ptr,i32,f32", "--abi-symbol", "abi_version", "--abi-version", "3"]  # fmt: skip
+    argv = [
+        "plan",
+        "new",
+        "protocols/scale/plan.json",
+        "--library",
+        "--symbol",
+        "scale",
+        "--signature",
+        "ptr,ptr,i32,f32",
+        "--abi-symbol",
+        "abi_version",
+        "--abi-version",
+        "3",
+    ]
     if named:
         argv += ["--base-so", "lib/libv1.so", "--candidate-so", "lib/libv2.so"]
     code, out, err = run_cli(argv, capsys)
@@ -107,26 +132,57 @@ def test_a_library_without_the_symbol_is_refused_and_no_plan_is_left(tmp_path, c
     monkeypatch.chdir(root)
     (root / "lib").mkdir()
     shutil.copyfile(build(tmp_path, "v1"), root / "lib" / "libv1.so")
-    code, _, err = run_cli(["plan", "new", "p/plan.json", "--library", "--symbol", "scale_v2", "--signature",
-                            "ptr,ptr,i32,f32", "--base-so", "lib/libv1.so", "--candidate-so", "lib/libv1.so"],
-                           capsys)  # fmt: skip
+    code, _, err = run_cli(
+        [
+            "plan",
+            "new",
+            "p/plan.json",
+            "--library",
+            "--symbol",
+            "scale_v2",
+            "--signature",
+            "ptr,ptr,i32,f32",
+            "--base-so",
+            "lib/libv1.so",
+            "--candidate-so",
+            "lib/libv1.so",
+        ],
+        capsys,
+    )
     assert code == 2 and "exports no function 'scale_v2'" in err
     assert not (root / "p" / "plan.json").exists()
 
 
 def test_refusals(tmp_path, capsys, monkeypatch):
-    root = repo(tmp_path, {
-        "k.cu": SOFTMAX,
-        "pair.cu": 'struct P { double a, b; };\nextern "C" __global__ void pair(float* y, P p) { y[0] = p.a; }\n',
-        "wide.cu": 'extern "C" __global__ void softmax_rows(const float* x, float* y, long long rows, int cols) {}\n',
-    })  # fmt: skip
+    root = repo(
+        tmp_path,
+        {
+            "k.cu": SOFTMAX,
+            "pair.cu": 'struct P { double a, b; };\nextern "C" __global__ void pair(float* y, P p) { y[0] = p.a; }\n',
+            "wide.cu": 'extern "C" __global__ void softmax_rows(const float* x, float* y, long long rows, int cols) {}\n',
+        },
+    )
     monkeypatch.chdir(root)
     code, _, err = run_cli(["plan", "new", "p.json"], capsys)
     assert code == 2 and "--cuda FILE --kernel NAME" in err
     code, _, err = run_cli(["plan", "new", "p.json", "--cuda", "pair.cu", "--kernel", "pair"], capsys)
     assert code == 2 and "parameter 1 (P p)" in err
-    code, _, err = run_cli(["plan", "new", "p.json", "--cuda", "k.cu", "--kernel", "softmax_rows<0>",
-                            "--candidate-cuda", "wide.cu", "--candidate-kernel", "softmax_rows"], capsys)  # fmt: skip
+    code, _, err = run_cli(
+        [
+            "plan",
+            "new",
+            "p.json",
+            "--cuda",
+            "k.cu",
+            "--kernel",
+            "softmax_rows<0>",
+            "--candidate-cuda",
+            "wide.cu",
+            "--candidate-kernel",
+            "softmax_rows",
+        ],
+        capsys,
+    )
     assert code == 2 and "[8, 8, 8, 4]" in err and "[8, 8, 4, 4]" in err
     code, _, err = run_cli(["plan", "new", "p.json", "--library", "--symbol", "f", "--signature", "i32,f32"], capsys)
     assert code == 2 and "no 'ptr' argument" in err
@@ -138,9 +194,11 @@ def test_refusals(tmp_path, capsys, monkeypatch):
 def test_declared_params_reads_qualifiers_comments_and_defaults():
     params = declared_params(SOFTMAX, "softmax_rows<0>")
     assert [(p.name, p.ctype, p.pointer, p.const) for p in params] == [
-        ("x", "float*", True, True), ("y", "float*", True, False),
-        ("rows", "int", False, False), ("cols", "int", False, False),
-    ]  # fmt: skip
+        ("x", "float*", True, True),
+        ("y", "float*", True, False),
+        ("rows", "int", False, False),
+        ("cols", "int", False, False),
+    ]
     src = '/* __global__ void k(int wrong) */\nextern "C" __global__ void k(double* __restrict__ out, unsigned long long n = 4) {}'
     assert [(p.name, p.ctype) for p in declared_params(src, "k")] == [("out", "double*"), ("n", "unsigned long long")]
     assert declared_params(src, "missing") is None

@@ -9,22 +9,34 @@ import pytest
 from qualify.plan.schedule import AA, MAIN, Half, block_halves, block_order
 
 
-@pytest.mark.parametrize("block, order", [
-    (0, "ABBA"), (1, "BAAB"), (2, "ABBA"), (3, "BAAB"), (10, "ABBA"), (11, "BAAB"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "block, order",
+    [
+        (0, "ABBA"),
+        (1, "BAAB"),
+        (2, "ABBA"),
+        (3, "BAAB"),
+        (10, "ABBA"),
+        (11, "BAAB"),
+    ],
+)
 def test_blocks_alternate_abba_and_baab(block, order):
     assert "".join(block_order(block)) == order
 
 
 def test_the_halves_of_a_comparison_block_name_series_side_and_position():
     assert block_halves(4, MAIN) == [
-        Half(4, 0, "base", "base"), Half(4, 1, "candidate", "candidate"),
-        Half(4, 2, "candidate", "candidate"), Half(4, 3, "base", "base"),
-    ]  # fmt: skip
+        Half(4, 0, "base", "base"),
+        Half(4, 1, "candidate", "candidate"),
+        Half(4, 2, "candidate", "candidate"),
+        Half(4, 3, "base", "base"),
+    ]
     assert block_halves(5, MAIN) == [
-        Half(5, 0, "candidate", "candidate"), Half(5, 1, "base", "base"),
-        Half(5, 2, "base", "base"), Half(5, 3, "candidate", "candidate"),
-    ]  # fmt: skip
+        Half(5, 0, "candidate", "candidate"),
+        Half(5, 1, "base", "base"),
+        Half(5, 2, "base", "base"),
+        Half(5, 3, "candidate", "candidate"),
+    ]
 
 
 def test_the_aa_control_runs_the_base_arm_on_both_sides():
@@ -40,9 +52,8 @@ def test_every_two_blocks_put_each_series_once_in_each_position(pair, first):
     """What the alternation is for: the cost of a position falls on both arms equally."""
     halves = block_halves(first, pair) + block_halves(first + 1, pair)
     assert Counter((h.series, h.position) for h in halves) == {
-        (series, position): 1 for (series, _), position in
-        ((s, p) for s in pair for p in range(4))
-    }  # fmt: skip
+        (series, position): 1 for (series, _), position in ((s, p) for s in pair for p in range(4))
+    }
 
 
 def test_the_schedule_is_data_no_caller_can_change():

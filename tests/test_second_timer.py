@@ -9,9 +9,22 @@ from qualify.results.model import KernelActivity, TracedCall
 
 
 def traced(event_ns: float, spans: list[tuple[int, int]]) -> TracedCall:
-    ks = [KernelActivity(name="k", grid=(1, 1, 1), block=(32, 1, 1), registers_per_thread=8, static_shared_bytes=0,
-                         dynamic_shared_bytes=0, local_bytes_per_thread=0, start_ns=s, end_ns=e, correlation_id=i,
-                         stream_id=1) for i, (s, e) in enumerate(spans)]  # fmt: skip
+    ks = [
+        KernelActivity(
+            name="k",
+            grid=(1, 1, 1),
+            block=(32, 1, 1),
+            registers_per_thread=8,
+            static_shared_bytes=0,
+            dynamic_shared_bytes=0,
+            local_bytes_per_thread=0,
+            start_ns=s,
+            end_ns=e,
+            correlation_id=i,
+            stream_id=1,
+        )
+        for i, (s, e) in enumerate(spans)
+    ]
     return TracedCall(event_ns=event_ns, kernels=ks)
 
 
@@ -29,12 +42,20 @@ def test_timer_agreement_at_both_sides_of_the_bound(sign):
 def test_the_bound_is_the_one_the_record_states():
     # 1 µs + 3 % of the span, as docs/kernels.md and the record's text say
     assert (allowance(0), allowance(100_000)) == (1_000, 4_000)
-    assert agreement([traced(0, [])], 0).bound == "|events − floor − traced offset − CUPTI span| ≤ 1 µs + 3 % of the span"
+    assert (
+        agreement([traced(0, [])], 0).bound == "|events − floor − traced offset − CUPTI span| ≤ 1 µs + 3 % of the span"
+    )
 
 
 def test_the_worst_call_is_the_one_named():
-    t = agreement([traced(1_000 + 10_000, [(0, 10_000)]), traced(1_000 + 19_000, [(0, 10_000)]),
-                   traced(1_000 + 10_500, [(0, 10_000)])], 1_000.0)  # fmt: skip
+    t = agreement(
+        [
+            traced(1_000 + 10_000, [(0, 10_000)]),
+            traced(1_000 + 19_000, [(0, 10_000)]),
+            traced(1_000 + 10_500, [(0, 10_000)]),
+        ],
+        1_000.0,
+    )
     assert not t.agree and t.worst_call == 1
 
 
@@ -52,7 +73,8 @@ def test_the_disagreement_reason_names_the_call_and_both_timers():
     t = agreement([traced(1_000 + 10_000, [(0, 10_000)]), traced(1_000 + 25_500, [(0, 10_000)])], 1_000.0)
     assert disagreement_text("T=4096", "candidate", t) == (
         "timers disagree at T=4096 (candidate, traced call 2): events 25.50 µs less a traced offset of 0.00 µs, "
-        "CUPTI 10.00 µs (bound |events − floor − traced offset − CUPTI span| ≤ 1 µs + 3 % of the span)")
+        "CUPTI 10.00 µs (bound |events − floor − traced offset − CUPTI span| ≤ 1 µs + 3 % of the span)"
+    )
 
 
 def test_the_traced_offset_is_the_median_of_the_null_calls_and_is_subtracted():

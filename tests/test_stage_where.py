@@ -3,12 +3,12 @@ failure: the case and the arm, never a position kept elsewhere."""
 
 from __future__ import annotations
 
-import pytest
-
 import fakes
+import pytest
+from test_engine import fake, frozen, run_trial, small_plan
+
 from qualify.run.device import KernelFault
 from qualify.run.stages.where import Located, Where, watch
-from test_engine import fake, frozen, run_trial, small_plan
 
 
 def test_the_innermost_watch_names_the_place():

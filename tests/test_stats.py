@@ -23,8 +23,17 @@ from qualify.evaluate.stats import (
 from qualify.plan.schedule import block_order
 
 
-def interleaved(base_ns: float, cand_ns: float, blocks: int = 10, per_half: int = 10, noise: float = 0.002,
-                drift: float = 0.0, half_sd: float = 0.0, seed: int = 0, tail=None):
+def interleaved(
+    base_ns: float,
+    cand_ns: float,
+    blocks: int = 10,
+    per_half: int = 10,
+    noise: float = 0.002,
+    drift: float = 0.0,
+    half_sd: float = 0.0,
+    seed: int = 0,
+    tail=None,
+):
     """Samples in the engine's ABBA/BAAB order: linear drift over time, a random offset shared by
     the samples of one half (within-block correlation), and optionally a heavy-tail generator."""
     rng = np.random.default_rng(seed)
@@ -53,8 +62,16 @@ def interleaved(base_ns: float, cand_ns: float, blocks: int = 10, per_half: int 
 
 @pytest.mark.parametrize(
     "p, df, expected",
-    [(0.975, 1, 12.706205), (0.975, 2, 4.302653), (0.975, 4, 2.776445), (0.975, 9, 2.262157),
-     (0.975, 29, 2.045230), (0.80, 9, 0.883404), (0.80, 1, 1.376382), (0.995, 19, 2.860935)],
+    [
+        (0.975, 1, 12.706205),
+        (0.975, 2, 4.302653),
+        (0.975, 4, 2.776445),
+        (0.975, 9, 2.262157),
+        (0.975, 29, 2.045230),
+        (0.80, 9, 0.883404),
+        (0.80, 1, 1.376382),
+        (0.995, 19, 2.860935),
+    ],
 )
 def test_t_quantiles_match_published_tables(p, df, expected):
     assert t_quantile(p, df) == pytest.approx(expected, abs=2e-6)
@@ -169,6 +186,7 @@ def test_zero_medians_leave_blocks_out_rather_than_divide_by_zero():
 
 def test_heavy_tails_do_not_move_the_estimate_or_fake_a_change():
     """One sample in 20 is 2-5x slower (preemption, a clock dip): block medians ignore it."""
+
     def tail(rng):
         return rng.uniform(2.0, 5.0) if rng.random() < 0.05 else 1.0
 
@@ -241,7 +259,9 @@ def _old_bootstrap_interval(b, bb, c, cb, rng, resamples=1000):
     base = np.stack([b[bb == k] for k in blocks])
     cand = np.stack([c[cb == k] for k in blocks])
     picks = rng.integers(0, blocks.size, size=(resamples, blocks.size))
-    ratios = np.median(cand[picks].reshape(resamples, -1), axis=1) / np.median(base[picks].reshape(resamples, -1), axis=1)
+    ratios = np.median(cand[picks].reshape(resamples, -1), axis=1) / np.median(
+        base[picks].reshape(resamples, -1), axis=1
+    )
     return np.percentile(ratios, [2.5, 97.5])
 
 

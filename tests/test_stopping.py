@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from plans import plan_copy
+
 from qualify.errors import PlanError
 from qualify.evaluate.stopping import half_width_pct, replay_stop, stop_reason
 from qualify.plan.load import validate_plan
@@ -33,7 +33,9 @@ def samples(blocks: int, half_sd: float, seed: int = 0, series=("base", "candida
     for b in range(blocks):
         for letter in block_order(b):
             s = series[0] if letter == "A" else series[1]
-            ns[s].extend(10_000.0 * np.exp(half_sd * rng.standard_normal()) * (1 + 0.001 * rng.standard_normal(per_half)))
+            ns[s].extend(
+                10_000.0 * np.exp(half_sd * rng.standard_normal()) * (1 + 0.001 * rng.standard_normal(per_half))
+            )
             blk[s].extend([b] * per_half)
     out = {"floor_ns": np.full(10, 1000.0)}
     for s in series:
@@ -123,7 +125,7 @@ def test_a_half_width_exactly_at_the_target_meets_it_and_the_replay_agrees():
     arrays["floor_ns"] = np.full(10, 9000.0)
     widths = [half_width_pct(_through(arrays, b - 1), CASE, MAIN, plan(PRECISION)) for b in range(1, 9)]
     stop_at = 5
-    assert min(widths[2:stop_at - 1]) > widths[stop_at - 1]  # narrower at block 5 than at 3 and 4
+    assert min(widths[2 : stop_at - 1]) > widths[stop_at - 1]  # narrower at block 5 than at 3 and 4
     p = plan(dict(PRECISION, target_ci_pct=widths[stop_at - 1]))
     assert stop_reason(_through(arrays, stop_at - 1), CASE, MAIN, stop_at, p) == "target met"
     assert stop_reason(_through(arrays, stop_at - 2), CASE, MAIN, stop_at - 1, p) is None

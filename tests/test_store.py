@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from qualify.errors import ExitCode, FrozenInputChanged, PlanError
-from qualify.results.store import Record
 from test_io import Crash, crash, leftovers
 from test_record import H200, add_trial, new_record
 
+from qualify.errors import ExitCode, FrozenInputChanged, PlanError
+from qualify.results.store import Record
 
 # ---------------------------------------------------------------------------------------------
 # the ledger
@@ -23,12 +22,12 @@ from test_record import H200, add_trial, new_record
 
 def test_each_append_is_exactly_one_line(tmp_path):
     record = Record(tmp_path / "rec")
-    record.append({"event": "trial_started", "trial": 1, "note": "two\nlines and a \"quote\""})
+    record.append({"event": "trial_started", "trial": 1, "note": 'two\nlines and a "quote"'})
     record.append({"event": "trial_ended", "trial": 1, "status": "complete"})
     raw = record.ledger_path.read_bytes()
     assert raw.count(b"\n") == 2 and raw.endswith(b"\n")
     assert [e["event"] for e in record.ledger()] == ["trial_started", "trial_ended"]
-    assert record.ledger()[0]["note"] == "two\nlines and a \"quote\""
+    assert record.ledger()[0]["note"] == 'two\nlines and a "quote"'
 
 
 def test_a_line_cut_short_by_a_crash_is_refused_naming_the_file_and_line(tmp_path):

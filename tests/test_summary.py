@@ -57,8 +57,10 @@ def hostile(n_cases: int, n_gates: int):
     trial = base.trials[0]
     template = trial.cases[0]
     cases = [template.model_copy(update={"case": f"{label}{i}"}) for i in range(n_cases)]
-    gates = [GateResult(gate=label, case=f"{label}{i}", trial=1, device=label, passed=False, value_pct=-1.0,
-                        bound=label) for i in range(n_gates)]  # fmt: skip
+    gates = [
+        GateResult(gate=label, case=f"{label}{i}", trial=1, device=label, passed=False, value_pct=-1.0, bound=label)
+        for i in range(n_gates)
+    ]
     failures = [Failure(kind="error", case=label, side="base", message=label * 10) for _ in range(n_gates)]
     trial = trial.model_copy(update={"cases": cases, "failures": failures})
     verdict = Verdict(status="incomplete", reasons=[label * 5] * n_gates, gates=gates)
@@ -83,7 +85,9 @@ def test_labels_are_text_not_markup():
     assert all(len(line) < 2000 for line in out.splitlines())
 
 
-@pytest.mark.parametrize("raw, shown", [("a|b", r"a\|b"), ("<b>", r"\<b>"), ("x\ny", "x y"), ("a" * 90, "a" * 79 + "…")])
+@pytest.mark.parametrize(
+    "raw, shown", [("a|b", r"a\|b"), ("<b>", r"\<b>"), ("x\ny", "x y"), ("a" * 90, "a" * 79 + "…")]
+)
 def test_text_escapes_and_cuts(raw, shown):
     assert text(raw) == shown
 

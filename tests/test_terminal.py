@@ -7,6 +7,8 @@ import io
 import re
 
 import pytest
+from plans import make_repo, plan_copy
+from test_headline import SLOWER, make_plan, results, trial
 
 from qualify.build.arms import FitRow
 from qualify.build.nvrtc import CompiledKernel
@@ -14,9 +16,6 @@ from qualify.build.resources import KernelResources
 from qualify.commands.check import check_plan
 from qualify.commands.pipeline import RunOutcome
 from qualify.render.terminal import LOG_WIDTH, console, label, plan_check, run_summary
-
-from plans import make_repo, plan_copy
-from test_headline import SLOWER, make_plan, results, trial
 
 HOSTILE = "[bold red]QUALIFIED[/] \x1b[2J\x1b[32mgreen\nfrozen  yes (matches plan.lock)\u202eevil"
 
@@ -36,8 +35,14 @@ def printed(renderable, stream=None) -> str:
 def checked(tmp_path):
     """A plan check with compiled resources: large numbers in every column (no NVRTC needed)."""
     check = check_plan(make_repo(tmp_path), compile=False)
-    resources = KernelResources(registers=255, stack_bytes=123_456, spill_store_bytes=1_048_576,
-                                spill_load_bytes=2_097_152, static_shared_bytes=101_376_000, barriers=1)  # fmt: skip
+    resources = KernelResources(
+        registers=255,
+        stack_bytes=123_456,
+        spill_store_bytes=1_048_576,
+        spill_load_bytes=2_097_152,
+        static_shared_bytes=101_376_000,
+        barriers=1,
+    )
     compiled, fits = {}, []
     for side in ("base", "candidate"):
         compiled[(side, "sm_90")] = CompiledKernel(spec=None, lowered_name="k", cubin=b"", log="", resources=resources)
@@ -87,8 +92,13 @@ def test_hostile_labels_print_as_text(tmp_path):
     # ... and the terminal prints one as text anyway, should it come from elsewhere (a record)
     data["revisions"] = {"base": "b", "candidate": "c"}
     check = check_plan(make_repo(tmp_path / "ok", data), compile=False)
-    plan = check.loaded.plan.model_copy(update={"revisions": check.loaded.plan.revisions.model_copy(
-        update={"base": HOSTILE, "candidate": "[link=http://x]c[/link]"})})  # fmt: skip
+    plan = check.loaded.plan.model_copy(
+        update={
+            "revisions": check.loaded.plan.revisions.model_copy(
+                update={"base": HOSTILE, "candidate": "[link=http://x]c[/link]"}
+            )
+        }
+    )
     check = dataclasses.replace(check, loaded=dataclasses.replace(check.loaded, plan=plan))
     stream = Tty()  # on a terminal rich would act on markup and escapes
     console(file=stream).print(plan_check(check))
@@ -108,8 +118,10 @@ def test_run_summary_opens_with_the_verdict_in_words_and_grouped_reasons():
     assert lines[0] == "verdict: not qualified"
     assert lines[1].startswith("The candidate is slower at all 6 cases, by 11.0 % to 23.4 %")
     assert lines[4] == "why:"
-    assert lines[5].startswith("  - gate faster_from_2048 missed at N=2048, N=4096, N=8192, all its cases "
-                               "(speed-up >= 5%; 6 of 6 judgements): slower by")  # fmt: skip
+    assert lines[5].startswith(
+        "  - gate faster_from_2048 missed at N=2048, N=4096, N=8192, all its cases "
+        "(speed-up >= 5%; 6 of 6 judgements): slower by"
+    )
     assert lines[7].rstrip() == "record records/tiny"
     assert not any("speed-up -" in line for line in lines)
 
@@ -117,8 +129,13 @@ def test_run_summary_opens_with_the_verdict_in_words_and_grouped_reasons():
 def test_run_summary_escapes_labels_from_the_record():
     plan = make_plan(gates=[])
     t = trial(1, SLOWER[0])
-    t = t.model_copy(update={"provenance": t.provenance.model_copy(update={
-        "device": t.provenance.device.model_copy(update={"name": HOSTILE})})})  # fmt: skip
+    t = t.model_copy(
+        update={
+            "provenance": t.provenance.model_copy(
+                update={"device": t.provenance.device.model_copy(update={"name": HOSTILE})}
+            )
+        }
+    )
     res = results(plan, [t])
     stream = Tty()
     console(file=stream).print(run_summary(RunOutcome(trials=res.trials, results=res), "rec[/]", plan))

@@ -2,13 +2,19 @@
 
 import numpy as np
 import pytest
-
 from float_patterns import LARGEST, SIGN, words
-from qualify.plan.model import Calibration, Fidelity, InputControl
+
 from qualify.evaluate.parity_counts import count
 from qualify.evaluate.tolerance_gate import (
-    calibrate, control_outcome, expected_outcome, is_exact, judge_output, passes, perturb,
+    calibrate,
+    control_outcome,
+    expected_outcome,
+    is_exact,
+    judge_output,
+    passes,
+    perturb,
 )
+from qualify.plan.model import Calibration, Fidelity, InputControl
 
 ONE = 0x3F80  # bf16 1.0
 
@@ -27,12 +33,15 @@ def fidelity(**extra):
 SEEDLIKE = fidelity(exact=[{"cases": ["S=8"]}, {"where": "S <= 64", "outputs": ["weights"]}])
 
 
-@pytest.mark.parametrize("case, params, output, exact", [
-    ("S=8", {"S": 8}, "out", True),        # the whole case
-    ("S=64", {"S": 64}, "weights", True),  # only the weights of the short cases
-    ("S=64", {"S": 64}, "out", False),
-    ("S=2055", {"S": 2055}, "weights", False),
-])
+@pytest.mark.parametrize(
+    "case, params, output, exact",
+    [
+        ("S=8", {"S": 8}, "out", True),  # the whole case
+        ("S=64", {"S": 64}, "weights", True),  # only the weights of the short cases
+        ("S=64", {"S": 64}, "out", False),
+        ("S=2055", {"S": 2055}, "weights", False),
+    ],
+)
 def test_exact_selection_by_case_and_output(case, params, output, exact):
     assert is_exact(SEEDLIKE, case, params, output) is exact
 
@@ -55,16 +64,24 @@ def test_bytes_mode_treats_signed_zeros_as_a_difference():
     assert c.within and not passes(c)
 
 
-GATE = InputControl.model_validate({
-    "kind": "input", "name": "saturate_gate", "buffer": "gate",
-    "mutation": {"op": "fill", "value": 30.0},
-    "expect": [{"outputs": ["weights"], "outcome": "pass"}],
-})
-CAUSAL = InputControl.model_validate({
-    "kind": "input", "name": "causal_mask", "buffer": "mask",
-    "mutation": {"op": "fill", "value": 1.0},
-    "expect": [{"where": "S < 2000", "outcome": "pass"}, {"outcome": "fail"}],
-})
+GATE = InputControl.model_validate(
+    {
+        "kind": "input",
+        "name": "saturate_gate",
+        "buffer": "gate",
+        "mutation": {"op": "fill", "value": 30.0},
+        "expect": [{"outputs": ["weights"], "outcome": "pass"}],
+    }
+)
+CAUSAL = InputControl.model_validate(
+    {
+        "kind": "input",
+        "name": "causal_mask",
+        "buffer": "mask",
+        "mutation": {"op": "fill", "value": 1.0},
+        "expect": [{"where": "S < 2000", "outcome": "pass"}, {"outcome": "fail"}],
+    }
+)
 
 
 def test_expectations_first_match_rules_and_default_is_fail():
@@ -98,11 +115,14 @@ def test_control_that_fails_where_it_must_pass_is_not_as_declared():
     assert not outcome.as_declared
 
 
-@pytest.mark.parametrize("dtype, data", [
-    ("bf16", np.full(64, ONE, np.uint16)),
-    ("f16", np.full(64, 0x3C00, np.uint16)),
-    ("f32", np.linspace(-3, 3, 64, dtype=np.float32)),
-])
+@pytest.mark.parametrize(
+    "dtype, data",
+    [
+        ("bf16", np.full(64, ONE, np.uint16)),
+        ("f16", np.full(64, 0x3C00, np.uint16)),
+        ("f32", np.linspace(-3, 3, 64, dtype=np.float32)),
+    ],
+)
 @pytest.mark.parametrize("k", [1, 3])
 def test_perturb_moves_exactly_n_elements_by_k_quanta(dtype, data, k):
     data = data.view(np.uint8)

@@ -5,16 +5,18 @@ whose trials came from separate processes judged by the two-level interval."""
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
-
 from fleet_worker import ProcessWorker, one_trial_on_fake_device
 from plans import make_repo, plan_copy
+
 from qualify.commands.trial_processes import (
-    GRACE_S, PreflightShared, child_command, most_severe, run_each_in_a_process,
+    GRACE_S,
+    PreflightShared,
+    child_command,
+    most_severe,
+    run_each_in_a_process,
 )
-from qualify.errors import ExitCode
 from qualify.run.isolation import CaseOutcome
 
 
@@ -56,9 +58,17 @@ def test_an_interrupted_parent_gives_the_worker_its_grace_then_ends_as_interrupt
     assert stuck.terminated  # asked to stop (SIGTERM), then waited for
 
 
-@pytest.mark.parametrize("codes, expected", [
-    ([0, 0], None), ([0, 130], 130), ([0, 5], 5), ([0, 6], 6), ([0, 99], 70), ([], None),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "codes, expected",
+    [
+        ([0, 0], None),
+        ([0, 130], 130),
+        ([0, 5], 5),
+        ([0, 6], 6),
+        ([0, 99], 70),
+        ([], None),
+    ],
+)
 def test_the_code_that_reaches_the_caller_over_the_verdict(codes, expected):
     assert most_severe(codes) == expected
 
@@ -108,7 +118,8 @@ def test_trials_from_separate_processes_are_judged_with_the_spread_between_them(
     workdir.mkdir()
     slower = [0.0, 3.0, -3.0, 6.0]  # what each process fixes moves the candidate by this much
     codes = run_each_in_a_process(
-        4, lambda n: ProcessWorker(one_trial_on_fake_device, str(plan), str(record), str(workdir), n, slower[n]))
+        4, lambda n: ProcessWorker(one_trial_on_fake_device, str(plan), str(record), str(workdir), n, slower[n])
+    )
     assert codes == [0, 0, 0, 0]
     trials = Record(record).trials()
     assert [t.status for t in trials] == ["complete"] * 4

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+import fakes
 import pytest
-
 from plans import make_repo, plan_copy
+
 from qualify.evaluate.verdict import gate_limit, gate_results, judge_gate, verdict
 from qualify.plan.load import load_plan
 from qualify.plan.model import SpeedGate
 from qualify.run.engine import RunOptions, TrialRunner
 from qualify.run.fake import FakeDevice, FakeTelemetry
-
-import fakes
 
 SPEEDUP = SpeedGate(name="g", min_speedup_pct=5.0)
 REGRESSION = SpeedGate(name="r", max_regression_pct=2.0)
@@ -115,8 +114,9 @@ def test_a_gate_over_a_case_no_trial_measured_is_skipped_not_a_crash(tmp_path):
     no trials would raise)."""
     from qualify.evaluate.verdict import judge_gates
 
-    plan, trial = _trial(tmp_path, _plan([{"name": "median", "min_speedup_pct": 1.0}], every_trial=False),
-                         5_000.0, noise=0.002)  # fmt: skip
+    plan, trial = _trial(
+        tmp_path, _plan([{"name": "median", "min_speedup_pct": 1.0}], every_trial=False), 5_000.0, noise=0.002
+    )
     trial = trial.model_copy(update={"cases": trial.cases[:1]})  # the second case never measured
     judged, undecided = judge_gates(plan, [trial])
     assert [g.case for g in judged] == [trial.cases[0].case] and undecided == []
@@ -127,5 +127,6 @@ def test_an_undecided_gate_names_the_trial_or_the_trials_it_pooled():
 
     gate = SpeedGate(name="g", min_speedup_pct=5.0)
     assert "(trial 3)" in _undecided(gate, "N=1", "H200", 3, 1.0, 9.0, 0.9, 1.1, trials=4)
-    assert "(pooled over 4 trials (4 processes))" in _undecided(gate, "N=1", "H200", None, 1.0, 9.0, None, None,
-                                                                trials=4)  # fmt: skip
+    assert "(pooled over 4 trials (4 processes))" in _undecided(
+        gate, "N=1", "H200", None, 1.0, 9.0, None, None, trials=4
+    )

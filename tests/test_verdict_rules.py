@@ -70,8 +70,12 @@ def test_a_free_aa_that_measures_a_difference_is_incomplete(recorded, case_class
     stats = free.cases[0].stats.model_copy(update={"case_class": case_class})
     v = verdict(_without_gates(plan), [_with_case(free, 0, stats=stats), *trials[1:]])
     assert v.status == "incomplete"
-    assert any(r.startswith(f"trial {trial.index}, {trial.cases[0].case}: identical machine code and launches "
-                            f"measured {case_class}") for r in v.reasons), v.reasons
+    assert any(
+        r.startswith(
+            f"trial {trial.index}, {trial.cases[0].case}: identical machine code and launches measured {case_class}"
+        )
+        for r in v.reasons
+    ), v.reasons
 
 
 @pytest.mark.parametrize("case_class", ["faster", "slower"])
@@ -83,8 +87,10 @@ def test_an_aa_control_that_comes_out_faster_or_slower_makes_the_verdict_incompl
     aa = case.stats.model_copy(update={"case_class": case_class, "delta_pct": 1.5})
     v = verdict(plan, [trials[0], _with_case(trials[1], 3, aa=aa)])
     assert v.status == "incomplete"
-    assert (f"trial {trials[1].index}, {case.case}: A/A control came out {case_class} (+1.50%): "
-            "the timer does not resolve this case") in v.reasons
+    assert (
+        f"trial {trials[1].index}, {case.case}: A/A control came out {case_class} (+1.50%): "
+        "the timer does not resolve this case"
+    ) in v.reasons
 
 
 @pytest.mark.parametrize("case_class", ["same", "cant_tell"])
@@ -94,14 +100,18 @@ def test_an_aa_control_that_finds_no_difference_leaves_the_verdict_qualified(rec
     assert verdict(plan, [trials[0], _with_case(trials[1], 3, aa=aa)]).status == "qualified"
 
 
-@pytest.mark.parametrize("gate", [SpeedGate(name="g", min_speedup_pct=5.0), SpeedGate(name="r", max_regression_pct=2.0)])
+@pytest.mark.parametrize(
+    "gate", [SpeedGate(name="g", min_speedup_pct=5.0), SpeedGate(name="r", max_regression_pct=2.0)]
+)
 def test_an_interval_that_reaches_the_gates_bound_from_inside_passes(gate):
     """The bound is the largest ratio the gate accepts: an interval whose top is the bound passes."""
     limit = gate_limit(gate)
     assert judge_gate(gate, limit - 0.01, limit - 0.02, limit, 50.0)[0] == "pass"
 
 
-@pytest.mark.parametrize("gate", [SpeedGate(name="g", min_speedup_pct=5.0), SpeedGate(name="r", max_regression_pct=2.0)])
+@pytest.mark.parametrize(
+    "gate", [SpeedGate(name="g", min_speedup_pct=5.0), SpeedGate(name="r", max_regression_pct=2.0)]
+)
 def test_an_interval_that_starts_at_the_bound_is_not_a_miss_by_the_interval_alone(gate):
     """Its bottom is a ratio the gate accepts: the case's resolution decides, not the interval."""
     limit = gate_limit(gate)
@@ -109,7 +119,9 @@ def test_an_interval_that_starts_at_the_bound_is_not_a_miss_by_the_interval_alon
     assert judge_gate(gate, limit + 0.01, limit, limit + 0.02, 0.1)[0] == "miss"
 
 
-@pytest.mark.parametrize("gate", [SpeedGate(name="g", min_speedup_pct=5.0), SpeedGate(name="r", max_regression_pct=2.0)])
+@pytest.mark.parametrize(
+    "gate", [SpeedGate(name="g", min_speedup_pct=5.0), SpeedGate(name="r", max_regression_pct=2.0)]
+)
 def test_a_case_that_resolves_exactly_the_gates_margin_is_decided(gate):
     """The margin is resolvable when the MDE is no larger than it: the point estimate decides."""
     limit = gate_limit(gate)
@@ -136,10 +148,16 @@ def test_the_median_of_trials_judges_by_the_median_mde_not_the_mean(recorded):
     assert {g.trial for g in v.gates} == {None} and all(g.passed for g in v.gates) and v.gates
 
 
-@pytest.mark.parametrize("kind, status", [
-    ("fidelity", "not_qualified"), ("fault", "not_qualified"), ("timeout", "not_qualified"),
-    ("budget", "incomplete"), ("error", "incomplete"),
-])
+@pytest.mark.parametrize(
+    "kind, status",
+    [
+        ("fidelity", "not_qualified"),
+        ("fault", "not_qualified"),
+        ("timeout", "not_qualified"),
+        ("budget", "incomplete"),
+        ("error", "incomplete"),
+    ],
+)
 def test_a_recorded_failure_fails_the_candidate_or_leaves_the_evidence_short_by_its_kind(recorded, kind, status):
     """A wrong output, a fault or a hang is the candidate's failure; a budget stop or a harness
     error only leaves the evidence short."""
@@ -156,20 +174,34 @@ def test_an_arm_that_is_not_deterministic_is_not_qualified(recorded, side):
     case = trials[0].cases[0]
     v = verdict(plan, [_with_case(trials[0], 0, deterministic={**case.deterministic, side: False}), *trials[1:]])
     assert v.status == "not_qualified"
-    assert f"trial {trials[0].index}, {case.case}: {side} is not deterministic (two runs gave different bytes)" \
+    assert (
+        f"trial {trials[0].index}, {case.case}: {side} is not deterministic (two runs gave different bytes)"
         in v.reasons
+    )
 
 
 def test_outputs_that_differ_name_each_differing_buffer_and_its_count(recorded):
     plan, trials = recorded
     case = trials[0].cases[0]
-    parity = [case.parity[0].model_copy(update={"equal": False, "differing_elements": 3, "first_difference": 7,
-                                                 "max_ulp": 1, "max_abs": 1e-7, "max_rel": 1e-7})]
+    parity = [
+        case.parity[0].model_copy(
+            update={
+                "equal": False,
+                "differing_elements": 3,
+                "first_difference": 7,
+                "max_ulp": 1,
+                "max_abs": 1e-7,
+                "max_rel": 1e-7,
+            }
+        )
+    ]
     v = verdict(plan, [_with_case(trials[0], 0, parity=parity), *trials[1:]])
     assert v.status == "not_qualified"
     elements = case.parity[0].elements
-    assert (f"trial {trials[0].index}, {case.case}: outputs differ from base "
-            f"({case.parity[0].buffer}: 3 of {elements} elements differ)") in v.reasons
+    assert (
+        f"trial {trials[0].index}, {case.case}: outputs differ from base "
+        f"({case.parity[0].buffer}: 3 of {elements} elements differ)"
+    ) in v.reasons
 
 
 def test_timers_that_disagree_leave_the_verdict_incomplete(recorded):
@@ -189,15 +221,25 @@ def test_a_sanitizer_run_that_is_not_clean_is_not_qualified(recorded):
     v = verdict(plan, [trials[0].model_copy(update={"sanitizer": runs}), *trials[1:]])
     assert v.status == "not_qualified"
     r = runs[0]
-    assert any(line.startswith(f"{r.tool} at {r.case} ({r.side}) on ") and line.endswith(": findings, 2 errors")
-               for line in v.reasons), v.reasons
+    assert any(
+        line.startswith(f"{r.tool} at {r.case} ({r.side}) on ") and line.endswith(": findings, 2 errors")
+        for line in v.reasons
+    ), v.reasons
 
 
 def test_a_planned_sanitizer_check_that_no_trial_ran_is_incomplete(recorded):
     plan, trials = recorded
     dropped = trials[0].sanitizer[0]
-    stripped = [t.model_copy(update={"sanitizer": [r for r in t.sanitizer if (r.tool, r.case, r.side)
-                                                   != (dropped.tool, dropped.case, dropped.side)]}) for t in trials]
+    stripped = [
+        t.model_copy(
+            update={
+                "sanitizer": [
+                    r for r in t.sanitizer if (r.tool, r.case, r.side) != (dropped.tool, dropped.case, dropped.side)
+                ]
+            }
+        )
+        for t in trials
+    ]
     v = verdict(plan, stripped)
     assert v.status == "incomplete"
     assert any(r.startswith(f"{dropped.tool} at {dropped.case} ({dropped.side}) not run on ") for r in v.reasons)
@@ -207,15 +249,16 @@ def test_a_gate_the_case_cannot_resolve_names_the_interval_it_straddles(recorded
     plan, trials = recorded
     # the first case's interval set to [0.9599, 0.9700], which straddles the 3.5 % gate's bound
     # 0.965; made to resolve no change under 10 %, the case cannot tell
-    s = trials[0].cases[0].stats.model_copy(update={"ratio": 0.965, "ci_low": 0.9599, "ci_high": 0.97,
-                                                    "mde_pct": 10.0})
+    s = trials[0].cases[0].stats.model_copy(update={"ratio": 0.965, "ci_low": 0.9599, "ci_high": 0.97, "mde_pct": 10.0})
     case = trials[0].cases[0].case
     fine = SpeedGate(name="fine", cases=[case], min_speedup_pct=3.5)
     fine_plan = plan.model_copy(update={"acceptance": plan.acceptance.model_copy(update={"gates": [fine]})})
     v = verdict(fine_plan, [_with_case(trials[0], 0, stats=s), *trials[1:]])
     assert s.ci_low < gate_limit(fine) < s.ci_high
     device = trials[0].provenance.device
-    assert (f"gate fine can't tell at {case} on {device.name} ({device.uuid[:12]}) (trial {trials[0].index}): "
-            f"needs speed-up >= 3.5%, measured speed-up {(1 - s.ratio) * 100:+.2f}%, "
-            f"95% CI [{s.ci_low:.4f}, {s.ci_high:.4f}]; the smallest change this case resolves is 10.00%, "
-            "above the gate's 3.5%") in v.reasons
+    assert (
+        f"gate fine can't tell at {case} on {device.name} ({device.uuid[:12]}) (trial {trials[0].index}): "
+        f"needs speed-up >= 3.5%, measured speed-up {(1 - s.ratio) * 100:+.2f}%, "
+        f"95% CI [{s.ci_low:.4f}, {s.ci_high:.4f}]; the smallest change this case resolves is 10.00%, "
+        "above the gate's 3.5%"
+    ) in v.reasons

@@ -38,15 +38,23 @@ def load(path: Path) -> dict:
 
 def zizmor(*paths: Path) -> list[dict]:
     # auditor: every audit at every confidence, so a finding cannot hide below the default filter
-    done = subprocess.run([tool("zizmor"), "--offline", "--persona", "auditor", "--format", "json", *map(str, paths)],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [tool("zizmor"), "--offline", "--persona", "auditor", "--format", "json", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode in (0, 10, 11, 12, 13, 14), done.stderr  # 1x: findings of some severity
     return json.loads(done.stdout)
 
 
 def schema_check(*paths: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *map(str, paths)],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_workflows_exist():
@@ -61,7 +69,8 @@ def test_zizmor_finds_nothing():
 def test_zizmor_would_catch_an_unsafe_workflow(tmp_path):
     """The check above can fail: tag-pinned actions and pull_request_target are findings."""
     bad = tmp_path / "bad.yml"
-    bad.write_text(textwrap.dedent("""\
+    bad.write_text(
+        textwrap.dedent("""\
         on: pull_request_target
         jobs:
           build:
@@ -69,7 +78,8 @@ def test_zizmor_would_catch_an_unsafe_workflow(tmp_path):
             steps:
               - uses: actions/checkout@v4
               - run: echo "${{ github.event.pull_request.title }}"
-        """))
+        """)
+    )
     idents = {f["ident"] for f in zizmor(bad)}
     assert {"unpinned-uses", "dangerous-triggers", "template-injection"} <= idents
 
@@ -164,7 +174,9 @@ def test_the_scripts_parse(script):
     done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     if shutil.which("shellcheck"):
-        done = subprocess.run(["shellcheck", "-x", "-e", "SC1091", str(script)], capture_output=True, text=True, cwd=ROOT)
+        done = subprocess.run(
+            ["shellcheck", "-x", "-e", "SC1091", str(script)], capture_output=True, text=True, cwd=ROOT
+        )
         assert done.returncode == 0, done.stdout
 
 
@@ -220,11 +232,19 @@ def fake(tmp_path):
 
     def run(signal_after_start: bool = False, **env) -> tuple[int, str, list[str], str]:
         summary = tmp_path / "summary.md"
-        full = {**os.environ, "QUALIFY_PYTHON": str(python), "REAL_PYTHON": sys.executable, "FAKE_LOG": str(log),
-                "QUALIFY_OUT": str(tmp_path / "out"), "GITHUB_STEP_SUMMARY": str(summary), "QUALIFY_LABEL": "h200",
-                **env}  # fmt: skip
-        job = subprocess.Popen(["bash", str(SCRIPTS / "gpu-job.sh")], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, env=full)  # fmt: skip
+        full = {
+            **os.environ,
+            "QUALIFY_PYTHON": str(python),
+            "REAL_PYTHON": sys.executable,
+            "FAKE_LOG": str(log),
+            "QUALIFY_OUT": str(tmp_path / "out"),
+            "GITHUB_STEP_SUMMARY": str(summary),
+            "QUALIFY_LABEL": "h200",
+            **env,
+        }
+        job = subprocess.Popen(
+            ["bash", str(SCRIPTS / "gpu-job.sh")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full
+        )
         if signal_after_start:
             deadline = time.monotonic() + 60
             while "started" not in log.read_text() and time.monotonic() < deadline:
@@ -251,8 +271,9 @@ def test_gpu_job_stops_when_the_gpu_tests_fail(fake):
 
 def test_gpu_job_qualifies_each_changed_protocol_and_keeps_the_worst_code(fake, tmp_path):
     changed = "protocols/vecload/plan.json\nprotocols/attention-wide/plan.json\n"
-    code, summary, log, out = fake(FAKE_CHANGED=changed, FAKE_CODE_vecload="1", FAKE_CODE_attention_wide="7",
-                                   QUALIFY_BASE="origin/dev")  # fmt: skip
+    code, summary, log, out = fake(
+        FAKE_CHANGED=changed, FAKE_CODE_vecload="1", FAKE_CODE_attention_wide="7", QUALIFY_BASE="origin/dev"
+    )
     assert code == 7  # incomplete evidence outranks a verdict
     assert "qualify changed --base origin/dev --sources attention-wide-entry=kernels/attention/" in log
     out_dir = tmp_path / "out"
@@ -292,8 +313,15 @@ def test_gpu_job_refuses_a_protocol_name_that_is_a_path(fake, name):
 def test_gpu_job_with_the_real_qualify_on_a_host_without_a_gpu(tmp_path):
     """End to end on the CPU: the real doctor stops the job with exit 5 and says so in the summary."""
     summary = tmp_path / "summary.md"
-    env = {**os.environ, "QUALIFY_PYTHON": sys.executable, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "",
-           "QUALIFY_OUT": str(tmp_path / "out"), "GITHUB_STEP_SUMMARY": str(summary), "QUALIFY_LABEL": "cpu"}  # fmt: skip
+    env = {
+        **os.environ,
+        "QUALIFY_PYTHON": sys.executable,
+        "PYTHONPATH": str(ROOT),
+        "CUDA_VISIBLE_DEVICES": "",
+        "QUALIFY_OUT": str(tmp_path / "out"),
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "QUALIFY_LABEL": "cpu",
+    }
     done = subprocess.run(["bash", str(SCRIPTS / "gpu-job.sh")], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 5, done.stdout + done.stderr
     text = summary.read_text()
@@ -312,20 +340,30 @@ def merge(tmp_path, layout: dict[str, list[str]]) -> tuple[int, str, Path]:
     downloaded.mkdir(exist_ok=True)
     summary = tmp_path / "summary.md"
     env = {**os.environ, "QUALIFY_PYTHON": sys.executable, "PYTHONPATH": str(ROOT), "GITHUB_STEP_SUMMARY": str(summary)}
-    done = subprocess.run(["bash", str(SCRIPTS / "merge-records.sh"), str(downloaded), str(tmp_path / "merged")],
-                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(SCRIPTS / "merge-records.sh"), str(downloaded), str(tmp_path / "merged")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     return done.returncode, summary.read_text(), tmp_path / "merged"
 
 
 def test_merge_records_of_every_runner_into_one_per_protocol(tmp_path):
-    code, summary, merged = merge(tmp_path, {"qualify-records-h200": ["vecload", "attention-wide"],
-                                             "qualify-records-l20": ["vecload"]})  # fmt: skip
+    code, summary, merged = merge(
+        tmp_path, {"qualify-records-h200": ["vecload", "attention-wide"], "qualify-records-l20": ["vecload"]}
+    )
     assert code == 1  # the most severe of the merged verdicts: attention-wide is not qualified
     assert sorted(p.name for p in merged.iterdir()) == ["attention-wide", "vecload"]
     assert "### ✅ qualify: vecload — QUALIFIED" in summary
     assert "### ❌ qualify: attention-wide — NOT QUALIFIED" in summary
-    check = subprocess.run([sys.executable, "-m", "qualify", "report", "--check", str(merged / "vecload")],
-                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    check = subprocess.run(
+        [sys.executable, "-m", "qualify", "report", "--check", str(merged / "vecload")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert check.returncode == 0, check.stderr
 
 

@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--generation", type=int, choices=(12, 13),
-                        help="the CUDA major the installed NVRTC must be (exit 5 otherwise)")  # fmt: skip
+    parser.add_argument(
+        "--generation", type=int, choices=(12, 13), help="the CUDA major the installed NVRTC must be (exit 5 otherwise)"
+    )
     parser.add_argument("--protocols", type=Path, default=ROOT / "protocols", help="folder of protocol folders")
     args = parser.parse_args(argv)
 
@@ -45,8 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.exit_code)
     if args.generation is not None and nvrtc.major != args.generation:
         want = generation.GENERATIONS[args.generation]
-        print(f"compile_protocols: NVRTC {nvrtc} is installed, generation {args.generation} was asked for: "
-              f"{want.pip}", file=sys.stderr)  # fmt: skip
+        print(
+            f"compile_protocols: NVRTC {nvrtc} is installed, generation {args.generation} was asked for: {want.pip}",
+            file=sys.stderr,
+        )
         return int(ExitCode.DEVICE)
     print(f"NVRTC {nvrtc}, headers {headers} in {toolkit_include_dir()}")
 
@@ -71,8 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         sides = sorted({side for side, _ in checked.compiled})
         status = "ok  " if checked.ok else "FAIL"
         fits = "every launch fits" if checked.ok else "a launch does not fit its architecture"
-        print(f"{status}  {name}: {' and '.join(sides)} for {', '.join(checked.archs)}: {len(checked.compiled)} "
-              f"CUBINs, {fits} ({took:.1f} s)")  # fmt: skip
+        print(
+            f"{status}  {name}: {' and '.join(sides)} for {', '.join(checked.archs)}: {len(checked.compiled)} "
+            f"CUBINs, {fits} ({took:.1f} s)"
+        )
         if not checked.ok:
             worst = max(worst, ExitCode.BUILD, key=_severity)
     return int(worst)

@@ -39,25 +39,54 @@ NO_MUTATE = "pragma: no mutate"
 # (a stale __pycache__ could be imported instead of the mutant).
 _SKIP_COPY = {".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache"}
 _BINOP_SWAP = {
-    ast.Add: ("+", "-"), ast.Sub: ("-", "+"), ast.Mult: ("*", "/"), ast.Div: ("/", "*"),
-    ast.FloorDiv: ("//", "/"), ast.Mod: ("%", "//"), ast.Pow: ("**", "*"),
-    ast.LShift: ("<<", ">>"), ast.RShift: (">>", "<<"), ast.BitAnd: ("&", "|"),
-    ast.BitOr: ("|", "&"), ast.BitXor: ("^", "|"),
-}  # fmt: skip
+    ast.Add: ("+", "-"),
+    ast.Sub: ("-", "+"),
+    ast.Mult: ("*", "/"),
+    ast.Div: ("/", "*"),
+    ast.FloorDiv: ("//", "/"),
+    ast.Mod: ("%", "//"),
+    ast.Pow: ("**", "*"),
+    ast.LShift: ("<<", ">>"),
+    ast.RShift: (">>", "<<"),
+    ast.BitAnd: ("&", "|"),
+    ast.BitOr: ("|", "&"),
+    ast.BitXor: ("^", "|"),
+}
 _CMP_SWAP = {
-    ast.Lt: ("<", "<="), ast.LtE: ("<=", "<"), ast.Gt: (">", ">="), ast.GtE: (">=", ">"),
-    ast.Eq: ("==", "!="), ast.NotEq: ("!=", "=="), ast.In: ("in", "not in"),
-    ast.NotIn: ("not in", "in"), ast.Is: ("is", "is not"), ast.IsNot: ("is not", "is"),
-}  # fmt: skip
+    ast.Lt: ("<", "<="),
+    ast.LtE: ("<=", "<"),
+    ast.Gt: (">", ">="),
+    ast.GtE: (">=", ">"),
+    ast.Eq: ("==", "!="),
+    ast.NotEq: ("!=", "=="),
+    ast.In: ("in", "not in"),
+    ast.NotIn: ("not in", "in"),
+    ast.Is: ("is", "is not"),
+    ast.IsNot: ("is not", "is"),
+}
 # The ordering comparisons, reversed: `a < b` → `a > b` reads as `b < a`, operands swapped.
 _CMP_REVERSE = {ast.Lt: ">", ast.LtE: ">=", ast.Gt: "<", ast.GtE: "<="}
 # Calls of a statistic or a reduction, each replaced by its sibling: the same shape of answer, the
 # wrong summary. Matched on the called name alone (`np.median`, `statistics.median`, `x.min()`).
 _CALL_SIBLING = {
-    "median": "mean", "mean": "median", "nanmedian": "nanmean", "nanmean": "nanmedian",
-    "min": "max", "max": "min", "amin": "amax", "amax": "amin", "nanmin": "nanmax", "nanmax": "nanmin",
-    "minimum": "maximum", "maximum": "minimum", "argmin": "argmax", "argmax": "argmin",
-    "any": "all", "all": "any", "floor": "ceil", "ceil": "floor",
+    "median": "mean",
+    "mean": "median",
+    "nanmedian": "nanmean",
+    "nanmean": "nanmedian",
+    "min": "max",
+    "max": "min",
+    "amin": "amax",
+    "amax": "amin",
+    "nanmin": "nanmax",
+    "nanmax": "nanmin",
+    "minimum": "maximum",
+    "maximum": "minimum",
+    "argmin": "argmax",
+    "argmax": "argmin",
+    "any": "all",
+    "all": "any",
+    "floor": "ceil",
+    "ceil": "floor",
 }
 # Expressions whose value is a truth value: a returned one is negated rather than replaced by None.
 _BOOLEAN = (ast.Compare, ast.BoolOp)
@@ -90,9 +119,12 @@ class Mutant:
 
     def diff(self, source: str) -> str:
         lines = difflib.unified_diff(
-            source.splitlines(keepends=True), self.apply(source).splitlines(keepends=True),
-            fromfile=f"a/{self.module}", tofile=f"b/{self.module}", n=1,
-        )  # fmt: skip
+            source.splitlines(keepends=True),
+            self.apply(source).splitlines(keepends=True),
+            fromfile=f"a/{self.module}",
+            tofile=f"b/{self.module}",
+            n=1,
+        )
         return "".join(lines)
 
 
@@ -110,8 +142,10 @@ class _Positions:
         return self.starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8"))
 
     def span(self, node: ast.AST) -> tuple[int, int]:
-        return (self.offset(node.lineno, node.col_offset),  # type: ignore[attr-defined]
-                self.offset(node.end_lineno, node.end_col_offset))  # type: ignore[attr-defined]  # fmt: skip
+        return (
+            self.offset(node.lineno, node.col_offset),  # type: ignore[attr-defined]
+            self.offset(node.end_lineno, node.end_col_offset),
+        )  # type: ignore[attr-defined]
 
 
 def _token_span(source: str, start: int, end: int, words: str) -> tuple[int, int] | None:
@@ -146,8 +180,12 @@ def _skipped_nodes(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):  # fmt: skip
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 mark(body[0])
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             mark(node.returns)
@@ -219,8 +257,13 @@ def _membership_mutants(source: str, pos: _Positions, node: ast.Compare):
             kept = [source[slice(*pos.span(e))] for j, e in enumerate(elements) if j != i]
             inner = ", ".join(kept) + ("," if len(kept) == 1 and isinstance(container, ast.Tuple) else "")
             brackets = {ast.Tuple: "()", ast.List: "[]", ast.Set: "{}"}[type(container)]
-            yield ("membership", f"element {i + 1} of {len(elements)} dropped", start, end,
-                   brackets[0] + inner + brackets[1])
+            yield (
+                "membership",
+                f"element {i + 1} of {len(elements)} dropped",
+                start,
+                end,
+                brackets[0] + inner + brackets[1],
+            )
 
 
 def find_mutants(source: str, module: str) -> list[Mutant]:
@@ -266,7 +309,9 @@ def find_mutants(source: str, module: str) -> list[Mutant]:
                 add(*mutant[:2], node, *mutant[2:])
         elif isinstance(node, ast.BoolOp):
             old, new = ("and", "or") if isinstance(node.op, ast.And) else ("or", "and")
-            spans = [_token_span(source, pos.span(a)[1], pos.span(b)[0], old) for a, b in zip(node.values, node.values[1:])]
+            spans = [
+                _token_span(source, pos.span(a)[1], pos.span(b)[0], old) for a, b in zip(node.values, node.values[1:])
+            ]
             if all(spans):
                 # one mutant flips every keyword of the chain: `a and b and c` → `a or b or c`
                 first, last = spans[0], spans[-1]  # type: ignore[index]
@@ -308,8 +353,12 @@ def find_mutants(source: str, module: str) -> list[Mutant]:
         if isinstance(node, ast.Return):
             for mutant in _return_mutants(source, pos, node):
                 add(*mutant[:2], node, *mutant[2:])
-        if isinstance(node, ast.stmt) and id(node) in in_function and not isinstance(node, ast.Pass) \
-                and not _is_elif(source, pos, node):  # fmt: skip
+        if (
+            isinstance(node, ast.stmt)
+            and id(node) in in_function
+            and not isinstance(node, ast.Pass)
+            and not _is_elif(source, pos, node)
+        ):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Global, ast.Nonlocal)):
                 start, end = pos.span(node)
                 add("delete", f"`{type(node).__name__}` statement deleted", node, start, end, "pass")
@@ -362,10 +411,13 @@ def _copy_repository(root: Path, dest: Path) -> None:
     whose name .gitignore also uses for build output at the root) would be imported from the
     installed qualify instead, and the tests would run against a mixture of two versions.
     """
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            cwd=root, capture_output=True)  # fmt: skip
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root, capture_output=True
+    )
     if listed.returncode != 0:  # not a git checkout (an exported tree, a test's project)
-        shutil.copytree(root, dest, ignore=lambda d, names: [n for n in names if n in _SKIP_COPY or n.endswith(".egg-info")])
+        shutil.copytree(
+            root, dest, ignore=lambda d, names: [n for n in names if n in _SKIP_COPY or n.endswith(".egg-info")]
+        )
         return
     for rel in filter(None, listed.stdout.decode().split("\0")):
         src = root / rel
@@ -388,8 +440,15 @@ def _pytest(copy: Path, tests: list[str], timeout: float) -> tuple[str, float, s
     shutil.rmtree(copy / ".hypothesis", ignore_errors=True)  # no examples carried over between mutants
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-rfE", *tests]
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=copy, env=_environment(copy), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        cwd=copy,
+        env=_environment(copy),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -397,8 +456,9 @@ def _pytest(copy: Path, tests: list[str], timeout: float) -> tuple[str, float, s
         proc.communicate()
         return "timeout", time.monotonic() - start, ""
     seconds = time.monotonic() - start
-    failing = next((ln.split(" - ")[0].split(" ", 1)[1] for ln in out.splitlines()
-                    if ln.startswith(("FAILED ", "ERROR "))), "")  # fmt: skip
+    failing = next(
+        (ln.split(" - ")[0].split(" ", 1)[1] for ln in out.splitlines() if ln.startswith(("FAILED ", "ERROR "))), ""
+    )
     # pytest: 0 all passed, 1 a test failed, 2 interrupted (a collection error under -x: the
     # mutant broke an import, which the suite did notice); 3-5 are pytest's own trouble.
     result = {0: "pass", 1: "fail", 2: "fail"}.get(proc.returncode, "error")
@@ -408,10 +468,11 @@ def _pytest(copy: Path, tests: list[str], timeout: float) -> tuple[str, float, s
 def _check_import(copy: Path, module: str) -> None:
     name = module.removesuffix(".py").replace("/", ".")
     code = f"import importlib; print(importlib.import_module({name!r}).__file__)"
-    out = subprocess.run([sys.executable, "-c", code], cwd=copy, env=_environment(copy),
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], cwd=copy, env=_environment(copy), capture_output=True, text=True)
     if out.returncode != 0 or not Path(out.stdout.strip()).resolve().is_relative_to(copy.resolve()):
-        raise ToolError(f"{module}: importing it from the scratch copy gives {out.stdout.strip() or out.stderr.strip()!r}")
+        raise ToolError(
+            f"{module}: importing it from the scratch copy gives {out.stdout.strip() or out.stderr.strip()!r}"
+        )
 
 
 def _equivalence(config: dict, key: dict[str, str]) -> str | None:
@@ -421,8 +482,19 @@ def _equivalence(config: dict, key: dict[str, str]) -> str | None:
     return None
 
 
-def mutate_module(root: Path, copy: Path, module: str, tests: list[str], *, sample: int, seed: int,
-                  timeout: float | None, config: dict, log=print, only: list[dict] | None = None) -> dict:  # fmt: skip
+def mutate_module(
+    root: Path,
+    copy: Path,
+    module: str,
+    tests: list[str],
+    *,
+    sample: int,
+    seed: int,
+    timeout: float | None,
+    config: dict,
+    log=print,
+    only: list[dict] | None = None,
+) -> dict:
     """Run a sample of one module's mutants against `tests`; the module's section of the report.
     `only`: run just the mutants with these keys (the survivors of an earlier report) instead."""
     for t in tests:
@@ -451,13 +523,23 @@ def mutate_module(root: Path, copy: Path, module: str, tests: list[str], *, samp
         finally:
             target.write_text(original, encoding="utf-8")
         status = {"pass": "survived", "fail": "killed", "timeout": "timeout", "error": "error"}[result]
-        o = Outcome(status, round(seconds, 2), failing if status == "killed" else None, m.diff(original),
-                    key, m.line, m.operator, m.description)  # fmt: skip
+        o = Outcome(
+            status,
+            round(seconds, 2),
+            failing if status == "killed" else None,
+            m.diff(original),
+            key,
+            m.line,
+            m.operator,
+            m.description,
+        )
         if status == "survived":
             o.equivalent = _equivalence(config, key)
         outcomes.append(o)
-        log(f"  [{i}/{len(chosen)}] {module}:{m.line} {m.description}: {status}"
-            + (" (listed as equivalent)" if o.equivalent else ""))  # fmt: skip
+        log(
+            f"  [{i}/{len(chosen)}] {module}:{m.line} {m.description}: {status}"
+            + (" (listed as equivalent)" if o.equivalent else "")
+        )
     return summarize(module, tests, len(every), baseline, outcomes)
 
 
@@ -507,7 +589,14 @@ def format_markdown(report: dict) -> list[str]:
         if not survivors:
             lines.append("No surviving mutant outside the equivalence list.")
         for o in survivors:
-            lines += [f"### survived: line {o['line']}, {o['description']}", "", "```diff", o["diff"].rstrip(), "```", ""]
+            lines += [
+                f"### survived: line {o['line']}, {o['description']}",
+                "",
+                "```diff",
+                o["diff"].rstrip(),
+                "```",
+                "",
+            ]
         for o in equivalents:
             lines.append(f"- equivalent, line {o['line']} ({o['description']}): {o['equivalent']}")
         for o in errors:
@@ -521,8 +610,9 @@ def _pct(value: float | None) -> str:
 
 def _commit(root: Path) -> str:
     out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
+    ).stdout.strip()
     return (out.stdout.strip() or "unknown") + ("+changes" if dirty else "")
 
 
@@ -548,21 +638,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all-targets", action="store_true", help="every module in the configuration")
     parser.add_argument("--tests", nargs="+", help="test files to run (default: the configuration's)")
     parser.add_argument("--sample", type=int, default=40, help="mutants per module; 0 for all (default 40)")
-    parser.add_argument("--seed", default="0",
-                        help="an integer, or 'git' for a fresh sample per commit (derived from HEAD; "
-                             "outside a checkout, from the clock); printed first so a run can be repeated")
+    parser.add_argument(
+        "--seed",
+        default="0",
+        help="an integer, or 'git' for a fresh sample per commit (derived from HEAD; "
+        "outside a checkout, from the clock); printed first so a run can be repeated",
+    )
     parser.add_argument("--timeout", type=float, help="seconds per mutant (default: 3× the clean run + 10)")
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
     parser.add_argument("--config", type=Path, default=CONFIG)
     parser.add_argument("--out", type=Path, help="folder for report.json and report.md")
     parser.add_argument("--list", action="store_true", help="list the sampled mutants and run nothing")
     parser.add_argument("--fail-under", type=float, help="exit 1 when a module's score is below this")
-    parser.add_argument("--merge", nargs="+", type=Path, metavar="REPORT",
-                        help="combine report.json files of earlier runs into one report (with --out)")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="REPORT",
+        help="combine report.json files of earlier runs into one report (with --out)",
+    )
     parser.add_argument("--label", help="what was mutated, e.g. 'before: commit abc1234' (default: the commit)")
-    parser.add_argument("--recheck", type=Path, metavar="REPORT",
-                        help="run again only the survivors of an earlier report.json (after new tests), "
-                             "and write that report with their new outcomes (with --out)")
+    parser.add_argument(
+        "--recheck",
+        type=Path,
+        metavar="REPORT",
+        help="run again only the survivors of an earlier report.json (after new tests), "
+        "and write that report with their new outcomes (with --out)",
+    )
     args = parser.parse_args(argv)
     try:
         return _main(args)
@@ -615,16 +717,31 @@ def _main(args: argparse.Namespace) -> int:
             for m in chosen:
                 print(f"  {m.line}: {m.description}: {m.key(source)['mutated']}")
         return 0
-    report = {"format": REPORT_FORMAT, "seed": args.seed, "sample": args.sample,
-              "commit": args.label or _commit(root), "modules": []}  # fmt: skip
+    report = {
+        "format": REPORT_FORMAT,
+        "seed": args.seed,
+        "sample": args.sample,
+        "commit": args.label or _commit(root),
+        "modules": [],
+    }
     with tempfile.TemporaryDirectory(prefix="qualify-mutate-") as tmp:
         copy = Path(tmp) / "repo"
         _copy_repository(root, copy)
         for module, tests in plan:
             print(f"{module}: running {', '.join(tests)}", flush=True)
-            report["modules"].append(mutate_module(
-                root, copy, module, tests, sample=args.sample, seed=args.seed, timeout=args.timeout,
-                config=config, log=lambda s: print(s, flush=True)))  # fmt: skip
+            report["modules"].append(
+                mutate_module(
+                    root,
+                    copy,
+                    module,
+                    tests,
+                    sample=args.sample,
+                    seed=args.seed,
+                    timeout=args.timeout,
+                    config=config,
+                    log=lambda s: print(s, flush=True),
+                )
+            )
     return _finish(report, args)
 
 
@@ -634,7 +751,7 @@ def _finish(report: dict, args: argparse.Namespace) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         (args.out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print("\n".join(lines[:6 + len(report["modules"])]))
+    print("\n".join(lines[: 6 + len(report["modules"])]))
     low = [m for m in report["modules"] if args.fail_under is not None and (m["score"] or 0) < args.fail_under]
     return 1 if low else 0
 
@@ -671,12 +788,23 @@ def _recheck(args: argparse.Namespace) -> int:
             survivors = [o["key"] for o in section["mutants"] if o["status"] == "survived"]
             if not survivors:
                 outcomes = [Outcome(**o) for o in section["mutants"]]
-                modules.append(summarize(module, section["tests"], section["mutants_total"],
-                                         section["baseline_seconds"], outcomes))  # fmt: skip
+                modules.append(
+                    summarize(module, section["tests"], section["mutants_total"], section["baseline_seconds"], outcomes)
+                )
                 continue
             print(f"{module}: {len(survivors)} survivors of {args.recheck}, running {', '.join(tests)}", flush=True)
-            again = mutate_module(root, copy, module, tests, sample=0, seed=earlier["seed"], timeout=args.timeout,
-                                  config=config, log=lambda s: print(s, flush=True), only=survivors)  # fmt: skip
+            again = mutate_module(
+                root,
+                copy,
+                module,
+                tests,
+                sample=0,
+                seed=earlier["seed"],
+                timeout=args.timeout,
+                config=config,
+                log=lambda s: print(s, flush=True),
+                only=survivors,
+            )
             fresh = {json.dumps(o["key"], sort_keys=True): o for o in again["mutants"]}
             outcomes = []
             for o in section["mutants"]:

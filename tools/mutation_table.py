@@ -32,8 +32,20 @@ REPORTS = ROOT / "benchmarks" / "mutation"
 CONFIG = Path(__file__).with_name("mutation.json")
 SUMMARY_FORMAT = "qualify-mutation-summary/1"
 # the counts of a module's run that a summary keeps; its mutants are reduced to the undetected ones
-MODULE_FIELDS = ("module", "tests", "mutants_total", "sampled", "killed", "timeout", "survived", "error",
-                 "equivalent", "score", "raw_score", "baseline_seconds")
+MODULE_FIELDS = (
+    "module",
+    "tests",
+    "mutants_total",
+    "sampled",
+    "killed",
+    "timeout",
+    "survived",
+    "error",
+    "equivalent",
+    "score",
+    "raw_score",
+    "baseline_seconds",
+)
 UNDETECTED = ("survived", "error")
 DOCUMENTS = (REPORTS / "README.md", ROOT / "docs" / "mutation.md")
 BEGIN, END = "<!-- mutation:table -->", "<!-- /mutation:table -->"
@@ -49,10 +61,12 @@ HEADER = [
 
 
 def _committed_at(path: Path) -> int:
-    out = subprocess.run(["git", "log", "-1", "--format=%ct", "--", str(path)], cwd=ROOT,
-                         capture_output=True, text=True)  # fmt: skip
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", str(path)], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    out = subprocess.run(
+        ["git", "log", "-1", "--format=%ct", "--", str(path)], cwd=ROOT, capture_output=True, text=True
+    )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", str(path)], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     if dirty or not out.stdout.strip():
         return sys.maxsize  # written since the last commit: the newest there is
     return int(out.stdout.strip())
@@ -65,8 +79,14 @@ def summary_of(report: dict, committed_at: int) -> dict:
     for m in report["modules"]:
         undetected = [o for o in m["mutants"] if o["status"] in UNDETECTED]
         modules.append({**{k: m[k] for k in MODULE_FIELDS}, "undetected": undetected})
-    return {"format": SUMMARY_FORMAT, "seed": report["seed"], "sample": report["sample"],
-            "commit": report["commit"], "committed_at": committed_at, "modules": modules}  # fmt: skip
+    return {
+        "format": SUMMARY_FORMAT,
+        "seed": report["seed"],
+        "sample": report["sample"],
+        "commit": report["commit"],
+        "committed_at": committed_at,
+        "modules": modules,
+    }
 
 
 def read_run(folder: Path) -> tuple[Path, dict]:
@@ -81,8 +101,9 @@ def read_run(folder: Path) -> tuple[Path, dict]:
 def write_summary(report_path: Path) -> Path:
     """Write summary.json beside a report.json; a report not yet committed is dated now."""
     when = _committed_at(report_path)
-    summary = summary_of(json.loads(report_path.read_text(encoding="utf-8")),
-                         int(time.time()) if when == sys.maxsize else when)  # fmt: skip
+    summary = summary_of(
+        json.loads(report_path.read_text(encoding="utf-8")), int(time.time()) if when == sys.maxsize else when
+    )
     out = report_path.with_name("summary.json")
     out.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return out
@@ -120,8 +141,15 @@ def _cells(path: Path, m: dict) -> list[str]:
     """tried, killed, survived, equivalent, score, run folder, code: the cells both tables share."""
     survived = m["survived"] - m["equivalent"]
     score = "–" if m["score"] is None else f"{m['score']:.1f} %"
-    return [str(m["sampled"]), str(m["killed"] + m["timeout"]), str(survived), str(m["equivalent"]), score,
-            f"`{path.parent.relative_to(ROOT).as_posix()}/`", m["commit"]]
+    return [
+        str(m["sampled"]),
+        str(m["killed"] + m["timeout"]),
+        str(survived),
+        str(m["equivalent"]),
+        score,
+        f"`{path.parent.relative_to(ROOT).as_posix()}/`",
+        m["commit"],
+    ]
 
 
 def row(path: Path, m: dict) -> str:
@@ -166,8 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tools/mutation_table.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help="write the tables into the documents")
     parser.add_argument("--seeds", action="store_true", help="print the table of every sample, module × seed")
-    parser.add_argument("--summarize", nargs="+", type=Path, metavar="REPORT",
-                        help="write summary.json beside each report.json of tools/mutate.py")  # fmt: skip
+    parser.add_argument(
+        "--summarize",
+        nargs="+",
+        type=Path,
+        metavar="REPORT",
+        help="write summary.json beside each report.json of tools/mutate.py",
+    )
     args = parser.parse_args(argv)
     if args.summarize:
         for report in args.summarize:
@@ -180,8 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     for doc in DOCUMENTS:
         doc.write_text(replace_table(doc.read_text(encoding="utf-8"), lines), encoding="utf-8")
     readme = REPORTS / "README.md"
-    readme.write_text(replace_table(readme.read_text(encoding="utf-8"), seed_table(), SEEDS_BEGIN, SEEDS_END),
-                      encoding="utf-8")
+    readme.write_text(
+        replace_table(readme.read_text(encoding="utf-8"), seed_table(), SEEDS_BEGIN, SEEDS_END), encoding="utf-8"
+    )
     return 0
 
 

@@ -45,8 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         return 6
     cupti_tracer.RAW_SINK = []
     with tempfile.TemporaryDirectory(prefix="qualify-cupti-fixture-") as tmp:
-        outcome = run_plan(load_frozen(args.plan), Path(tmp) / "record", lambda: CudaDevice(0), Telemetry,
-                           libraries={"base": args.base, "candidate": args.candidate}, trials=1)  # fmt: skip
+        outcome = run_plan(
+            load_frozen(args.plan),
+            Path(tmp) / "record",
+            lambda: CudaDevice(0),
+            Telemetry,
+            libraries={"base": args.base, "candidate": args.candidate},
+            trials=1,
+        )
     (trial,) = outcome.trials
     if trial.kernel_trace is None or trial.kernel_trace.limits is None:
         print(f"record_cupti_fixture: no trace was taken ({trial.kernel_trace})", file=sys.stderr)
@@ -58,10 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         if case.trace is None or (wanted and case.case not in wanted):
             continue
         cases[case.case] = {
-            side: [{"event_ns": call.event_ns, "records": [by_correlation[k.correlation_id] for k in call.kernels]}
-                   for call in calls]
+            side: [
+                {"event_ns": call.event_ns, "records": [by_correlation[k.correlation_id] for k in call.kernels]}
+                for call in calls
+            ]
             for side, calls in case.trace.items()
-        }  # fmt: skip
+        }
     fixture = {
         "fixture_version": FIXTURE_VERSION,
         "synthetic": False,
@@ -79,9 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(fixture, indent=1) + "\n")
     calls = sum(len(v) for c in cases.values() for v in c.values())
-    print(f"wrote {args.out}: {len(cases)} cases, {calls} traced calls, "
-          f"{sum(len(x['records']) for c in cases.values() for v in c.values() for x in v)} kernel records, "
-          f"trial {trial.status}")  # fmt: skip
+    print(
+        f"wrote {args.out}: {len(cases)} cases, {calls} traced calls, "
+        f"{sum(len(x['records']) for c in cases.values() for v in c.values() for x in v)} kernel records, "
+        f"trial {trial.status}"
+    )
     return 0
 
 

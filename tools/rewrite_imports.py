@@ -36,7 +36,9 @@ def rewriter(moves: dict[str, str]):
     dotted_re = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, names)) + r")(?![\w])")
     path_re = re.compile(r"(?<![\w/])(" + "|".join(map(re.escape, sorted(paths, key=len, reverse=True))) + r")")
     # `from pkg import a, b as c` where pkg.a moved: one import line per moved name
-    from_re = re.compile(r"^(?P<indent>[ \t]*)from (?P<pkg>[\w.]+) import (?P<names>[\w, ]+?)(?P<tail>[ \t]*(#.*)?)$", re.M)
+    from_re = re.compile(
+        r"^(?P<indent>[ \t]*)from (?P<pkg>[\w.]+) import (?P<names>[\w, ]+?)(?P<tail>[ \t]*(#.*)?)$", re.M
+    )
 
     def split_from(m: re.Match) -> str:
         pkg, indent = m["pkg"], m["indent"]
@@ -52,7 +54,9 @@ def rewriter(moves: dict[str, str]):
                 continue
             new_pkg, new_name = target.rsplit(".", 1)
             alias = p.split(" as ")[1].strip() if " as " in p else (name if new_name != name else None)
-            lines.append(f"{indent}from {new_pkg} import {new_name}" + (f" as {alias}" if alias and alias != new_name else ""))
+            lines.append(
+                f"{indent}from {new_pkg} import {new_name}" + (f" as {alias}" if alias and alias != new_name else "")
+            )
         if kept:
             lines.insert(0, f"{indent}from {pkg} import {', '.join(kept)}")
         lines[-1] += m["tail"]

@@ -77,9 +77,14 @@ def resource_usage(lib: Path, arch: str = "sm_90") -> dict:
             r"Function (_Z19attention_gated_fwd\S*?):\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", section
         )
         if m:
-            return {"source": f"cuobjdump --dump-resource-usage ({arch})", "function": m.group(1),
-                    "registers": int(m.group(2)), "stack_bytes": int(m.group(3)),
-                    "static_shared_bytes": int(m.group(4)), "local_bytes": int(m.group(5))}
+            return {
+                "source": f"cuobjdump --dump-resource-usage ({arch})",
+                "function": m.group(1),
+                "registers": int(m.group(2)),
+                "stack_bytes": int(m.group(3)),
+                "static_shared_bytes": int(m.group(4)),
+                "local_bytes": int(m.group(5)),
+            }
     return {"error": f"no {arch} resource usage for attention_gated_fwd in cuobjdump output"}
 
 
@@ -90,17 +95,38 @@ def ptxas_spills(arch: str = "sm_90") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for name, tile in TILES.items():
             proc = subprocess.run(
-                [nvcc, "-std=c++17", "-O3", "-lineinfo", f"-arch={arch}", "--cubin", "-Xptxas", "-v",
-                 f"-DATTENTION_TILE={tile}", "-o", os.path.join(tmp, f"{name}.cubin"), str(KERNEL_DIR / "attention.cu")],
-                capture_output=True, text=True)
+                [
+                    nvcc,
+                    "-std=c++17",
+                    "-O3",
+                    "-lineinfo",
+                    f"-arch={arch}",
+                    "--cubin",
+                    "-Xptxas",
+                    "-v",
+                    f"-DATTENTION_TILE={tile}",
+                    "-o",
+                    os.path.join(tmp, f"{name}.cubin"),
+                    str(KERNEL_DIR / "attention.cu"),
+                ],
+                capture_output=True,
+                text=True,
+            )
             log = proc.stdout + proc.stderr
             mangled = f"_Z19attention_gated_fwdILi{tile}E"
             block = next((b for b in re.split(r"(?=ptxas info\s*: Compiling entry function)", log) if mangled in b), "")
             m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", block)
             r = re.search(r"Used (\d+) registers", block)
-            out[name] = ({"registers": int(r.group(1)), "stack_bytes": int(m.group(1)),
-                          "spill_store_bytes": int(m.group(2)), "spill_load_bytes": int(m.group(3))}
-                         if m and r else {"error": log[-2000:]})
+            out[name] = (
+                {
+                    "registers": int(r.group(1)),
+                    "stack_bytes": int(m.group(1)),
+                    "spill_store_bytes": int(m.group(2)),
+                    "spill_load_bytes": int(m.group(3)),
+                }
+                if m and r
+                else {"error": log[-2000:]}
+            )
     return out
 
 
@@ -112,9 +138,14 @@ def occupancy(regs: int, threads: int, dyn_smem: int, props: dict) -> dict:
     by_smem = props["smem_per_sm"] // (dyn_smem + props["reserved_smem_per_block"])
     by_threads = props["max_threads_per_sm"] // threads
     blocks = min(by_regs, by_smem, by_threads, 32)
-    return {"blocks_per_sm": blocks, "warps_per_sm": blocks * warps,
-            "limited_by": min((by_regs, "registers"), (by_smem, "shared memory"), (by_threads, "threads"))[1],
-            "blocks_by_registers": by_regs, "blocks_by_shared_memory": by_smem, "blocks_by_threads": by_threads}
+    return {
+        "blocks_per_sm": blocks,
+        "warps_per_sm": blocks * warps,
+        "limited_by": min((by_regs, "registers"), (by_smem, "shared memory"), (by_threads, "threads"))[1],
+        "blocks_by_registers": by_regs,
+        "blocks_by_shared_memory": by_smem,
+        "blocks_by_threads": by_threads,
+    }
 
 
 def nvrtc_occupancy(threads: dict[str, int], smem: dict[str, int]) -> dict:
@@ -128,10 +159,17 @@ def nvrtc_occupancy(threads: dict[str, int], smem: dict[str, int]) -> dict:
         names = {name: f"attention_gated_fwd<{tile}>".encode() for name, tile in TILES.items()}
         for n in names.values():
             nvrtc.nvrtcAddNameExpression(prog, n)
-        major = driver.cuDeviceGetAttribute(driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0)[1]
-        minor = driver.cuDeviceGetAttribute(driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0)[1]
-        opts = [f"--gpu-architecture=sm_{major}{minor}".encode(), b"--std=c++17",
-                f"--include-path={find_nvidia_header_directory('cudart')}".encode()]
+        major = driver.cuDeviceGetAttribute(driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0)[
+            1
+        ]
+        minor = driver.cuDeviceGetAttribute(driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0)[
+            1
+        ]
+        opts = [
+            f"--gpu-architecture=sm_{major}{minor}".encode(),
+            b"--std=c++17",
+            f"--include-path={find_nvidia_header_directory('cudart')}".encode(),
+        ]
         (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return {"error": f"nvrtc: {res.name}"}
@@ -145,13 +183,17 @@ def nvrtc_occupancy(threads: dict[str, int], smem: dict[str, int]) -> dict:
         for name, expr in names.items():
             _, lowered = nvrtc.nvrtcGetLoweredName(prog, expr)
             _, fn = driver.cuModuleGetFunction(module, lowered)
-            driver.cuFuncSetAttribute(fn, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                      smem[name])
+            driver.cuFuncSetAttribute(
+                fn, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem[name]
+            )
             _, regs = driver.cuFuncGetAttribute(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS, fn)
             _, local = driver.cuFuncGetAttribute(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn)
             err, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, threads[name], smem[name])
-            out[name] = {"registers": regs, "local_bytes": local,
-                         "blocks_per_sm": blocks if err == driver.CUresult.CUDA_SUCCESS else f"error {err.name}"}
+            out[name] = {
+                "registers": regs,
+                "local_bytes": local,
+                "blocks_per_sm": blocks if err == driver.CUresult.CUDA_SUCCESS else f"error {err.name}",
+            }
         driver.cuModuleUnload(module)
         nvrtc.nvrtcDestroyProgram(prog)
         return out
@@ -192,8 +234,12 @@ def measure(args) -> dict:
     libs = {}
     for name, path in paths.items():
         lib = ctypes.CDLL(str(path))
-        lib.attention_ungated.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int, ctypes.c_void_p] + \
-            [ctypes.c_int] * 4 + [ctypes.c_float, ctypes.c_void_p]
+        lib.attention_ungated.argtypes = (
+            [ctypes.c_void_p] * 3
+            + [ctypes.c_int, ctypes.c_void_p]
+            + [ctypes.c_int] * 4
+            + [ctypes.c_float, ctypes.c_void_p]
+        )
         lib.attention_ungated.restype = ctypes.c_int
         lib.attention_error_string.restype = ctypes.c_char_p
         libs[name] = lib
@@ -205,8 +251,13 @@ def measure(args) -> dict:
     for name, tile in TILES.items():
         threads, smem = 2 * tile, (tile + 64) * 264 * 2
         usage = resource_usage(paths[name])
-        entry = {"query_rows": tile, "threads": threads, "dynamic_shared_bytes": smem, "resources_sm90": usage,
-                 "ptxas_sm90": spills.get(name)}
+        entry = {
+            "query_rows": tile,
+            "threads": threads,
+            "dynamic_shared_bytes": smem,
+            "resources_sm90": usage,
+            "ptxas_sm90": spills.get(name),
+        }
         regs = usage.get("registers") or (spills.get(name) or {}).get("registers")
         if regs:
             entry["occupancy"] = occupancy(regs, threads, smem, props)
@@ -229,15 +280,18 @@ def measure(args) -> dict:
             stream = torch.cuda.current_stream().cuda_stream
 
             def call():
-                rc = lib.attention_ungated(q.data_ptr(), k.data_ptr(), v.data_ptr(), Hk * D, out.data_ptr(), T, Hq,
-                                           Hk, D, scale, stream)
+                rc = lib.attention_ungated(
+                    q.data_ptr(), k.data_ptr(), v.data_ptr(), Hk * D, out.data_ptr(), T, Hq, Hk, D, scale, stream
+                )
                 if rc != 0:
                     raise RuntimeError(f"{name}: {lib.attention_error_string(rc).decode()}")
+
             return call
 
         def sdpa_call(backend=None):
             def plain():
                 return F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale, enable_gqa=True)
+
             if backend is None:
                 return plain
             from torch.nn.attention import sdpa_kernel
@@ -245,6 +299,7 @@ def measure(args) -> dict:
             def pinned():
                 with sdpa_kernel([backend]):
                     return plain()
+
             return pinned
 
         def timed(fn) -> float:
@@ -264,7 +319,7 @@ def measure(args) -> dict:
         order = list(arms)
         samples = {name: [] for name in arms}
         for trial in range(args.trials):
-            rot = order[trial % len(order):] + order[:trial % len(order)]
+            rot = order[trial % len(order) :] + order[: trial % len(order)]
             for name in rot:
                 samples[name].append(timed(arms[name]))
 
@@ -272,11 +327,16 @@ def measure(args) -> dict:
         row = {"T": T, "causal_flops": flops, "arms": {}}
         for name, s in samples.items():
             med = statistics.median(s)
-            row["arms"][name] = {"samples_ms": [round(x, 5) for x in s], "median_ms": round(med, 5),
-                                 "tflops": round(flops / (med * 1e-3) / 1e12, 2),
-                                 "spread_pct": round(100 * (max(s) - min(s)) / med, 2)}
+            row["arms"][name] = {
+                "samples_ms": [round(x, 5) for x in s],
+                "median_ms": round(med, 5),
+                "tflops": round(flops / (med * 1e-3) / 1e12, 2),
+                "spread_pct": round(100 * (max(s) - min(s)) / med, 2),
+            }
         for name in TILES:
-            row["arms"][name]["throughput_vs_sdpa"] = round(row["arms"]["sdpa"]["median_ms"] / row["arms"][name]["median_ms"], 3)
+            row["arms"][name]["throughput_vs_sdpa"] = round(
+                row["arms"]["sdpa"]["median_ms"] / row["arms"][name]["median_ms"], 3
+            )
 
         # which SDPA kernels the default dispatch ran, and each pinned backend's time
         try:
@@ -312,8 +372,12 @@ def measure(args) -> dict:
             "relative_error_vs_sdpa": round(float((outs["base"].float() - ref).norm() / ref.norm()), 6),
         }
         results.append(row)
-        print(f"T={T}: " + ", ".join(f"{n} {a['median_ms']:.4f} ms ({a['tflops']} TFLOP/s)" for n, a in row["arms"].items())
-              + f"; parity {row['parity']}", flush=True)
+        print(
+            f"T={T}: "
+            + ", ".join(f"{n} {a['median_ms']:.4f} ms ({a['tflops']} TFLOP/s)" for n, a in row["arms"].items())
+            + f"; parity {row['parity']}",
+            flush=True,
+        )
         del q, k, v, qs, ks, vs, outs
         torch.cuda.empty_cache()
 
@@ -334,14 +398,31 @@ def measure(args) -> dict:
             "sm_clock_max_mhz": smi.get("clocks.max.sm"),
             "limits": props,
         },
-        "software": {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "python": platform.python_version(),
-                     "nvcc": subprocess.run([find_tool("nvcc"), "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]},
-        "config": {"batch": 1, "Hq": Hq, "Hk": Hk, "head_dim": D, "dtype": "bfloat16", "causal": True,
-                   "scale": scale, "seed": 20261129, "warmup_calls": args.warmup, "reps_per_sample": args.reps,
-                   "trials": args.trials, "kernel_entry_point": "attention_ungated (V contiguous, ldv = Hk*256)",
-                   "timer": "CUDA event pair around reps back-to-back calls on torch's current stream, /reps; "
-                            "L2 warm; arm order rotated per trial; median of trials",
-                   "flops": "4 * Hq * 256 * T * (T + 1) / 2"},
+        "software": {
+            "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda,
+            "python": platform.python_version(),
+            "nvcc": subprocess.run([find_tool("nvcc"), "--version"], capture_output=True, text=True)
+            .stdout.strip()
+            .splitlines()[-1],
+        },
+        "config": {
+            "batch": 1,
+            "Hq": Hq,
+            "Hk": Hk,
+            "head_dim": D,
+            "dtype": "bfloat16",
+            "causal": True,
+            "scale": scale,
+            "seed": 20261129,
+            "warmup_calls": args.warmup,
+            "reps_per_sample": args.reps,
+            "trials": args.trials,
+            "kernel_entry_point": "attention_ungated (V contiguous, ldv = Hk*256)",
+            "timer": "CUDA event pair around reps back-to-back calls on torch's current stream, /reps; "
+            "L2 warm; arm order rotated per trial; median of trials",
+            "flops": "4 * Hq * 256 * T * (T + 1) / 2",
+        },
         "kernels": kernels,
         "results": results,
     }
@@ -365,10 +446,13 @@ def render_tables(res: dict) -> list[str]:
             f"| {row['T']} | {a['base']['median_ms']:.3f} | {a['base']['tflops']:.1f} | {a['cand']['median_ms']:.3f} | "
             f"{a['cand']['tflops']:.1f} | {a['sdpa']['median_ms']:.3f} | {a['sdpa']['tflops']:.1f} | "
             f"{a['base']['throughput_vs_sdpa']:.3f} | {a['cand']['throughput_vs_sdpa']:.3f} | "
-            f"{a['base']['spread_pct']:.1f} % / {a['cand']['spread_pct']:.1f} % / {a['sdpa']['spread_pct']:.1f} % |")
+            f"{a['base']['spread_pct']:.1f} % / {a['cand']['spread_pct']:.1f} % / {a['sdpa']['spread_pct']:.1f} % |"
+        )
     lines += ["", "Ratios are SDPA time / kernel time (1.0 = SDPA's throughput).", ""]
-    lines += ["| T | SDPA kernels (default dispatch) | FLASH | EFFICIENT | CUDNN | base == cand bytes | rel. error vs SDPA |",
-              "|---:|---|---:|---:|---:|---|---:|"]
+    lines += [
+        "| T | SDPA kernels (default dispatch) | FLASH | EFFICIENT | CUDNN | base == cand bytes | rel. error vs SDPA |",
+        "|---:|---|---:|---:|---:|---|---:|",
+    ]
     for row in res["results"]:
         b = row.get("sdpa_backends", {})
 
@@ -377,23 +461,37 @@ def render_tables(res: dict) -> list[str]:
             if "median_ms" in x:
                 return f"{x['median_ms']:.3f} ms ({x['tflops']:.0f})"
             return "refused" if "error" in x else "n/a"
+
         kern = "<br>".join(f"`{k[:70]}`" for k in row.get("sdpa_kernels", []))
-        lines.append(f"| {row['T']} | {kern} | {cell('FLASH_ATTENTION')} | {cell('EFFICIENT_ATTENTION')} | "
-                     f"{cell('CUDNN_ATTENTION')} | {row['parity']['base_equals_cand_bytes']} | "
-                     f"{row['parity']['relative_error_vs_sdpa']:.2e} |")
-    lines += ["", "Pinned backends: median ms (TFLOP/s) of 3 samples; 'refused': the backend raised for this shape "
-              "(message in results.json).", ""]
-    lines += ["| tile | threads | dynamic smem B | registers (sm_90) | stack / spill st / spill ld B | blocks/SM | warps/SM | limited by | driver check (NVRTC build) |",
-              "|---|---:|---:|---:|---|---:|---:|---|---|"]
+        lines.append(
+            f"| {row['T']} | {kern} | {cell('FLASH_ATTENTION')} | {cell('EFFICIENT_ATTENTION')} | "
+            f"{cell('CUDNN_ATTENTION')} | {row['parity']['base_equals_cand_bytes']} | "
+            f"{row['parity']['relative_error_vs_sdpa']:.2e} |"
+        )
+    lines += [
+        "",
+        "Pinned backends: median ms (TFLOP/s) of 3 samples; 'refused': the backend raised for this shape "
+        "(message in results.json).",
+        "",
+    ]
+    lines += [
+        "| tile | threads | dynamic smem B | registers (sm_90) | stack / spill st / spill ld B | blocks/SM | warps/SM | limited by | driver check (NVRTC build) |",
+        "|---|---:|---:|---:|---|---:|---:|---|---|",
+    ]
     for name, k in res["kernels"].items():
         r, p, o = k.get("resources_sm90", {}), k.get("ptxas_sm90") or {}, k.get("occupancy", {})
         c = k.get("driver_occupancy_nvrtc_build", {})
         check = f"{c.get('registers')} regs, {c.get('blocks_per_sm')} blocks/SM" if "registers" in c else "n/a"
-        spill = (f"{p.get('stack_bytes')} / {p.get('spill_store_bytes')} / {p.get('spill_load_bytes')}"
-                 if "spill_store_bytes" in p else "n/a")
-        lines.append(f"| {name} ({k['query_rows']} rows) | {k['threads']} | {k['dynamic_shared_bytes']:,} | "
-                     f"{r.get('registers', 'n/a')} | {spill} | {o.get('blocks_per_sm', 'n/a')} | "
-                     f"{o.get('warps_per_sm', 'n/a')} | {o.get('limited_by', 'n/a')} | {check} |")
+        spill = (
+            f"{p.get('stack_bytes')} / {p.get('spill_store_bytes')} / {p.get('spill_load_bytes')}"
+            if "spill_store_bytes" in p
+            else "n/a"
+        )
+        lines.append(
+            f"| {name} ({k['query_rows']} rows) | {k['threads']} | {k['dynamic_shared_bytes']:,} | "
+            f"{r.get('registers', 'n/a')} | {spill} | {o.get('blocks_per_sm', 'n/a')} | "
+            f"{o.get('warps_per_sm', 'n/a')} | {o.get('limited_by', 'n/a')} | {check} |"
+        )
     return lines
 
 

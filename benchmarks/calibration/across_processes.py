@@ -66,9 +66,10 @@ def write_json(path: Path, result: dict) -> None:
 def measure_spins(work: Path, arch: str, quick: bool, result: dict) -> dict[str, dict[float, int]]:
     """Per family: the ladder on each case, then the spin per planted change (from the mean over
     the cases). The parent's device is open only here."""
+    from run_calibration import CaseBench, compile_spins, ladder_deltas
+
     from qualify.plan.load import load_plan
     from qualify.run.device import CudaDevice
-    from run_calibration import CaseBench, compile_spins, ladder_deltas
 
     ladder = LADDER_QUICK if quick else LADDER_FULL
     planted = sorted(set(cp.PLANTED_NEW) | set(cp.PLANTED_OLD))
@@ -106,12 +107,22 @@ def run_replicate(spec_path: Path, process: int, timeout: float) -> dict:
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {"process": process, "order": [], "rows": [], "elapsed_s": time.monotonic() - started,
-                "error": f"timed out after {timeout:.0f} s"}  # fmt: skip
-    lines = [ln[len(LINE_MARK):] for ln in done.stdout.splitlines() if ln.startswith(LINE_MARK)]
+        return {
+            "process": process,
+            "order": [],
+            "rows": [],
+            "elapsed_s": time.monotonic() - started,
+            "error": f"timed out after {timeout:.0f} s",
+        }
+    lines = [ln[len(LINE_MARK) :] for ln in done.stdout.splitlines() if ln.startswith(LINE_MARK)]
     if done.returncode != 0 or not lines:
-        return {"process": process, "order": [], "rows": [], "elapsed_s": time.monotonic() - started,
-                "error": f"exit {done.returncode}: {done.stderr[-1500:]}"}  # fmt: skip
+        return {
+            "process": process,
+            "order": [],
+            "rows": [],
+            "elapsed_s": time.monotonic() - started,
+            "error": f"exit {done.returncode}: {done.stderr[-1500:]}",
+        }
     entry = json.loads(lines[-1])
     entry["elapsed_s"] = time.monotonic() - started
     return entry
@@ -127,16 +138,31 @@ def main(args) -> int:
     with CudaDevice(0) as dev:
         info = dev.info
     sched = cp.schedule("new", args.quick)
-    result = {"version": cp.JSON_VERSION, "ladders": {}, "spins": {}, "processes": [], "meta": {
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device": f"{info.name} ({info.uuid})", "driver": info.driver_version, "arch": info.arch,
-        "quick": args.quick, "processes_planned": args.processes, "seed": args.seed,
-        "blocks": sched["blocks"], "samples_per_block": sched["samples_per_block"],
-        "variants": [v.key for v in cp.variants()], "elapsed_s": 0.0}}  # fmt: skip
+    result = {
+        "version": cp.JSON_VERSION,
+        "ladders": {},
+        "spins": {},
+        "processes": [],
+        "meta": {
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "device": f"{info.name} ({info.uuid})",
+            "driver": info.driver_version,
+            "arch": info.arch,
+            "quick": args.quick,
+            "processes_planned": args.processes,
+            "seed": args.seed,
+            "blocks": sched["blocks"],
+            "samples_per_block": sched["samples_per_block"],
+            "variants": [v.key for v in cp.variants()],
+            "elapsed_s": 0.0,
+        },
+    }
     try:
         spins = measure_spins(work, info.arch, args.quick, result)
-        plans = {v.key: str(cp.write_plan(work / "plans", v, spins[v.family][v.planted_pct], info.arch, args.quick))
-                 for v in cp.variants()}  # fmt: skip
+        plans = {
+            v.key: str(cp.write_plan(work / "plans", v, spins[v.family][v.planted_pct], info.arch, args.quick))
+            for v in cp.variants()
+        }
         spec_path = work / "replicate.json"
         spec_path.write_text(json.dumps({"plans": plans, "seed": args.seed}))
         result["meta"]["ladder_s"] = time.monotonic() - started
@@ -152,8 +178,10 @@ def main(args) -> int:
             result["processes"].append(entry)
             result["meta"]["elapsed_s"] = time.monotonic() - started
             write_json(out, result)
-            log(f"process {p + 1}/{args.processes}: {entry['elapsed_s']:.1f} s"
-                + (f", error: {entry['error'][-300:]}" if entry.get("error") else ""))
+            log(
+                f"process {p + 1}/{args.processes}: {entry['elapsed_s']:.1f} s"
+                + (f", error: {entry['error'][-300:]}" if entry.get("error") else "")
+            )
     finally:
         result["meta"]["elapsed_s"] = time.monotonic() - started
         write_json(out, result)
@@ -175,12 +203,13 @@ def replicate(spec_path: Path, process: int) -> int:
     The process is the record's trial `process + 1`, as the (process + 1)-th trial process of
     `qualify run` would be: the placements' layout and the block orders are drawn from the plan's
     seed, the trial and the case, so every replicate draws its own."""
+    from run_calibration import install_caches
+
     from qualify.plan.load import load_plan
     from qualify.results.store import Record
     from qualify.run.device import CudaDevice
     from qualify.run.engine import RunOptions, TrialRunner
     from qualify.run.telemetry import Telemetry
-    from run_calibration import install_caches
 
     class NumberedRecord(Record):
         def next_trial_index(self) -> int:
@@ -215,8 +244,11 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="a ~90 s smoke run: 3 processes, 6 blocks, 2 ladder spins")
     parser.add_argument("--processes", type=int, help="replicate processes (default 12; 3 with --quick)")
     parser.add_argument("--seed", type=int, default=20261202, help="seed of the processes' variant orders")
-    parser.add_argument("--budget-s", type=float,
-                        help="stop starting processes when the slowest so far would overrun (default 460; 85 with --quick)")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        help="stop starting processes when the slowest so far would overrun (default 460; 85 with --quick)",
+    )
     parser.add_argument("--render", metavar="JSON", help="print the Markdown tables of a saved result")
     parser.add_argument("--replicate", metavar="SPEC", help=argparse.SUPPRESS)
     parser.add_argument("--process", type=int, default=0, help=argparse.SUPPRESS)

@@ -37,8 +37,11 @@ ATTENTION_SOURCE = REPO / "kernels" / "attention" / "attention.cu"
 BANDWIDTH_SOURCE = Path(__file__).resolve().parent / "kernels.cu"
 VECLOAD_SOURCE = REPO / "kernels" / "vecload" / "vecload.cu"
 # A plan's `source` (relative to its throw-away repository) -> the file copied there.
-SOURCES = {"kernels/attention.cu": ATTENTION_SOURCE, "kernels/kernels.cu": BANDWIDTH_SOURCE,
-           "kernels/vecload.cu": VECLOAD_SOURCE}
+SOURCES = {
+    "kernels/attention.cu": ATTENTION_SOURCE,
+    "kernels/kernels.cu": BANDWIDTH_SOURCE,
+    "kernels/vecload.cu": VECLOAD_SOURCE,
+}
 
 # The base attention tile (BM = 64, 128 threads) runs two blocks per SM on the H200's 132 SMs:
 # 264 blocks a wave. Hq = 16 heads: T = 1536 gives 24 x 16 = 384 blocks (1.45 waves, the case
@@ -53,10 +56,34 @@ FAMILIES = {
             "params": {"Hq": 16, "Hk": 4, "D": 256},
             "cases": [{"T": 1536}, {"T": 2112}],
             "buffers": [
-                {"name": "q", "dtype": "bf16", "shape": ["T", "Hq", "D"], "role": "input", "init": {"kind": "normal", "std": 1.0}},
-                {"name": "k", "dtype": "bf16", "shape": ["T", "Hk", "D"], "role": "input", "init": {"kind": "normal", "std": 1.0}},
-                {"name": "v", "dtype": "bf16", "shape": ["T", "Hk", "D"], "role": "input", "init": {"kind": "normal", "std": 1.0}},
-                {"name": "gate", "dtype": "bf16", "shape": ["T", "Hq", "D"], "role": "input", "init": {"kind": "normal", "std": 2.0}},
+                {
+                    "name": "q",
+                    "dtype": "bf16",
+                    "shape": ["T", "Hq", "D"],
+                    "role": "input",
+                    "init": {"kind": "normal", "std": 1.0},
+                },
+                {
+                    "name": "k",
+                    "dtype": "bf16",
+                    "shape": ["T", "Hk", "D"],
+                    "role": "input",
+                    "init": {"kind": "normal", "std": 1.0},
+                },
+                {
+                    "name": "v",
+                    "dtype": "bf16",
+                    "shape": ["T", "Hk", "D"],
+                    "role": "input",
+                    "init": {"kind": "normal", "std": 1.0},
+                },
+                {
+                    "name": "gate",
+                    "dtype": "bf16",
+                    "shape": ["T", "Hq", "D"],
+                    "role": "input",
+                    "init": {"kind": "normal", "std": 2.0},
+                },
                 {"name": "out", "dtype": "bf16", "shape": ["T", "Hq", "D"], "role": "output"},
             ],
             "launch": {
@@ -64,11 +91,17 @@ FAMILIES = {
                 "block": ["BM * 2"],
                 "shared_bytes": "(BM + 2 * 32) * 264 * 2",
                 "args": [
-                    {"kind": "buffer", "name": "q"}, {"kind": "buffer", "name": "k"},
-                    {"kind": "buffer", "name": "v"}, {"kind": "i32", "value": "Hk * D"},
-                    {"kind": "buffer", "name": "gate"}, {"kind": "buffer", "name": "out"},
-                    {"kind": "i32", "value": "T"}, {"kind": "i32", "value": "Hq"}, {"kind": "i32", "value": "Hk"},
-                    {"kind": "f32", "value": "rsqrt(D)"}, {"kind": "i32", "value": 0},
+                    {"kind": "buffer", "name": "q"},
+                    {"kind": "buffer", "name": "k"},
+                    {"kind": "buffer", "name": "v"},
+                    {"kind": "i32", "value": "Hk * D"},
+                    {"kind": "buffer", "name": "gate"},
+                    {"kind": "buffer", "name": "out"},
+                    {"kind": "i32", "value": "T"},
+                    {"kind": "i32", "value": "Hq"},
+                    {"kind": "i32", "value": "Hk"},
+                    {"kind": "f32", "value": "rsqrt(D)"},
+                    {"kind": "i32", "value": 0},
                 ],
             },
         },
@@ -84,15 +117,24 @@ FAMILIES = {
             "params": {"THREADS": 256},
             "cases": [{"N": 10485760}, {"N": 104857600}],
             "buffers": [
-                {"name": "x", "dtype": "f32", "shape": ["N"], "role": "input", "init": {"kind": "uniform", "low": -1.0, "high": 1.0}},
+                {
+                    "name": "x",
+                    "dtype": "f32",
+                    "shape": ["N"],
+                    "role": "input",
+                    "init": {"kind": "uniform", "low": -1.0, "high": 1.0},
+                },
                 {"name": "partial", "dtype": "f32", "shape": ["BLOCKS"], "role": "output"},
             ],
             "launch": {
                 "grid": ["BLOCKS"],
                 "block": ["THREADS"],
                 "shared_bytes": 0,
-                "args": [{"kind": "buffer", "name": "x"}, {"kind": "buffer", "name": "partial"},
-                         {"kind": "i64", "value": "N // 4"}],
+                "args": [
+                    {"kind": "buffer", "name": "x"},
+                    {"kind": "buffer", "name": "partial"},
+                    {"kind": "i64", "value": "N // 4"},
+                ],
             },
         },
     },
@@ -108,16 +150,26 @@ FAMILIES = {
             "cases": [{"N": 1048576}, {"N": 4194304}],
             "buffers": [
                 {"name": "x", "dtype": "f32", "shape": ["N"], "role": "input", "init": {"kind": "normal", "std": 1.0}},
-                {"name": "y", "dtype": "f32", "shape": ["N"], "role": "input", "init": {"kind": "uniform", "low": -4.0, "high": 4.0}},
+                {
+                    "name": "y",
+                    "dtype": "f32",
+                    "shape": ["N"],
+                    "role": "input",
+                    "init": {"kind": "uniform", "low": -4.0, "high": 4.0},
+                },
                 {"name": "out", "dtype": "f32", "shape": ["N"], "role": "output"},
             ],
             "launch": {
                 "grid": ["cdiv(N, THREADS * VEC)"],
                 "block": ["THREADS"],
                 "shared_bytes": 0,
-                "args": [{"kind": "buffer", "name": "x"}, {"kind": "buffer", "name": "y"},
-                         {"kind": "buffer", "name": "out"}, {"kind": "f32", "value": "A"},
-                         {"kind": "i64", "value": "N"}],
+                "args": [
+                    {"kind": "buffer", "name": "x"},
+                    {"kind": "buffer", "name": "y"},
+                    {"kind": "buffer", "name": "out"},
+                    {"kind": "f32", "value": "A"},
+                    {"kind": "i64", "value": "N"},
+                ],
             },
         },
     },
@@ -127,10 +179,24 @@ FAMILIES = {
 def schedule(quick: bool) -> dict:
     """Per trial and case: 10 blocks of 4 x 10 samples (the protocols' shape); --quick: 6 x 4 x 5."""
     if quick:
-        return {"warmup": 3, "iterations_per_sample": 1, "samples_per_block": 5, "blocks": 6, "trials": 1,
-                "cache": "cold", "timing": "blocking-kernel"}
-    return {"warmup": 5, "iterations_per_sample": 1, "samples_per_block": 10, "blocks": 10, "trials": 1,
-            "cache": "cold", "timing": "blocking-kernel"}
+        return {
+            "warmup": 3,
+            "iterations_per_sample": 1,
+            "samples_per_block": 5,
+            "blocks": 6,
+            "trials": 1,
+            "cache": "cold",
+            "timing": "blocking-kernel",
+        }
+    return {
+        "warmup": 5,
+        "iterations_per_sample": 1,
+        "samples_per_block": 10,
+        "blocks": 10,
+        "trials": 1,
+        "cache": "cold",
+        "timing": "blocking-kernel",
+    }
 
 
 def plan_dict(family: str, nominal_pct: float, spin: int, arch: str, trials: int, quick: bool) -> dict:
@@ -139,7 +205,12 @@ def plan_dict(family: str, nominal_pct: float, spin: int, arch: str, trials: int
     sched = schedule(quick)
     sched["trials"] = trials
     per_arm = sched["blocks"] * 2 * sched["samples_per_block"]
-    arm = {"kind": "cuda", "source": f"../../{spec['source']}", "kernel": spec["kernel"], "params": dict(spec["params"])}
+    arm = {
+        "kind": "cuda",
+        "source": f"../../{spec['source']}",
+        "kernel": spec["kernel"],
+        "params": dict(spec["params"]),
+    }
     return {
         "schema_version": 1,
         "name": f"calib-{family}-{nominal_pct:g}",
@@ -158,8 +229,7 @@ def plan_dict(family: str, nominal_pct: float, spin: int, arch: str, trials: int
     }
 
 
-def write_plan(root: Path, family: str, nominal_pct: float, spin: int, arch: str, trials: int,
-               quick: bool) -> Path:
+def write_plan(root: Path, family: str, nominal_pct: float, spin: int, arch: str, trials: int, quick: bool) -> Path:
     """A throw-away repository under `root` with the kernel sources and a frozen plan; its plan path."""
     plan = plan_dict(family, nominal_pct, spin, arch, trials, quick)
     return write_plan_dict(root / f"{family}-{nominal_pct:g}", plan)
@@ -261,11 +331,14 @@ def point_summary(point: dict) -> dict:
         "qualify_delta_range": (min(deltas), max(deltas)) if deltas else None,
         "mde_pct": statistics.median(mdes) if mdes else None,
         "resolvable": len(resolvable),
-        "detect_rate_resolvable": (sum(t["case_class"] == "slower" for t in resolvable) / len(resolvable)
-                                   if resolvable else None),
+        "detect_rate_resolvable": (
+            sum(t["case_class"] == "slower" for t in resolvable) / len(resolvable) if resolvable else None
+        ),
         # where the MDE is above the planted change, a miss must say so: can't tell, MDE in the reason
-        "unresolvable_honest": all(t["case_class"] == "slower" or (t["case_class"] == "cant_tell"
-                                   and "smallest change" in t["reason"]) for t in unresolvable),
+        "unresolvable_honest": all(
+            t["case_class"] == "slower" or (t["case_class"] == "cant_tell" and "smallest change" in t["reason"])
+            for t in unresolvable
+        ),
         "ncu_delta_pct": ncu["delta_pct"] if ncu else None,
         "ncu_spread_pct": ncu["spread_pct"] if ncu else None,
     }
@@ -323,8 +396,16 @@ def render_case(case: dict) -> list[str]:
     for r in rows:
         c, n = r["counts"], r["trials"]
         ncu = "n/a" if r["ncu_delta_pct"] is None else f"{_pct(r['ncu_delta_pct'])} (± {r['ncu_spread_pct']:.2f})"
-        rng = "" if r["qualify_delta_range"] is None else f" [{r['qualify_delta_range'][0]:+.2f}, {r['qualify_delta_range'][1]:+.2f}]"
-        diff = "n/a" if r["diff_pp"] is None else f"{r['diff_pp']:+.2f} pp" + (" (ncu too wide)" if r["agrees"] is None else "")
+        rng = (
+            ""
+            if r["qualify_delta_range"] is None
+            else f" [{r['qualify_delta_range'][0]:+.2f}, {r['qualify_delta_range'][1]:+.2f}]"
+        )
+        diff = (
+            "n/a"
+            if r["diff_pp"] is None
+            else f"{r['diff_pp']:+.2f} pp" + (" (ncu too wide)" if r["agrees"] is None else "")
+        )
         lines.append(
             f"| {r['nominal_pct']:g} % | {r['spin']} | {ncu} | {_pct(r['qualify_delta_pct'])}{rng} | {diff} "
             f"| {_rate(c['faster'], n)} | {_rate(c['same'], n)} | {_rate(c['cant_tell'], n)} | {_rate(c['slower'], n)} "
@@ -335,13 +416,19 @@ def render_case(case: dict) -> list[str]:
     lines.append("")
     if aa and aa["trials"]:
         k = aa["counts"]["faster"] + aa["counts"]["slower"]
-        lines.append(f"- A/A (0 %) false faster/slower: {_rate(k, aa['trials'])}; at most {AA_FALSE_MAX:.0%}: {_yes(v['aa_false_ok'])}.")
+        lines.append(
+            f"- A/A (0 %) false faster/slower: {_rate(k, aa['trials'])}; at most {AA_FALSE_MAX:.0%}: {_yes(v['aa_false_ok'])}."
+        )
     if one and one["trials"]:
         det = "no trial" if one["resolvable"] == 0 else f"{one['detect_rate_resolvable']:.0%} of {one['resolvable']}"
-        lines.append(f"- Planted 1 %: called slower in {det} trials whose stated MDE ≤ 1 %; the others can't tell "
-                     f"with the MDE in the reason (or slower): {_yes(v['one_pct_ok'])}.")
+        lines.append(
+            f"- Planted 1 %: called slower in {det} trials whose stated MDE ≤ 1 %; the others can't tell "
+            f"with the MDE in the reason (or slower): {_yes(v['one_pct_ok'])}."
+        )
     lines.append(f"- Never called faster on a planted slowdown: {_yes(v['never_faster'])}.")
-    lines.append(f"- qualify's Δ within {AGREE_PP} pp of ncu's where ncu's own ± is at most {AGREE_PP} pp: {_yes(v['ncu_agrees'])}.")
+    lines.append(
+        f"- qualify's Δ within {AGREE_PP} pp of ncu's where ncu's own ± is at most {AGREE_PP} pp: {_yes(v['ncu_agrees'])}."
+    )
     return lines
 
 

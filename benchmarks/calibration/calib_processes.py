@@ -39,8 +39,10 @@ FAMILY_ORDER = ("vecload", "attention")
 # Attention at a full last wave's neighbour T=512 (8 x 16 = 128 blocks, under one wave) and at the
 # partial-wave length T=1536 (384 blocks, 1.45 waves of the base tile's 264 per wave).
 CASES = {"vecload": ({"N": 1048576}, {"N": 4194304}), "attention": ({"T": 512}, {"T": 1536})}
-LABELS = {"vecload": calib.FAMILIES["vecload"]["labels"],
-          "attention": {"T=512": "attention T=512 (under one wave)", "T=1536": "attention T=1536 (1.45 waves)"}}
+LABELS = {
+    "vecload": calib.FAMILIES["vecload"]["labels"],
+    "attention": {"T=512": "attention T=512 (under one wave)", "T=1536": "attention T=1536 (1.45 waves)"},
+}
 PLANTED_NEW = (0.0, 1.0, 2.0)
 PLANTED_OLD = (0.0,)
 DESIGNS = {
@@ -96,9 +98,16 @@ def schedule(design: str, quick: bool) -> dict:
     """Per trial and case: 20 blocks of 4 x 10 samples after 5 warm-up launches; --quick: 6 x 4 x 5.
 
     No traced calls: the kernels table is not what this benchmark calibrates."""
-    sched = {"warmup": 3 if quick else 5, "iterations_per_sample": 1, "samples_per_block": 5 if quick else 10,
-             "blocks": 6 if quick else 20, "trials": MAX_PROCESSES, "cache": "cold", "timing": "blocking-kernel",
-             "traced_calls": 0}  # fmt: skip
+    sched = {
+        "warmup": 3 if quick else 5,
+        "iterations_per_sample": 1,
+        "samples_per_block": 5 if quick else 10,
+        "blocks": 6 if quick else 20,
+        "trials": MAX_PROCESSES,
+        "cache": "cold",
+        "timing": "blocking-kernel",
+        "traced_calls": 0,
+    }
     sched.update(copy.deepcopy(DESIGNS[design]))
     return sched
 
@@ -119,7 +128,12 @@ def plan_dict(variant: Variant, spin: int, arch: str, quick: bool) -> dict:
     spec = family_spec(variant.family)
     sched = schedule(variant.design, quick)
     per_arm = sched["blocks"] * 2 * sched["samples_per_block"]
-    arm = {"kind": "cuda", "source": f"../../{spec['source']}", "kernel": spec["kernel"], "params": dict(spec["params"])}
+    arm = {
+        "kind": "cuda",
+        "source": f"../../{spec['source']}",
+        "kernel": spec["kernel"],
+        "params": dict(spec["params"]),
+    }
     candidate = dict(arm, defines={"QUALIFY_SPIN_CYCLES": int(spin)}) if spin else dict(arm)
     return {
         "schema_version": 1,
@@ -152,14 +166,27 @@ def trial_rows(variant: Variant, trial) -> list[dict]:
     rows = []
     for c in trial.cases:
         s = c.stats
-        rows.append({
-            "variant": variant.key, "family": variant.family, "planted_pct": variant.planted_pct,
-            "design": variant.design, "case": c.case, "status": trial.status, "ratio": s.ratio,
-            "delta_pct": s.delta_pct, "ci_low": s.ci_low, "ci_high": s.ci_high, "mde_pct": s.mde_pct,
-            "case_class": s.case_class, "blocks": s.blocks,
-            "placements": (c.placements or {}).get("used"), "log_mean": s.log_mean, "log_sd": s.log_sd,
-            "reason": s.reason if not failures else f"{s.reason}; {failures}",
-        })  # fmt: skip
+        rows.append(
+            {
+                "variant": variant.key,
+                "family": variant.family,
+                "planted_pct": variant.planted_pct,
+                "design": variant.design,
+                "case": c.case,
+                "status": trial.status,
+                "ratio": s.ratio,
+                "delta_pct": s.delta_pct,
+                "ci_low": s.ci_low,
+                "ci_high": s.ci_high,
+                "mde_pct": s.mde_pct,
+                "case_class": s.case_class,
+                "blocks": s.blocks,
+                "placements": (c.placements or {}).get("used"),
+                "log_mean": s.log_mean,
+                "log_sd": s.log_sd,
+                "reason": s.reason if not failures else f"{s.reason}; {failures}",
+            }
+        )
     return rows
 
 
@@ -189,10 +216,21 @@ def pooled_interval(rows: list[dict]):
     from qualify.evaluate.pooled import pool
     from qualify.results.model import CaseStats
 
-    stats = [CaseStats(ratio=r["ratio"], ci_low=r["ci_low"], ci_high=r["ci_high"], delta_pct=r["delta_pct"],
-                       case_class=r["case_class"], reason=r.get("reason") or "", blocks=r["blocks"],
-                       mde_pct=r["mde_pct"], log_mean=r.get("log_mean"), log_sd=r.get("log_sd"))
-             for r in rows]  # fmt: skip
+    stats = [
+        CaseStats(
+            ratio=r["ratio"],
+            ci_low=r["ci_low"],
+            ci_high=r["ci_high"],
+            delta_pct=r["delta_pct"],
+            case_class=r["case_class"],
+            reason=r.get("reason") or "",
+            blocks=r["blocks"],
+            mde_pct=r["mde_pct"],
+            log_mean=r.get("log_mean"),
+            log_sd=r.get("log_sd"),
+        )
+        for r in rows
+    ]
     return pool(stats)
 
 
@@ -223,15 +261,25 @@ def point_summary(planted_pct: float, rows: list[dict]) -> dict:
         false_rate=(counts["faster"] + counts["slower"]) / n if planted_pct == 0 else None,
         opposite=counts["faster"] > 0 and counts["slower"] > 0,
         resolving=len(resolving),
-        detect_rate=(sum(r["case_class"] == "slower" for r in resolving) / len(resolving)
-                     if planted_pct == DETECT_MDE_PCT and resolving else None),
+        detect_rate=(
+            sum(r["case_class"] == "slower" for r in resolving) / len(resolving)
+            if planted_pct == DETECT_MDE_PCT and resolving
+            else None
+        ),
         median_mde_pct=statistics.median(mdes) if mdes else None,
         placements=sorted({r["placements"] for r in rows if r.get("placements") is not None}),
     )
     pooled = pooled_interval(rows)
-    out["pooled"] = {"delta_pct": pooled.delta_pct, "ci_low": pooled.ci_low, "ci_high": pooled.ci_high,
-                     "case_class": pooled.case_class, "within_pct": pooled.within_pct,
-                     "between_pct": pooled.between_pct, "mde_pct": pooled.mde_pct, "df": pooled.df}  # fmt: skip
+    out["pooled"] = {
+        "delta_pct": pooled.delta_pct,
+        "ci_low": pooled.ci_low,
+        "ci_high": pooled.ci_high,
+        "case_class": pooled.case_class,
+        "within_pct": pooled.within_pct,
+        "between_pct": pooled.between_pct,
+        "mde_pct": pooled.mde_pct,
+        "df": pooled.df,
+    }
     return out
 
 
@@ -274,8 +322,10 @@ def _pooled_cell(p: dict | None) -> str:
         return "n/a"
     if p["ci_low"] is None:
         return f"{_signed(p['delta_pct'])} (no interval)"
-    return (f"{_signed(p['delta_pct'])} [{(p['ci_low'] - 1) * 100:+.2f}, {(p['ci_high'] - 1) * 100:+.2f}] "
-            f"within {_plain(p['within_pct'])}, between {_plain(p['between_pct'])}, MDE {_plain(p['mde_pct'])}")
+    return (
+        f"{_signed(p['delta_pct'])} [{(p['ci_low'] - 1) * 100:+.2f}, {(p['ci_high'] - 1) * 100:+.2f}] "
+        f"within {_plain(p['within_pct'])}, between {_plain(p['between_pct'])}, MDE {_plain(p['mde_pct'])}"
+    )
 
 
 def render_case(family: str, case: str, points: dict) -> list[str]:
@@ -299,8 +349,13 @@ def render_case(family: str, case: str, points: dict) -> list[str]:
                 lines.append(f"| {design} | {planted:g} % | 0 | " + " | ".join(["n/a"] * 13) + " |")
                 continue
             false = "–" if s["false_rate"] is None else _fraction(c["faster"] + c["slower"], n)
-            detect = ("–" if planted != DETECT_MDE_PCT else
-                      "no process" if not s["resolving"] else f"{s['detect_rate']:.0%} of {s['resolving']}")
+            detect = (
+                "–"
+                if planted != DETECT_MDE_PCT
+                else "no process"
+                if not s["resolving"]
+                else f"{s['detect_rate']:.0%} of {s['resolving']}"
+            )
             lines.append(
                 f"| {design} | {planted:g} % | {n} | {_signed(s['mean_delta_pct'])} | {_plain(s['sd_pp'], ' pp')} "
                 f"| {_plain(s['median_half_width_pct'])} | {_fraction(s['covered'], n)} "
@@ -333,8 +388,10 @@ def render(result: dict) -> str:
         f"{meta.get('samples_per_block', '?')} samples; {meta.get('elapsed_s', 0):.0f} s in all.",
         "",
         "Spins (clocks) chosen from the ladder: "
-        + "; ".join(f"{fam} " + ", ".join(f"{float(p):g} % → {s}" for p, s in spins.items())
-                    for fam, spins in result.get("spins", {}).items()),
+        + "; ".join(
+            f"{fam} " + ", ".join(f"{float(p):g} % → {s}" for p, s in spins.items())
+            for fam, spins in result.get("spins", {}).items()
+        ),
         "",
     ]
     points = point_rows(result)

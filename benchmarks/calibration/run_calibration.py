@@ -96,8 +96,12 @@ def compile_spins(family: str, spins, arch: str) -> dict[int, object]:
 
     spec = calib.FAMILIES[family]
     source = calib.SOURCES[spec["source"]]
-    specs = {s: KernelSpec(source=source, kernel=spec["kernel"], arch=arch,
-                           defines=(("QUALIFY_SPIN_CYCLES", str(s)),) if s else ()) for s in spins}  # fmt: skip
+    specs = {
+        s: KernelSpec(
+            source=source, kernel=spec["kernel"], arch=arch, defines=(("QUALIFY_SPIN_CYCLES", str(s)),) if s else ()
+        )
+        for s in spins
+    }
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2)) as pool:
         return dict(zip(specs, pool.map(nvrtc.compile_kernel, specs.values())))
 
@@ -117,7 +121,10 @@ class CaseBench:
         self.buffers = {b.name: dev.alloc(b.nbytes) for b in self.arm.buffers}
         for spec in loaded.plan.workload.buffers:
             if spec.role == "input":
-                dev.upload(self.buffers[spec.name], input_gen.generate(loaded.plan.seeds, case.id, spec, self.arm.buffer(spec.name)))
+                dev.upload(
+                    self.buffers[spec.name],
+                    input_gen.generate(loaded.plan.seeds, case.id, spec, self.arm.buffer(spec.name)),
+                )
         self.outputs = [b.name for b in self.arm.buffers if b.role == "output"]
 
     def exec_for(self, kernel):
@@ -164,15 +171,30 @@ def ladder_deltas(dev, bench: CaseBench, kernels: dict, blocks: int, per_half: i
 
 def ncu_measure(spec_path: Path, expected: int, timeout: float) -> list[float]:
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
-    cmd = [ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv",
-           "--kernel-name", KERNEL_REGEX, sys.executable, str(Path(__file__).resolve()), "--ncu-target", str(spec_path)]  # fmt: skip
+    cmd = [
+        ncu,
+        "--clock-control",
+        "none",
+        "--metrics",
+        "gpu__time_duration.sum",
+        "--csv",
+        "--kernel-name",
+        KERNEL_REGEX,
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--ncu-target",
+        str(spec_path),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"ncu failed ({done.returncode}): {done.stderr[-2000:]} {done.stdout[-2000:]}")
-    text = done.stdout[done.stdout.index('"ID"'):]
+    text = done.stdout[done.stdout.index('"ID"') :]
     to_us = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
-    values = [float(row["Metric Value"].replace(",", "")) * to_us[row["Metric Unit"]]
-              for row in csv.DictReader(io.StringIO(text)) if row["Metric Name"] == "gpu__time_duration.sum"]  # fmt: skip
+    values = [
+        float(row["Metric Value"].replace(",", "")) * to_us[row["Metric Unit"]]
+        for row in csv.DictReader(io.StringIO(text))
+        if row["Metric Name"] == "gpu__time_duration.sum"
+    ]
     if len(values) != expected:
         raise RuntimeError(f"ncu reported {len(values)} kernel launches, expected {expected}")
     return values
@@ -205,13 +227,29 @@ def ncu_target(spec_path: Path) -> None:
 
 
 def trial_row(trial, case_id: str) -> dict:
-    row = {"trial": trial.index, "status": trial.status, "case_class": None, "delta_pct": None, "ci_low": None,
-           "ci_high": None, "mde_pct": None, "blocks": None, "reason": "; ".join(f.message for f in trial.failures)}  # fmt: skip
+    row = {
+        "trial": trial.index,
+        "status": trial.status,
+        "case_class": None,
+        "delta_pct": None,
+        "ci_low": None,
+        "ci_high": None,
+        "mde_pct": None,
+        "blocks": None,
+        "reason": "; ".join(f.message for f in trial.failures),
+    }
     for c in trial.cases:
         if c.case == case_id:
             s = c.stats
-            row.update(case_class=s.case_class, delta_pct=s.delta_pct, ci_low=s.ci_low, ci_high=s.ci_high,
-                       mde_pct=s.mde_pct, blocks=s.blocks, reason=s.reason)  # fmt: skip
+            row.update(
+                case_class=s.case_class,
+                delta_pct=s.delta_pct,
+                ci_low=s.ci_low,
+                ci_high=s.ci_high,
+                mde_pct=s.mde_pct,
+                blocks=s.blocks,
+                reason=s.reason,
+            )
     return row
 
 
@@ -235,11 +273,22 @@ def main(args) -> int:
     dev = CudaDevice(0)
     arch = dev.info.arch
     sched = calib.schedule(args.quick)
-    result = {"version": calib.JSON_VERSION, "cases": [], "meta": {
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device": f"{dev.info.name} ({dev.info.uuid})", "driver": dev.info.driver_version, "arch": arch,
-        "quick": args.quick, "trials_per_point": args.trials, "rounds_done": 0,
-        "blocks": sched["blocks"], "samples_per_block": sched["samples_per_block"], "elapsed_s": 0.0}}  # fmt: skip
+    result = {
+        "version": calib.JSON_VERSION,
+        "cases": [],
+        "meta": {
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "device": f"{dev.info.name} ({dev.info.uuid})",
+            "driver": dev.info.driver_version,
+            "arch": arch,
+            "quick": args.quick,
+            "trials_per_point": args.trials,
+            "rounds_done": 0,
+            "blocks": sched["blocks"],
+            "samples_per_block": sched["samples_per_block"],
+            "elapsed_s": 0.0,
+        },
+    }
     ladder = calib.LADDER[2:7] if args.quick else calib.LADDER
     families = ["attention", "bandwidth"]
     spins: dict[str, dict[float, int]] = {}
@@ -256,11 +305,18 @@ def main(args) -> int:
             per_case = []
             for case in probe_plan.cases:
                 bench = CaseBench(dev, probe_plan, case)
-                rungs = ladder_deltas(dev, bench, kernels, blocks=3 if args.quick else 6, per_half=5 if args.quick else 8)
+                rungs = ladder_deltas(
+                    dev, bench, kernels, blocks=3 if args.quick else 6, per_half=5 if args.quick else 8
+                )
                 bench.free()
                 per_case.append(rungs)
-                entry = {"family": family, "case": case.id, "label": calib.FAMILIES[family]["labels"][case.id],
-                         "ladder": rungs, "points": []}  # fmt: skip
+                entry = {
+                    "family": family,
+                    "case": case.id,
+                    "label": calib.FAMILIES[family]["labels"][case.id],
+                    "ladder": rungs,
+                    "points": [],
+                }
                 result["cases"].append(entry)
                 cases_by_key[(family, case.id)] = entry
                 log(f"{family} {case.id}: ladder " + ", ".join(f"{s}:{d:+.2f}%" for s, d in rungs))
@@ -278,7 +334,8 @@ def main(args) -> int:
                 plans[(family, nominal)] = load_plan(path)
                 for case in plans[(family, nominal)].cases:
                     cases_by_key[(family, case.id)]["points"].append(
-                        {"nominal_pct": nominal, "spin": spin, "ncu": None, "trials": []})
+                        {"nominal_pct": nominal, "spin": spin, "ncu": None, "trials": []}
+                    )
         write_json(out, result)
 
         # 2. ncu: the base twice (its own A/A) and each planted variant, alternating rounds
@@ -295,7 +352,9 @@ def main(args) -> int:
                 expected += len(plans[(family, 0.0)].cases) * rounds * len(order)
             (work / "ncu.json").write_text(json.dumps(spec))
             try:
-                values = ncu_measure(work / "ncu.json", expected, timeout=max(60.0, min(240.0, deadline - time.monotonic() - 120)))
+                values = ncu_measure(
+                    work / "ncu.json", expected, timeout=max(60.0, min(240.0, deadline - time.monotonic() - 120))
+                )
                 start = 0
                 for family, fam in zip(families, spec["families"]):
                     cases = plans[(family, 0.0)].cases
@@ -306,9 +365,20 @@ def main(args) -> int:
                         entry = cases_by_key[(family, case.id)]
                         for point, variant in zip(entry["points"], per[1:]):  # per[0]: the base
                             delta, spread = calib.paired_change(per[0], variant)
-                            point["ncu"] = {"base_us": statistics.median(per[0]), "variant_us": statistics.median(variant),
-                                            "delta_pct": delta, "spread_pct": spread, "launches": rounds}  # fmt: skip
-                log("ncu: " + "; ".join(f"{c['label']}: " + ", ".join(f"{p['ncu']['delta_pct']:+.2f}" for p in c["points"]) for c in result["cases"]))
+                            point["ncu"] = {
+                                "base_us": statistics.median(per[0]),
+                                "variant_us": statistics.median(variant),
+                                "delta_pct": delta,
+                                "spread_pct": spread,
+                                "launches": rounds,
+                            }
+                log(
+                    "ncu: "
+                    + "; ".join(
+                        f"{c['label']}: " + ", ".join(f"{p['ncu']['delta_pct']:+.2f}" for p in c["points"])
+                        for c in result["cases"]
+                    )
+                )
             except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
                 result["meta"]["ncu_error"] = str(exc)[-500:]
                 log(f"ncu failed: {str(exc)[-300:]}")
@@ -352,7 +422,9 @@ if __name__ == "__main__":
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "calibration.json"))
     parser.add_argument("--quick", action="store_true", help="a ~1-minute smoke run (3 trials per point)")
     parser.add_argument("--trials", type=int, help="trials per point (default 20; 3 with --quick)")
-    parser.add_argument("--budget-s", type=float, help="stop starting rounds after this many seconds (default 360; 50 with --quick)")
+    parser.add_argument(
+        "--budget-s", type=float, help="stop starting rounds after this many seconds (default 360; 50 with --quick)"
+    )
     parser.add_argument("--render", metavar="JSON", help="print the Markdown tables of a saved result")
     parser.add_argument("--ncu-target", metavar="SPEC", help=argparse.SUPPRESS)
     args = parser.parse_args()

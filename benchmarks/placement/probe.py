@@ -33,16 +33,26 @@ SOURCE = ROOT / "kernels" / "vecload" / "vecload.cu"
 MiB = 1 << 20
 
 
-def one_process(design: str, n: int, blocks: int, samples: int, placements: int, seed: int,
-                granularity: int = 256, max_batch: int = 1) -> dict:
+def one_process(
+    design: str,
+    n: int,
+    blocks: int,
+    samples: int,
+    placements: int,
+    seed: int,
+    granularity: int = 256,
+    max_batch: int = 1,
+) -> dict:
     from qualify.build.nvrtc import KernelSpec, compile_kernel
     from qualify.evaluate.stats import t_quantile
     from qualify.run.device import CudaDevice, DeviceBuffer
 
     rng = np.random.default_rng(seed)
     dev = CudaDevice(0)
-    kernels = {side: dev.load_kernel(side, compile_kernel(KernelSpec(source=SOURCE, kernel=name, arch=dev.info.arch)), 0)
-               for side, name in (("base", "axpy<1>"), ("candidate", "axpy<4>"))}
+    kernels = {
+        side: dev.load_kernel(side, compile_kernel(KernelSpec(source=SOURCE, kernel=name, arch=dev.info.arch)), 0)
+        for side, name in (("base", "axpy<1>"), ("candidate", "axpy<4>"))
+    }
     x = rng.standard_normal(n).astype(np.float32)
     y = rng.uniform(-4, 4, n).astype(np.float32)
     nbytes = 4 * n
@@ -69,13 +79,19 @@ def one_process(design: str, n: int, blocks: int, samples: int, placements: int,
     for b in range(blocks):
         bufs = sets[order[b]]
         args = [("ptr", bufs["x"].ptr), ("ptr", bufs["y"].ptr), ("ptr", bufs["out"].ptr), ("f32", 0.75), ("i64", n)]
-        halves = ("base", "candidate", "candidate", "base") if b % 2 == 0 else ("candidate", "base", "base", "candidate")
+        halves = (
+            ("base", "candidate", "candidate", "base") if b % 2 == 0 else ("candidate", "base", "base", "candidate")
+        )
         got = {"base": [], "candidate": []}
         for side in halves:
             k = kernels[side]
-            times = dev.time_samples(lambda k=k, side=side: dev.launch(k, grid[side], (256, 1, 1), 0, args), samples,
-                                     cold=True, before_each=lambda: dev.poison(bufs["out"]),
-                                     max_batch=max_batch)
+            times = dev.time_samples(
+                lambda k=k, side=side: dev.launch(k, grid[side], (256, 1, 1), 0, args),
+                samples,
+                cold=True,
+                before_each=lambda: dev.poison(bufs["out"]),
+                max_batch=max_batch,
+            )
             got[side] += [max(t - floor, 0.0) for t in times]
         logs.append(math.log(np.median(got["candidate"]) / np.median(got["base"])))
         used.append(int(order[b]))
@@ -83,10 +99,21 @@ def one_process(design: str, n: int, blocks: int, samples: int, placements: int,
     mean, sd = float(logs.mean()), float(logs.std(ddof=1))
     half = t_quantile(0.975, blocks - 1) * sd / math.sqrt(blocks)
     per_placement = {int(p): float(np.expm1(logs[np.asarray(used) == p].mean()) * 100) for p in set(used)}
-    return {"design": design, "granularity": granularity, "max_batch": max_batch, "n": n, "seed": seed, "blocks": blocks, "delta_pct": math.expm1(mean) * 100,
-            "lo_pct": math.expm1(mean - half) * 100, "hi_pct": math.expm1(mean + half) * 100,
-            "block_sd_pct": sd * 100, "floor_ns": floor, "per_placement_pct": per_placement,
-            "addresses": [{k: hex(v.ptr) for k, v in s.items()} for s in sets][:4]}
+    return {
+        "design": design,
+        "granularity": granularity,
+        "max_batch": max_batch,
+        "n": n,
+        "seed": seed,
+        "blocks": blocks,
+        "delta_pct": math.expm1(mean) * 100,
+        "lo_pct": math.expm1(mean - half) * 100,
+        "hi_pct": math.expm1(mean + half) * 100,
+        "block_sd_pct": sd * 100,
+        "floor_ns": floor,
+        "per_placement_pct": per_placement,
+        "addresses": [{k: hex(v.ptr) for k, v in s.items()} for s in sets][:4],
+    }
 
 
 def driver(args) -> None:
@@ -97,9 +124,26 @@ def driver(args) -> None:
     for design, gran, n, s in runs:
         if time.time() - t0 > args.budget_s:
             break
-        cmd = [sys.executable, __file__, "--design", design, "--n", str(n), "--seed", str(1000 + s),
-               "--blocks", str(args.blocks), "--samples", str(args.samples), "--placements", str(args.placements),
-               "--granularity", str(gran), "--max-batch", str(args.max_batch)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--design",
+            design,
+            "--n",
+            str(n),
+            "--seed",
+            str(1000 + s),
+            "--blocks",
+            str(args.blocks),
+            "--samples",
+            str(args.samples),
+            "--placements",
+            str(args.placements),
+            "--granularity",
+            str(gran),
+            "--max-batch",
+            str(args.max_batch),
+        ]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             print(r.stderr[-2000:], file=sys.stderr)
@@ -114,9 +158,11 @@ def driver(args) -> None:
                 continue
             d = np.array([r["delta_pct"] for r in rows])
             cover = sum(r["lo_pct"] <= d.mean() <= r["hi_pct"] for r in rows)
-            print(f"N={n:>9} {design:8} {gran:>8} processes={len(rows):2} mean={d.mean():+.2f}% sd={d.std(ddof=1):.2f}pt "
-                  f"half-width(median)={np.median([(r['hi_pct'] - r['lo_pct']) / 2 for r in rows]):.2f}pt "
-                  f"cover={cover}/{len(rows)} deltas={' '.join(f'{v:+.1f}' for v in d)}")
+            print(
+                f"N={n:>9} {design:8} {gran:>8} processes={len(rows):2} mean={d.mean():+.2f}% sd={d.std(ddof=1):.2f}pt "
+                f"half-width(median)={np.median([(r['hi_pct'] - r['lo_pct']) / 2 for r in rows]):.2f}pt "
+                f"cover={cover}/{len(rows)} deltas={' '.join(f'{v:+.1f}' for v in d)}"
+            )
 
 
 if __name__ == "__main__":
@@ -131,10 +177,16 @@ if __name__ == "__main__":
     p.add_argument("--processes", type=int, default=8)
     p.add_argument("--budget-s", type=float, default=400)
     p.add_argument("--granularity", type=int, nargs="+", default=[256])
-    p.add_argument("--max-batch", type=int, default=1, help="samples per blocking kernel (the engine uses 1 below 250 µs)")
+    p.add_argument(
+        "--max-batch", type=int, default=1, help="samples per blocking kernel (the engine uses 1 below 250 µs)"
+    )
     p.add_argument("--out", default="placement.json")
     a = p.parse_args()
     if a.driver:
         driver(a)
     else:
-        print(json.dumps(one_process(a.design, a.n[0], a.blocks, a.samples, a.placements, a.seed, a.granularity[0], a.max_batch)))
+        print(
+            json.dumps(
+                one_process(a.design, a.n[0], a.blocks, a.samples, a.placements, a.seed, a.granularity[0], a.max_batch)
+            )
+        )

@@ -37,13 +37,19 @@ def wall_times(args: list[str], runs: int, repo: Path) -> list[float]:
 def import_offenders(repo: Path, top: int) -> tuple[list[tuple[int, str]], int]:
     """(cumulative µs, module) of the slowest imports of `--help`, and how many qualify modules it loads."""
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "qualify", "--help"], cwd=repo, env=env,
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "qualify", "--help"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rows, qualify_modules = [], 0
     for line in done.stderr.splitlines():
         if not line.startswith("import time:") or "cumulative" in line:
             continue
-        _, cumulative, name = (part.strip() for part in line[len("import time:"):].split("|"))
+        _, cumulative, name = (part.strip() for part in line[len("import time:") :].split("|"))
         qualify_modules += name.startswith("qualify")
         # cumulative: the module and everything it pulled in first, so a chain shows link by link
         rows.append((int(cumulative), name))
@@ -63,7 +69,9 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for command in COMMANDS:
         times = wall_times(command, args.runs, repo)
-        print(f"| `qualify {' '.join(command)}` | {statistics.median(times):.3f} | {min(times):.3f} | {max(times):.3f} |")
+        print(
+            f"| `qualify {' '.join(command)}` | {statistics.median(times):.3f} | {min(times):.3f} | {max(times):.3f} |"
+        )
     rows, qualify_modules = import_offenders(repo, args.top)
     print()
     print(f"`python -X importtime -m qualify --help`: {qualify_modules} qualify modules; slowest imports (cumulative):")

@@ -66,8 +66,10 @@ class Bench:
         self.dev = CudaDevice(0)
         arch = self.dev.info.arch
         names = ("bench_axpy", "bench_axpy_scalar", "bench_fma_chain", "bench_wave", "bench_empty")
-        self.k = {name: self.dev.load_kernel(name, compile_kernel(KernelSpec(HERE / "kernels.cu", name, arch)), 0)
-                  for name in names}  # fmt: skip
+        self.k = {
+            name: self.dev.load_kernel(name, compile_kernel(KernelSpec(HERE / "kernels.cu", name, arch)), 0)
+            for name in names
+        }
         biggest = max(size for _, k, size in CASES if k == "bench_axpy")
         self.x, self.y, self.out = (self.dev.alloc(4 * biggest) for _ in range(3))
         self.dev.synchronize()
@@ -148,12 +150,24 @@ def ncu_medians(cases) -> dict[str, float]:
     """Each case launched NCU_LAUNCHES times under ncu in a child process; median per case."""
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     labels = [label for label, *_ in cases]
-    cmd = [ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv",
-           "--kernel-name", "regex:bench_", sys.executable, __file__, "--ncu-target", json.dumps(labels)]  # fmt: skip
+    cmd = [
+        ncu,
+        "--clock-control",
+        "none",
+        "--metrics",
+        "gpu__time_duration.sum",
+        "--csv",
+        "--kernel-name",
+        "regex:bench_",
+        sys.executable,
+        __file__,
+        "--ncu-target",
+        json.dumps(labels),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
     if done.returncode != 0:
         raise RuntimeError(f"ncu failed ({done.returncode}): {done.stderr[-2000:]}")
-    text = done.stdout[done.stdout.index('"ID"'):]
+    text = done.stdout[done.stdout.index('"ID"') :]
     to_us = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
     values = [
         float(row["Metric Value"].replace(",", "")) * to_us[row["Metric Unit"]]
@@ -286,13 +300,27 @@ def qualify_pair(bench: Bench) -> dict:
                 values, blocks = series.setdefault(half.series, ([], []))
                 values += [v - floor for v in ns]
                 blocks += [block] * len(ns)
-    main = case_stats(np.array(series["base"][0]), np.array(series["base"][1]),
-                      np.array(series["candidate"][0]), np.array(series["candidate"][1]))  # fmt: skip
-    aa = case_stats(np.array(series["aa_a"][0]), np.array(series["aa_a"][1]),
-                    np.array(series["aa_b"][0]), np.array(series["aa_b"][1]))  # fmt: skip
-    return {"wall_s": time.perf_counter() - start, "ratio": main.ratio, "ci": [main.ci_low, main.ci_high],
-            "class": main.case_class, "aa_ratio": aa.ratio, "aa_class": aa.case_class,
-            "samples": sum(len(v) for v, _ in series.values())}  # fmt: skip
+    main = case_stats(
+        np.array(series["base"][0]),
+        np.array(series["base"][1]),
+        np.array(series["candidate"][0]),
+        np.array(series["candidate"][1]),
+    )
+    aa = case_stats(
+        np.array(series["aa_a"][0]),
+        np.array(series["aa_a"][1]),
+        np.array(series["aa_b"][0]),
+        np.array(series["aa_b"][1]),
+    )
+    return {
+        "wall_s": time.perf_counter() - start,
+        "ratio": main.ratio,
+        "ci": [main.ci_low, main.ci_high],
+        "class": main.case_class,
+        "aa_ratio": aa.ratio,
+        "aa_class": aa.case_class,
+        "samples": sum(len(v) for v, _ in series.values()),
+    }
 
 
 # -- the run ----------------------------------------------------------------------------------------
@@ -305,8 +333,13 @@ def spread(values: list[float]) -> float:
 def measure(out_path: Path, quick: bool) -> dict:
     labels = [label for label, *_ in CASES]
     ncu = ncu_medians(CASES + ([] if quick else list(PAIR)))
-    result: dict = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "quick": quick,
-                    "samples_per_median": SAMPLES, "aa_runs": AA_RUNS, "ncu_launches": NCU_LAUNCHES}  # fmt: skip
+    result: dict = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "quick": quick,
+        "samples_per_median": SAMPLES,
+        "aa_runs": AA_RUNS,
+        "ncu_launches": NCU_LAUNCHES,
+    }
     nv = None
     if not quick:
         try:
@@ -329,17 +362,31 @@ def measure(out_path: Path, quick: bool) -> dict:
         row = {"kernel": label, "ncu_us": ref, "ncu_q1_us": ncu[label]["q1"], "ncu_q3_us": ncu[label]["q3"]}
         for mode, (medians, wall) in q.items():
             m = statistics.median(medians[label])
-            row[mode] = {"us": m, "runs_us": medians[label], "error_pct": (m / ref - 1) * 100,
-                         "aa_spread_pct": spread(medians[label]), "wall_s": wall[label]}  # fmt: skip
+            row[mode] = {
+                "us": m,
+                "runs_us": medians[label],
+                "error_pct": (m / ref - 1) * 100,
+                "aa_spread_pct": spread(medians[label]),
+                "wall_s": wall[label],
+            }
         if db is not None:
             m = statistics.median(db[0][label])
-            row["do_bench"] = {"us": m, "runs_us": db[0][label], "error_pct": (m / ref - 1) * 100,
-                               "aa_spread_pct": spread(db[0][label]), "wall_s": db[1][label]}  # fmt: skip
+            row["do_bench"] = {
+                "us": m,
+                "runs_us": db[0][label],
+                "error_pct": (m / ref - 1) * 100,
+                "aa_spread_pct": spread(db[0][label]),
+                "wall_s": db[1][label],
+            }
         if nv is not None and label in nv:
             n = nv[label]
             m = n.get("median_us", n.get("mean_us"))
-            row["nvbench"] = {**n, "us": m, "error_pct": (m / ref - 1) * 100 if m else None,
-                              "statistic": "median" if "median_us" in n else "mean"}  # fmt: skip
+            row["nvbench"] = {
+                **n,
+                "us": m,
+                "error_pct": (m / ref - 1) * 100 if m else None,
+                "statistic": "median" if "median_us" in n else "mean",
+            }
         rows.append(row)
     result["rows"] = rows
     if not quick:
@@ -348,9 +395,11 @@ def measure(out_path: Path, quick: bool) -> dict:
         result["pair"] = {"qualify": pair}
         if nv is not None and PAIR[0][0] in nv and PAIR[1][0] in nv:
             both = [nv[PAIR[0][0]], nv[PAIR[1][0]]]
-            result["pair"]["nvbench"] = {"wall_s": sum(r.get("wall_s") or 0 for r in both),
-                                         "ratio": (both[1].get("median_us") or both[1]["mean_us"]) /
-                                                  (both[0].get("median_us") or both[0]["mean_us"])}  # fmt: skip
+            result["pair"]["nvbench"] = {
+                "wall_s": sum(r.get("wall_s") or 0 for r in both),
+                "ratio": (both[1].get("median_us") or both[1]["mean_us"])
+                / (both[0].get("median_us") or both[0]["mean_us"]),
+            }
         if nv is not None:
             result["nvbench_process_wall_s"] = nv["_total_wall_s"]["wall_s"]
     out_path.write_text(json.dumps(result, indent=1) + "\n")
@@ -372,31 +421,52 @@ def render(results: list[dict]) -> str:
     for n, result in enumerate(results, 1):
         modes = [m for m in QUALIFY_MODES if m in result["rows"][0]]
         peers = [p for p in ("nvbench", "do_bench") if any(p in r for r in result["rows"])]
-        lines += [f"### Run {n}: {result['date']} on {result['device']['name']} ({result['device']['uuid']}), "
-                  f"driver {result['device']['driver_version']}" + (" — qualify and ncu only" if result.get("quick") else ""),
-                  "", "Medians in µs (error against ncu, A/A spread over "
-                  f"{result['aa_runs']} runs, wall time per result).", ""]  # fmt: skip
-        lines.append("| kernel | ncu (IQR) | " + " | ".join(f"qualify {m}" for m in modes) +
-                     "".join(f" | {p}" for p in peers) + " | within 1 % / A/A ≤ 0.5 % |")  # fmt: skip
+        lines += [
+            f"### Run {n}: {result['date']} on {result['device']['name']} ({result['device']['uuid']}), "
+            f"driver {result['device']['driver_version']}" + (" — qualify and ncu only" if result.get("quick") else ""),
+            "",
+            f"Medians in µs (error against ncu, A/A spread over {result['aa_runs']} runs, wall time per result).",
+            "",
+        ]
+        lines.append(
+            "| kernel | ncu (IQR) | "
+            + " | ".join(f"qualify {m}" for m in modes)
+            + "".join(f" | {p}" for p in peers)
+            + " | within 1 % / A/A ≤ 0.5 % |"
+        )
         lines.append("|---|---:|" + "---:|" * (len(modes) + len(peers)) + "---|")
         for r in result["rows"]:
             best = r["engine"]
-            goal = "n/a (below 5 µs)" if r["ncu_us"] < 5 else (
-                ("yes" if abs(best["error_pct"]) <= 1 else "**no**") + " / " +
-                ("yes" if best["aa_spread_pct"] <= 0.5 else "**no**"))  # fmt: skip
-            lines.append(f"| {r['kernel']} | {r['ncu_us']:.2f} ({r['ncu_q1_us']:.2f}–{r['ncu_q3_us']:.2f}) | " +
-                         " | ".join(_cell(r.get(m)) for m in modes) +
-                         "".join(f" | {_cell(r.get(p))}" for p in peers) + f" | {goal} |")  # fmt: skip
+            goal = (
+                "n/a (below 5 µs)"
+                if r["ncu_us"] < 5
+                else (
+                    ("yes" if abs(best["error_pct"]) <= 1 else "**no**")
+                    + " / "
+                    + ("yes" if best["aa_spread_pct"] <= 0.5 else "**no**")
+                )
+            )
+            lines.append(
+                f"| {r['kernel']} | {r['ncu_us']:.2f} ({r['ncu_q1_us']:.2f}–{r['ncu_q3_us']:.2f}) | "
+                + " | ".join(_cell(r.get(m)) for m in modes)
+                + "".join(f" | {_cell(r.get(p))}" for p in peers)
+                + f" | {goal} |"
+            )
         if "pair" in result:
             p = result["pair"]["qualify"]
-            lines += ["", f"Verdict on a pair ({PAIR[0][0]} → {PAIR[1][0]}): qualify {p['class']} at "
-                      f"{p['ratio']:.4f} [{p['ci'][0]:.4f}, {p['ci'][1]:.4f}], A/A {p['aa_class']} "
-                      f"({p['aa_ratio']:.4f}), {p['samples']} samples in {p['wall_s']:.2f} s; ncu ratio "
-                      f"{p['ncu_ratio']:.4f}."]  # fmt: skip
+            lines += [
+                "",
+                f"Verdict on a pair ({PAIR[0][0]} → {PAIR[1][0]}): qualify {p['class']} at "
+                f"{p['ratio']:.4f} [{p['ci'][0]:.4f}, {p['ci'][1]:.4f}], A/A {p['aa_class']} "
+                f"({p['aa_ratio']:.4f}), {p['samples']} samples in {p['wall_s']:.2f} s; ncu ratio "
+                f"{p['ncu_ratio']:.4f}.",
+            ]
             if "nvbench" in result["pair"]:
                 nvp = result["pair"]["nvbench"]
-                lines.append(f"NVBench measured the two kernels in {nvp['wall_s']:.2f} s (ratio {nvp['ratio']:.4f}; "
-                             f"its whole process, start-up included, {result.get('nvbench_process_wall_s', 0):.1f} s).")
+                lines.append(
+                    f"NVBench measured the two kernels in {nvp['wall_s']:.2f} s (ratio {nvp['ratio']:.4f}; "
+                    f"its whole process, start-up included, {result.get('nvbench_process_wall_s', 0):.1f} s)."
+                )
         for key in ("nvbench_error", "dobench_error"):
             if key in result:
                 lines.append(f"\n{key.split('_')[0]} not measured: {result[key]}")

@@ -30,8 +30,11 @@ sys.path.insert(0, str(HERE.parents[1]))
 
 import bench_timer as bt  # noqa: E402
 
-KERNELS = [c for c in bt.CASES if c[0] in ("empty launch", "axpy 1M floats", "axpy 2M floats", "axpy 16M floats",
-                                              "axpy 128M floats")]  # fmt: skip
+KERNELS = [
+    c
+    for c in bt.CASES
+    if c[0] in ("empty launch", "axpy 1M floats", "axpy 2M floats", "axpy 16M floats", "axpy 128M floats")
+]
 VARIANTS = {
     "per-sample": {"batch": False, "reset": True},
     "per-sample, no reset": {"batch": False, "reset": False},
@@ -77,19 +80,28 @@ def main(out_path: Path) -> None:
     ncu = bt.ncu_medians(KERNELS)
     bench = bt.Bench()
     rows = {name: medians(bench, v) for name, v in VARIANTS.items()}
-    result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "device": bench.dev.info.model_dump(), "runs": RUNS, "samples": bt.SAMPLES,
-              "ncu_us": {k: v["median"] for k, v in ncu.items()}, "variants": rows}  # fmt: skip
+    result = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": bench.dev.info.model_dump(),
+        "runs": RUNS,
+        "samples": bt.SAMPLES,
+        "ncu_us": {k: v["median"] for k, v in ncu.items()},
+        "variants": rows,
+    }
     out_path.write_text(json.dumps(result, indent=1) + "\n")
     print(render(result))
 
 
 def render(result: dict) -> str:
     labels = list(result["ncu_us"])
-    lines = [f"Measured {result['date']} on {result['device']['name']} ({result['device']['uuid']}). "
-             f"Median of {result['runs']} runs' medians in µs, error against ncu.", "",
-             "| variant | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels),
-             "| ncu | " + " | ".join(f"{result['ncu_us'][k]:.2f}" for k in labels) + " |"]  # fmt: skip
+    lines = [
+        f"Measured {result['date']} on {result['device']['name']} ({result['device']['uuid']}). "
+        f"Median of {result['runs']} runs' medians in µs, error against ncu.",
+        "",
+        "| variant | " + " | ".join(labels) + " |",
+        "|---|" + "---:|" * len(labels),
+        "| ncu | " + " | ".join(f"{result['ncu_us'][k]:.2f}" for k in labels) + " |",
+    ]
     for name, runs in result["variants"].items():
         cells = []
         for k in labels:

@@ -45,7 +45,7 @@ def _butterfly(v: np.ndarray) -> np.ndarray:
     width = v.shape[-1]
     while width > 1:
         width //= 2
-        v = v[..., :width] + v[..., width:2 * width]
+        v = v[..., :width] + v[..., width : 2 * width]
     return v[..., 0]
 
 
@@ -70,7 +70,7 @@ def block_sum(p: np.ndarray) -> np.ndarray:
         partial = partial + strided[..., i, :]
     warps = _butterfly(partial.reshape(*p.shape[:-1], THREADS // 32, 32))
     lanes = np.zeros((*p.shape[:-1], 32), dtype=F32)
-    lanes[..., :THREADS // 32] = warps
+    lanes[..., : THREADS // 32] = warps
     return _butterfly(lanes)
 
 

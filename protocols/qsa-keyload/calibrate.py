@@ -29,13 +29,14 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
+from qualify.evaluate.tolerance_gate import calibrate as resolve  # noqa: E402
+from qualify.evaluate.tolerance_gate import control_outcome, judge_case, passes
 from qualify.plan.golden import Golden, load_golden  # noqa: E402
 from qualify.plan.load import load_plan  # noqa: E402
 from qualify.results.store import Record  # noqa: E402
 from qualify.run.controls import mutate  # noqa: E402
 from qualify.run.golden_stage import case_inputs  # noqa: E402
 from qualify.run.inputs import bf16_bits_to_f32  # noqa: E402
-from qualify.evaluate.tolerance_gate import calibrate as resolve, control_outcome, judge_case, passes  # noqa: E402
 
 UNROUNDED_GATE = "QSA_MUTATION_UNROUNDED_GATE"  # the build define qsa.cu knows
 
@@ -73,8 +74,10 @@ def emulated_outputs(loaded, case, raw: dict[str, np.ndarray], round_sigmoid: bo
     x = {n: bf16_bits_to_f32(raw[n].view(np.uint16)).reshape(arm.buffer(n).shape) for n in ("q", "k", "v", "gate")}
     mask = raw["mask"].reshape(arm.buffer("mask").shape)
     weights, out = emulate.forward(x["q"], x["k"], x["v"], x["gate"], mask, P["SCALE"], round_sigmoid)
-    return {"weights": emulate.to_bits(weights).view(np.uint8).reshape(-1),
-            "out": emulate.to_bits(out).view(np.uint8).reshape(-1)}  # fmt: skip
+    return {
+        "weights": emulate.to_bits(weights).view(np.uint8).reshape(-1),
+        "out": emulate.to_bits(out).view(np.uint8).reshape(-1),
+    }
 
 
 def _params(loaded, case) -> dict:
@@ -83,21 +86,25 @@ def _params(loaded, case) -> dict:
 
 def _judge(loaded, golden: Golden, case, actual: dict[str, np.ndarray]):
     expected = {n: golden.expected(case.id, n) for n in actual}
-    return judge_case(loaded.plan.acceptance.fidelity, case.id, _params(loaded, case),
-                      {n: "bf16" for n in actual}, expected, actual)  # fmt: skip
+    return judge_case(
+        loaded.plan.acceptance.fidelity, case.id, _params(loaded, case), {n: "bf16" for n in actual}, expected, actual
+    )
 
 
 def _row(case: str, control: str | None, c, declared: str) -> Judged:
-    return Judged(case, c.output, control, c.atol, c.rtol, c.identical, c.elements, c.worst_bound_fraction,
-                  passes(c), declared)  # fmt: skip
+    return Judged(
+        case, c.output, control, c.atol, c.rtol, c.identical, c.elements, c.worst_bound_fraction, passes(c), declared
+    )
 
 
 def control_actual(loaded, case, raw, control) -> dict[str, np.ndarray]:
     """The emulated outputs under one negative control."""
     if control.kind == "input":
         spec = case.arms["candidate"].buffer(control.buffer)
-        changed = {**raw, control.buffer: mutate(raw[control.buffer], spec.dtype, control.mutation,
-                                                 case.arms["candidate"].params)}  # fmt: skip
+        changed = {
+            **raw,
+            control.buffer: mutate(raw[control.buffer], spec.dtype, control.mutation, case.arms["candidate"].params),
+        }
         return emulated_outputs(loaded, case, changed)
     if set(control.defines) != {UNROUNDED_GATE}:
         raise SystemExit(f"calibrate.py: control {control.name}: no emulation of defines {sorted(control.defines)}")
@@ -116,8 +123,18 @@ def evaluate(plan_path: Path):
         candidate += [_row(case.id, None, c, "pass") for c in _judge(loaded, golden, case, actual)]
         if fid.calibration is not None:
             for name, data in actual.items():
-                resolutions.append(resolve(fid, fid.calibration, case.id, _params(loaded, case), name, "bf16",
-                                           golden.expected(case.id, name), data))  # fmt: skip
+                resolutions.append(
+                    resolve(
+                        fid,
+                        fid.calibration,
+                        case.id,
+                        _params(loaded, case),
+                        name,
+                        "bf16",
+                        golden.expected(case.id, name),
+                        data,
+                    )
+                )
         for control in loaded.plan.controls.negative:
             if control.cases is not None and case.id not in control.cases:
                 continue
@@ -165,8 +182,11 @@ def report(candidate, controls, resolutions, margin: float, record: Path | None 
     cand_m, ctrl_m = measured(record) if record is not None else ({}, {})
     trials = sorted({k[0] for k in [*cand_m, *ctrl_m]})
     side = ["measured on the GPU (trial fraction result)"] if record is not None else []
-    lines = ["Candidate (emulated kernel) against the golden, under the plan's bounds:", "",
-             " | ".join(["case", "output", "bound", "identical", "emulated worst fraction", *side])]  # fmt: skip
+    lines = [
+        "Candidate (emulated kernel) against the golden, under the plan's bounds:",
+        "",
+        " | ".join(["case", "output", "bound", "identical", "emulated worst fraction", *side]),
+    ]
     problems = []
     for r in candidate:
         cells = [r.case, r.output, _bound(r), f"{r.identical}/{r.elements}", f"{_f(r.fraction)}"]
@@ -177,14 +197,26 @@ def report(candidate, controls, resolutions, margin: float, record: Path | None 
             problems.append(f"{r.case} {r.output}: emulated worst bound fraction {_f(r.fraction)} above {margin}")
     for output in sorted({r.output for r in candidate}):
         worst = max((r.fraction or 0.0) for r in candidate if r.output == output)
-        lines.append(f"worst emulated bound fraction of {output} over the cases: {worst:.3g} "
-                     f"(margin {1 - worst:.0%} of the bound left for the GPU's expf)")  # fmt: skip
-    lines += ["", "Negative controls (emulated) against what the plan declares:", "",
-              " | ".join(["control", "case", "output", "declared", "emulated", "worst fraction", *side])]  # fmt: skip
+        lines.append(
+            f"worst emulated bound fraction of {output} over the cases: {worst:.3g} "
+            f"(margin {1 - worst:.0%} of the bound left for the GPU's expf)"
+        )
+    lines += [
+        "",
+        "Negative controls (emulated) against what the plan declares:",
+        "",
+        " | ".join(["control", "case", "output", "declared", "emulated", "worst fraction", *side]),
+    ]
     for r in controls:
         got = "pass" if r.passed else "fail"
-        cells = [r.control, r.case, r.output, r.declared, got + ("" if got == r.declared else " (NOT AS DECLARED)"),
-                 _f(r.fraction)]  # fmt: skip
+        cells = [
+            r.control,
+            r.case,
+            r.output,
+            r.declared,
+            got + ("" if got == r.declared else " (NOT AS DECLARED)"),
+            _f(r.fraction),
+        ]
         if record is not None:
             cells.append(_measured_cells(ctrl_m, (r.control, r.case, r.output), trials))
         lines.append(" | ".join(cells))
@@ -196,13 +228,20 @@ def report(candidate, controls, resolutions, margin: float, record: Path | None 
         lines += ["", "The gate's resolution on the emulated outputs (smallest perturbation caught):", ""]
         for res in resolutions:
             s = res.smallest_caught
-            lines.append(f"{res.case} {res.output}: " + ("VACUOUS" if s is None else
-                         f"{s.quanta} quanta on {s.elements} elements (fraction {_f(s.worst_bound_fraction)})"))  # fmt: skip
+            lines.append(
+                f"{res.case} {res.output}: "
+                + (
+                    "VACUOUS"
+                    if s is None
+                    else f"{s.quanta} quanta on {s.elements} elements (fraction {_f(s.worst_bound_fraction)})"
+                )
+            )
             if s is None:
                 problems.append(f"{res.case} {res.output}: the gate catches no perturbation")
     lines.append("")
-    lines += [f"PROBLEM: {p}" for p in problems] or ["OK: the emulated kernel passes with margin and every "
-                                                     "control behaves as declared"]  # fmt: skip
+    lines += [f"PROBLEM: {p}" for p in problems] or [
+        "OK: the emulated kernel passes with margin and every control behaves as declared"
+    ]
     return lines
 
 

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 import calibrate  # noqa: E402
+
 from qualify import expr  # noqa: E402
 from qualify.plan.load import load_plan  # noqa: E402
 from qualify.results.store import Record  # noqa: E402
@@ -62,31 +63,45 @@ def first_record_max_abs() -> dict[tuple[str, str], float]:
 def bounds_section(candidate, resolutions) -> list[str]:
     first = first_record_max_abs()
     caught = {(r.case, r.output): r.smallest_caught for r in resolutions}
-    lines = ["| case | output | bound (atol + rtol·\\|expected\\|) | emulated: bit-identical | emulated: worst fraction "
-             "of the bound | smallest perturbation caught (emulated) | first H200 record: max \\|err\\| / atol |",
-             "|---|---|---|---:|---:|---|---:|"]  # fmt: skip
+    lines = [
+        "| case | output | bound (atol + rtol·\\|expected\\|) | emulated: bit-identical | emulated: worst fraction "
+        "of the bound | smallest perturbation caught (emulated) | first H200 record: max \\|err\\| / atol |",
+        "|---|---|---|---:|---:|---|---:|",
+    ]
     for r in candidate:
         exact = r.atol == 0 and r.rtol == 0
         bound = "bit-exact" if exact else f"{r.atol:.3g} + {r.rtol:g}·\\|e\\|"
         seen = first.get((r.case, r.output))
-        measured = "-" if seen is None else ("0 (bit-exact)" if seen == 0 else
-                                             "over (not bit-exact)" if exact else f"{seen / r.atol:.3g}")  # fmt: skip
+        measured = (
+            "-"
+            if seen is None
+            else ("0 (bit-exact)" if seen == 0 else "over (not bit-exact)" if exact else f"{seen / r.atol:.3g}")
+        )
         step = caught.get((r.case, r.output))
         resolution = "none: vacuous" if step is None else f"{step.quanta} quanta on {step.elements} elements"
-        lines.append(f"| {r.case} | `{r.output}` | {bound} | {r.identical:,} of {r.elements:,} | {r.fraction:.3g} "
-                     f"| {resolution} | {measured} |")  # fmt: skip
+        lines.append(
+            f"| {r.case} | `{r.output}` | {bound} | {r.identical:,} of {r.elements:,} | {r.fraction:.3g} "
+            f"| {resolution} | {measured} |"
+        )
     worst = max(r.fraction for r in candidate)
-    lines += ["", f"The emulated kernel's worst fraction of any bound is {worst:.3g}: "
-                  f"{1 - worst:.0%} of the bound is left for what the emulation cannot reproduce (CUDA's expf)."]  # fmt: skip
+    lines += [
+        "",
+        f"The emulated kernel's worst fraction of any bound is {worst:.3g}: "
+        f"{1 - worst:.0%} of the bound is left for what the emulation cannot reproduce (CUDA's expf).",
+    ]
     return lines
 
 
 def controls_section(loaded, controls) -> list[str]:
     lines = ["| control | what it does | declared | reason |", "|---|---|---|---|"]
     for c in loaded.plan.controls.negative:
-        what = (f"input `{c.buffer}`: {c.mutation.op} {c.mutation.value:g}" if c.kind == "input" and c.mutation.op == "fill"
-                else f"input `{c.buffer}`: {c.mutation.op}" if c.kind == "input"
-                else "candidate rebuilt with " + ", ".join(f"{k}={v}" for k, v in c.defines.items()))  # fmt: skip
+        what = (
+            f"input `{c.buffer}`: {c.mutation.op} {c.mutation.value:g}"
+            if c.kind == "input" and c.mutation.op == "fill"
+            else f"input `{c.buffer}`: {c.mutation.op}"
+            if c.kind == "input"
+            else "candidate rebuilt with " + ", ".join(f"{k}={v}" for k, v in c.defines.items())
+        )
         declared = []
         for e in c.expect:
             where = "at " + ", ".join(e.cases) if e.cases else (f"where {e.where}" if e.where else "everywhere")
@@ -95,8 +110,12 @@ def controls_section(loaded, controls) -> list[str]:
         declared.append(("fail elsewhere" if c.expect else "fail everywhere", ""))
         for i, (text, reason) in enumerate(declared):
             lines.append(f"| {c.name if i == 0 else ''} | {what if i == 0 else ''} | {text} | {reason} |")
-    lines += ["", "What the emulated kernel does under each control (pass/fail of the gate per output; "
-                  "every one as declared, or calibrate.py fails):", ""]  # fmt: skip
+    lines += [
+        "",
+        "What the emulated kernel does under each control (pass/fail of the gate per output; "
+        "every one as declared, or calibrate.py fails):",
+        "",
+    ]
     cases = list(dict.fromkeys(r.case for r in controls))
     lines += ["| control | " + " | ".join(cases) + " |", "|---|" + "---|" * len(cases)]
     for name in dict.fromkeys(r.control for r in controls):
@@ -133,9 +152,11 @@ def _size(n: int) -> str:
 
 
 def grid_section(loaded, sms: int, resident: dict | None) -> list[str]:
-    lines = [f"| case | arm | blocks (R × HQ / G) | blocks per SM ({sms} SMs) | serial dots per warp | K and V rows "
-             "read by the grid | distinct K and V |",
-             "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        f"| case | arm | blocks (R × HQ / G) | blocks per SM ({sms} SMs) | serial dots per warp | K and V rows "
+        "read by the grid | distinct K and V |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     rows = [(case.id, params) for case, params in _cases(loaded)]
     p0 = dict(rows[0][1])
     for (R, S), _ in SEED_SM120.items():
@@ -145,28 +166,39 @@ def grid_section(loaded, sms: int, resident: dict | None) -> list[str]:
             g = _arm_geometry(loaded, params, side)
             per_sm = g["blocks"] / sms
             fill = f"{per_sm:.2f}" + (f" ({min(g['blocks'], sms)} SMs busy)" if g["blocks"] < sms else "")
-            lines.append(f"| {label} | {side} (G={g['G']}) | {g['blocks']:,} | {fill} | {g['dots_per_warp']:,} | "
-                         f"{_size(g['kv_bytes'])} | {_size(g['unique_bytes'])} |")  # fmt: skip
+            lines.append(
+                f"| {label} | {side} (G={g['G']}) | {g['blocks']:,} | {fill} | {g['dots_per_warp']:,} | "
+                f"{_size(g['kv_bytes'])} | {_size(g['unique_bytes'])} |"
+            )
     if resident:
-        lines += ["", "Blocks one SM can hold at once, from the record's resources: " +
-                  ", ".join(f"{side} {n}" for side, n in resident.items()) + "."]  # fmt: skip
+        lines += [
+            "",
+            "Blocks one SM can hold at once, from the record's resources: "
+            + ", ".join(f"{side} {n}" for side, n in resident.items())
+            + ".",
+        ]
     return lines
 
 
 def record_section(loaded, record: Path | None) -> list[str]:
     if record is None or not (record / "results.json").exists():
-        return ["Not made yet: the plan was re-frozen with per-case tolerances and its H200 record is to be",
-                "re-made (`qualify run protocols/qsa-keyload/plan.json --record records/qsa-keyload`); then",
-                "`python protocols/qsa-keyload/readme.py --record records/qsa-keyload` fills this section."]  # fmt: skip
+        return [
+            "Not made yet: the plan was re-frozen with per-case tolerances and its H200 record is to be",
+            "re-made (`qualify run protocols/qsa-keyload/plan.json --record records/qsa-keyload`); then",
+            "`python protocols/qsa-keyload/readme.py --record records/qsa-keyload` fills this section.",
+        ]
     results = Record(record).results()
     trials = [t for t in results.trials if t.status == "complete"]
     device = trials[0].provenance.device if trials else None
     shown = record.resolve().relative_to(ROOT).as_posix() if record.resolve().is_relative_to(ROOT) else record.name
-    lines = [f"From `{shown}` "
-             f"({len(trials)} complete trials on {device.name if device else 'no device'}), verdict "
-             f"**{results.verdict.status.replace('_', ' ')}**.", "",
-             "| case | base (median) | candidate (median) | candidate / base per trial | speed-up |",
-             "|---|---:|---:|---|---:|"]  # fmt: skip
+    lines = [
+        f"From `{shown}` "
+        f"({len(trials)} complete trials on {device.name if device else 'no device'}), verdict "
+        f"**{results.verdict.status.replace('_', ' ')}**.",
+        "",
+        "| case | base (median) | candidate (median) | candidate / base per trial | speed-up |",
+        "|---|---:|---:|---|---:|",
+    ]
     for case, _ in _cases(loaded):
         got = [c for t in trials for c in t.cases if c.case == case.id]
         if not got:
@@ -176,8 +208,13 @@ def record_section(loaded, record: Path | None) -> list[str]:
         cand = sorted(c.timing["candidate"].median_ns for c in got)[len(got) // 2]
         ratios = ", ".join(f"{c.stats.ratio:.3f}" for c in got)
         lines.append(f"| {case.id} | {base / 1e3:,.2f} µs | {cand / 1e3:,.2f} µs | {ratios} | {base / cand:.2f}× |")
-    lines += ["", "The seed on one RTX 5060 (sm_120), same change, its own harness (rows × tokens):", "",
-              "| rows × tokens | before | after | speed-up |", "|---|---:|---:|---:|"]  # fmt: skip
+    lines += [
+        "",
+        "The seed on one RTX 5060 (sm_120), same change, its own harness (rows × tokens):",
+        "",
+        "| rows × tokens | before | after | speed-up |",
+        "|---|---:|---:|---:|",
+    ]
     for (R, S), (before, after) in SEED_SM120.items():
         lines.append(f"| {R} × {S} | {before} ms | {after} ms | {before / after:.2f}× |")
     if results.verdict.reasons:
@@ -196,8 +233,12 @@ def generate(record: Path | None) -> dict[str, list[str]]:
             sms = trials[0].provenance.device.sm_count
             first = trials[0].cases[0].resources if trials[0].cases else {}
             resident = {side: r.blocks_per_sm for side, r in first.items()} or None
-    return {"bounds": bounds_section(candidate, resolutions), "controls": controls_section(loaded, controls),
-            "grid": grid_section(loaded, sms, resident), "record": record_section(loaded, record)}  # fmt: skip
+    return {
+        "bounds": bounds_section(candidate, resolutions),
+        "controls": controls_section(loaded, controls),
+        "grid": grid_section(loaded, sms, resident),
+        "record": record_section(loaded, record),
+    }
 
 
 def fill(text: str, parts: dict[str, list[str]]) -> str:

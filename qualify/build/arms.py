@@ -38,12 +38,7 @@ def kernel_spec(loaded: LoadedPlan, side: str, arch: str, extra_defines: dict | 
 
 def compile_arms(loaded: LoadedPlan, archs: list[str], jobs: int = 2) -> dict[tuple[str, str], CompiledKernel]:
     """Compile every CUDA arm for every architecture; keys are (side, arch)."""
-    keys = [
-        (side, arch)
-        for side in ARM_SIDES
-        if isinstance(loaded.plan.arm(side), CudaArm)
-        for arch in archs
-    ]
+    keys = [(side, arch) for side in ARM_SIDES if isinstance(loaded.plan.arm(side), CudaArm) for arch in archs]
     specs = {key: kernel_spec(loaded, *key) for key in keys}
     # NVRTC programs are independent; two threads halve the wall time of a check on CI's 2 cores.
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -56,11 +51,19 @@ def headers_read(loaded: LoadedPlan, jobs: int = 2) -> dict[str, Path]:
     declared architecture, each arm, and the candidate under each build control's defines (a
     define can select another header). Keys are repository paths, as in the lock."""
     archs = loaded.plan.hardware.architectures
-    specs = [kernel_spec(loaded, side, arch) for side in ARM_SIDES
-             if isinstance(loaded.plan.arm(side), CudaArm) for arch in archs]  # fmt: skip
+    specs = [
+        kernel_spec(loaded, side, arch)
+        for side in ARM_SIDES
+        if isinstance(loaded.plan.arm(side), CudaArm)
+        for arch in archs
+    ]
     if isinstance(loaded.plan.arm("candidate"), CudaArm):
-        specs += [kernel_spec(loaded, "candidate", arch, extra_defines=c.defines)
-                  for c in loaded.plan.controls.negative if isinstance(c, BuildControl) for arch in archs]  # fmt: skip
+        specs += [
+            kernel_spec(loaded, "candidate", arch, extra_defines=c.defines)
+            for c in loaded.plan.controls.negative
+            if isinstance(c, BuildControl)
+            for arch in archs
+        ]
     # unlocked: the headers are being frozen now, so they are only required to be in the repository
     specs = [replace(spec, frozen=(), locked=False) for spec in specs]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

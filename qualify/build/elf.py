@@ -119,7 +119,9 @@ def parse(data: bytes) -> Elf:
         if shentsize < struct.calcsize(sh_fmt) or shoff + shnum * shentsize > len(data):
             raise ElfProblem("the section header table lies outside the file")
         for i in range(shnum):
-            name, stype, flags, _, offset, size, link, info, _, entsize = struct.unpack_from(sh_fmt, data, shoff + i * shentsize)
+            name, stype, flags, _, offset, size, link, info, _, entsize = struct.unpack_from(
+                sh_fmt, data, shoff + i * shentsize
+            )
             if stype != SHT_NOBITS and offset + size > len(data):
                 raise ElfProblem(f"section {i} lies outside the file")
             raw.append((name, stype, offset, size, link, entsize, flags, info))

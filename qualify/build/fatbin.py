@@ -164,8 +164,10 @@ def _zstd(body: bytes, size: int) -> bytes:
     try:
         import zstandard
     except ImportError:
-        raise FatbinProblem("the library's device code is zstd-compressed; reading it needs the "
-                            "zstandard package (pip install 'qualify[fatbin]')") from None  # fmt: skip
+        raise FatbinProblem(
+            "the library's device code is zstd-compressed; reading it needs the "
+            "zstandard package (pip install 'qualify[fatbin]')"
+        ) from None
     try:
         out = zstandard.ZstdDecompressor().decompress(body, max_output_size=size)
     except zstandard.ZstdError as exc:

@@ -133,7 +133,7 @@ def machine_code(cubin: bytes) -> CubinCode:
     texts: dict[str, bytes] = {}
     for section in elf.sections:
         if section.name.startswith(".text."):
-            name = section.name[len(".text."):]
+            name = section.name[len(".text.") :]
             texts[name] = elf.contents(section)
             # sh_info's low bits index the symbol table (order, not code); its top byte held the
             # register count in older CUBINs.
@@ -154,7 +154,7 @@ def machine_code(cubin: bytes) -> CubinCode:
                 else:
                     module.append((f"attribute {attr:#04x}", value.hex()))
         elif name.startswith(".nv.info."):
-            owner = functions.setdefault(name[len(".nv.info."):], [])
+            owner = functions.setdefault(name[len(".nv.info.") :], [])
             for attr, value in _records(elf.contents(section)):
                 if attr == EIATTR_PARAM_CBANK and len(value) >= 4:
                     (index,) = struct.unpack_from("<I", value)
@@ -176,9 +176,11 @@ def machine_code(cubin: bytes) -> CubinCode:
             owner = module if fn is None else functions.setdefault(fn, [])
             # bank 0 is the parameter bank the driver fills: its size is the layout
             keep_bytes = bank != "0" and section.type != SHT_NOBITS
-            owner.append((f"constant bank {bank}", elf.contents(section).hex() if keep_bytes else f"{section.size} bytes"))
+            owner.append(
+                (f"constant bank {bank}", elf.contents(section).hex() if keep_bytes else f"{section.size} bytes")
+            )
         elif name.startswith((".nv.shared.", ".nv.local.")) and not name.startswith(".nv.shared.reserved"):
-            kind, fn = name[len(".nv."):].split(".", 1)
+            kind, fn = name[len(".nv.") :].split(".", 1)
             functions.setdefault(fn, []).append((f"{kind} memory", f"{section.size} bytes"))
         elif name in (".nv.global.init", ".nv.global"):
             contents = elf.contents(section).hex() if section.type != SHT_NOBITS else ""
@@ -294,7 +296,7 @@ def _text_section(listing: str, function: str) -> str:
     if found is None:
         return ""
     following = re.compile(r"^//-+ ", re.M).search(listing, found.end())
-    return listing[found.end():following.start() if following else len(listing)]
+    return listing[found.end() : following.start() if following else len(listing)]
 
 
 def first_instructions(cubin: bytes, function: str, offset: int, tool: str | None = None) -> str | None:

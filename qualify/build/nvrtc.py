@@ -176,8 +176,9 @@ def _compile(spec: KernelSpec, source: bytes, opts: list[bytes]) -> CompiledKern
     # Seen on the GPU machine's NVRTC 13.0 for extern "C" kernels: an empty log. The figures are then
     # missing from `plan check`; at run time the driver's own attributes are recorded regardless.
     resources = parse_ptxas_log(log).get(lowered_name)
-    return CompiledKernel(spec=spec, lowered_name=lowered_name, cubin=cubin, log=log, resources=resources,
-                          headers=headers)  # fmt: skip
+    return CompiledKernel(
+        spec=spec, lowered_name=lowered_name, cubin=cubin, log=log, resources=resources, headers=headers
+    )
 
 
 def traced_headers(trace_dir: Path) -> list[str]:
@@ -249,9 +250,9 @@ def _check_frozen(spec: KernelSpec, root: Path, frozen: dict[str, str], path: Pa
     rel = path.relative_to(root).as_posix()
     if rel not in frozen:
         raise FrozenInputChanged(
-            f"NVRTC reads this file compiling {spec.source.name}, but the lock does not freeze it "
-            "(re-freeze the plan)", file=rel,
-        )  # fmt: skip
+            f"NVRTC reads this file compiling {spec.source.name}, but the lock does not freeze it (re-freeze the plan)",
+            file=rel,
+        )
     if frozen[rel] != digest:
         raise FrozenInputChanged("changed after freezing (the bytes NVRTC read differ from the lock)", file=rel)
 
@@ -316,8 +317,15 @@ def _cache_get(key: str, spec: KernelSpec) -> CompiledKernel | None:
         return None
     with _LOCK:
         _MEMO[key] = hit
-    return CompiledKernel(spec=spec, lowered_name=hit.lowered_name, cubin=hit.cubin, log=hit.log,
-                          resources=hit.resources, headers=hit.headers, cached=True)  # fmt: skip
+    return CompiledKernel(
+        spec=spec,
+        lowered_name=hit.lowered_name,
+        cubin=hit.cubin,
+        log=hit.log,
+        resources=hit.resources,
+        headers=hit.headers,
+        cached=True,
+    )
 
 
 def _read_entry(key: str, spec: KernelSpec) -> CompiledKernel | None:
@@ -333,8 +341,14 @@ def _read_entry(key: str, spec: KernelSpec) -> CompiledKernel | None:
         log, lowered = str(data["log"]), str(data["lowered_name"])
     except (QualifyError, strict_json.JSONProblem, UnicodeDecodeError, KeyError, TypeError, ValueError):
         return None  # missing, unreadable or damaged: compile again and overwrite it
-    return CompiledKernel(spec=spec, lowered_name=lowered, cubin=cubin, log=log,
-                          resources=parse_ptxas_log(log).get(lowered), headers=headers)  # fmt: skip
+    return CompiledKernel(
+        spec=spec,
+        lowered_name=lowered,
+        cubin=cubin,
+        log=log,
+        resources=parse_ptxas_log(log).get(lowered),
+        headers=headers,
+    )
 
 
 def _cache_put(key: str, compiled: CompiledKernel) -> None:

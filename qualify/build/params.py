@@ -86,8 +86,10 @@ def params_from_info(info: bytes) -> list[KernelParam]:
         raise ElfProblem(f"parameter ordinals {sorted(params)} are not 0..{len(params) - 1}")
     for p in ordered:
         if p.size == 0 or (block_size is not None and p.offset + p.size > block_size):
-            raise ElfProblem(f"parameter {p.ordinal} (offset {p.offset}, size {p.size}) lies outside "
-                             f"the {block_size}-byte parameter block")  # fmt: skip
+            raise ElfProblem(
+                f"parameter {p.ordinal} (offset {p.offset}, size {p.size}) lies outside "
+                f"the {block_size}-byte parameter block"
+            )
     return ordered
 
 
@@ -101,11 +103,16 @@ class LaunchMismatch:
     compiled: list[int]  # bytes per parameter, as compiled
 
     def message(self) -> str:
-        what = (f"{len(self.planned)} arguments for {len(self.compiled)} parameters"
-                if len(self.planned) != len(self.compiled) else "argument sizes differ from the parameters'")  # fmt: skip
-        return (f"{what} of {self.kernel} ({self.side} arm, {self.arch}): the plan passes bytes "
-                f"[{', '.join(map(str, self.planned))}], the compiled kernel takes "
-                f"[{', '.join(map(str, self.compiled))}]")  # fmt: skip
+        what = (
+            f"{len(self.planned)} arguments for {len(self.compiled)} parameters"
+            if len(self.planned) != len(self.compiled)
+            else "argument sizes differ from the parameters'"
+        )
+        return (
+            f"{what} of {self.kernel} ({self.side} arm, {self.arch}): the plan passes bytes "
+            f"[{', '.join(map(str, self.planned))}], the compiled kernel takes "
+            f"[{', '.join(map(str, self.compiled))}]"
+        )
 
 
 def planned_sizes(args) -> list[int]:
@@ -143,8 +150,11 @@ def check_launches(loaded, compiled) -> None:
         try:
             params = kernel_params(kernel.cubin, kernel.lowered_name)
         except ElfProblem as exc:
-            raise ToolError(f"cannot read {kernel.spec.kernel}'s parameter list from its {arch} CUBIN: {exc}",
-                            file=loaded.path, field=f"arms.{side}.kernel") from None  # fmt: skip
+            raise ToolError(
+                f"cannot read {kernel.spec.kernel}'s parameter list from its {arch} CUBIN: {exc}",
+                file=loaded.path,
+                field=f"arms.{side}.kernel",
+            ) from None
         mismatch = launch_mismatch(side, arch, kernel.spec.kernel, launch.args, params)
         if mismatch is not None:
             raise PlanError(mismatch.message(), file=loaded.path, field=mismatch.field)

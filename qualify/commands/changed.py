@@ -77,8 +77,9 @@ def protocol_paths(plan_path: Path, root: Path) -> tuple[set[str], str | None]:
     return paths, problem
 
 
-def touched_protocols(root: Path, changed: list[str], extra: dict[str, list[str]] | None = None,
-                      protocols: str = "protocols") -> list[Touched]:  # fmt: skip
+def touched_protocols(
+    root: Path, changed: list[str], extra: dict[str, list[str]] | None = None, protocols: str = "protocols"
+) -> list[Touched]:
     """The protocols under root/protocols that any of `changed` (repository-relative) touches.
 
     extra maps a protocol name to more paths it depends on; a path ending in "/" is a folder and
@@ -98,7 +99,9 @@ def touched_protocols(root: Path, changed: list[str], extra: dict[str, list[str]
         reasons = {c for c in changed_set if c in paths}
         reasons |= {c for c in changed_set for prefix in extra.get(name, []) if _under(c, prefix)}
         if reasons:
-            touched.append(Touched(name=name, plan=_relative(plan_path, root), reasons=sorted(reasons), problem=problem))
+            touched.append(
+                Touched(name=name, plan=_relative(plan_path, root), reasons=sorted(reasons), problem=problem)
+            )
     return touched
 
 
@@ -122,8 +125,9 @@ def changed_paths(root: Path, base: str, head: str = "HEAD") -> list[str]:
 
 def git_root(start: Path) -> Path:
     try:
-        done = subprocess.run(["git", "-C", str(start), "rev-parse", "--show-toplevel"],
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        done = subprocess.run(
+            ["git", "-C", str(start), "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=60
+        )
     except FileNotFoundError:
         raise ToolError("git not found on PATH; qualify changed needs it to list a diff") from None
     if done.returncode != 0:

@@ -12,8 +12,8 @@ from pathlib import Path
 from qualify.build.arms import FitRow, compile_arms, headers_read, shared_memory_fit
 from qualify.build.nvrtc import CompiledKernel, nvrtc_version
 from qualify.build.params import check_launches
-from qualify.errors import PlanError
 from qualify.commands.libcheck import check_plan_libraries
+from qualify.errors import PlanError
 from qualify.plan.digest import compute_freeze, freeze, verify_frozen
 from qualify.plan.files import PlanFiles
 from qualify.plan.golden import load_golden

@@ -37,9 +37,14 @@ TOOLKIT_BIN = ("CUDA_HOME", "CUDA_PATH")
 
 # NVML clock-event reasons that mean the SM runs below the clock it would otherwise hold. Idle (0x1),
 # application-clock setting (0x2) and display clock (0x100) are states, not slowdowns.
-SLOWDOWNS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x10: "sync boost",
-             0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
-             0x80: "power brake"}  # fmt: skip
+SLOWDOWNS = {
+    0x4: "software power cap",
+    0x8: "hardware slowdown",
+    0x10: "sync boost",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "power brake",
+}
 
 APPLICATION_CLOCKS = 0x2  # NVML: the SM clock is limited by the application-clocks setting
 
@@ -117,8 +122,9 @@ class Host:
 # the decisions: pure functions of what the probes returned
 
 
-def diagnose(host: Host, ordinal: int = 0, plan=None, needs_nvcc: bool = True,
-             needs_sanitizer: bool = True) -> DoctorReport:  # fmt: skip
+def diagnose(
+    host: Host, ordinal: int = 0, plan=None, needs_nvcc: bool = True, needs_sanitizer: bool = True
+) -> DoctorReport:
     """Run every check; the report's exit code is the first failure's in the order
     device/environment (5) before tools (6), since without a GPU nothing else can run."""
     checks: list[Check] = []
@@ -128,9 +134,15 @@ def diagnose(host: Host, ordinal: int = 0, plan=None, needs_nvcc: bool = True,
     missing = [p for p in packages if host.package_version(p) is None]
     versions = ", ".join(f"{p} {host.package_version(p)}" for p in packages if p not in missing)
     if missing:
-        add(Check(name="packages", status="fail", exit_code=ExitCode.DEVICE,
-                  detail=f"missing {', '.join(missing)}; {generation.install_advice(_version(host.driver_cuda()))} "
-                         f"({versions})"))  # fmt: skip
+        add(
+            Check(
+                name="packages",
+                status="fail",
+                exit_code=ExitCode.DEVICE,
+                detail=f"missing {', '.join(missing)}; {generation.install_advice(_version(host.driver_cuda()))} "
+                f"({versions})",
+            )
+        )
     else:
         add(Check(name="packages", status="ok", detail=versions))
 
@@ -142,8 +154,14 @@ def diagnose(host: Host, ordinal: int = 0, plan=None, needs_nvcc: bool = True,
         add(Check(name="nvrtc", status="ok", detail=f"NVRTC {nvrtc}, headers in {include}"))
     except QualifyError as exc:
         add(Check(name="nvrtc", status="fail", exit_code=exc.exit_code, detail=exc.one_line()))
-    cuda = CudaVersions(driver=host.driver_cuda(), bindings=host.package_version("cuda-bindings"), nvrtc=nvrtc,
-                        headers=headers, generation=None, extra=None)  # fmt: skip
+    cuda = CudaVersions(
+        driver=host.driver_cuda(),
+        bindings=host.package_version("cuda-bindings"),
+        nvrtc=nvrtc,
+        headers=headers,
+        generation=None,
+        extra=None,
+    )
     cuda_check, cuda = _cuda_check(cuda)
     add(cuda_check)
 
@@ -154,14 +172,23 @@ def diagnose(host: Host, ordinal: int = 0, plan=None, needs_nvcc: bool = True,
         add(Check(name="gpu", status="fail", exit_code=ExitCode.DEVICE, detail=f"device {ordinal}: {exc.one_line()}"))
     if info is not None:
         add(Check(name="driver", status="ok", detail=f"driver {info.driver_version}, CUDA {info.cuda_driver_version}"))
-        add(Check(name="gpu", status="ok", detail=f"device {ordinal}: {info.name}, compute capability "
-                  f"{info.compute_capability} ({info.arch}), {info.sm_count} SMs, {info.uuid}"))  # fmt: skip
+        add(
+            Check(
+                name="gpu",
+                status="ok",
+                detail=f"device {ordinal}: {info.name}, compute capability "
+                f"{info.compute_capability} ({info.arch}), {info.sm_count} SMs, {info.uuid}",
+            )
+        )
         if plan is not None:
             checks.extend(_plan_checks(plan, info))
         checks.extend(_nvml_checks(host.nvml_state(info.uuid)))
 
-    checks.append(_tool_check(host, "compute-sanitizer", needs_sanitizer,
-                              "the sanitizer gates of plans that declare acceptance.sanitizer"))  # fmt: skip
+    checks.append(
+        _tool_check(
+            host, "compute-sanitizer", needs_sanitizer, "the sanitizer gates of plans that declare acceptance.sanitizer"
+        )
+    )
     checks.append(_tool_check(host, "nvcc", needs_nvcc, "building the shared libraries `qualify compare` qualifies"))
     checks.append(_cupti_check(host))
     ncu = host.which("ncu")
@@ -191,12 +218,20 @@ def _packages(host: Host) -> tuple[str, ...]:
 
 def _cuda_check(found: CudaVersions) -> tuple[Check, CudaVersions]:
     """The `cuda` line: the four versions, the generation they make, and whether they agree."""
-    stack = generation.CudaStack(driver=_version(found.driver), bindings=found.bindings, nvrtc=_version(found.nvrtc),
-                                 headers=_version(found.headers))  # fmt: skip
+    stack = generation.CudaStack(
+        driver=_version(found.driver),
+        bindings=found.bindings,
+        nvrtc=_version(found.nvrtc),
+        headers=_version(found.headers),
+    )
     gen = stack.generation
     found = found.model_copy(update={"generation": gen.major if gen else None, "extra": gen.extra if gen else None})
-    parts = [f"driver CUDA {found.driver}" if found.driver else "no driver", f"cuda-bindings {found.bindings or 'none'}",
-             f"NVRTC {found.nvrtc or 'none'}", f"headers {found.headers or 'none'}"]  # fmt: skip
+    parts = [
+        f"driver CUDA {found.driver}" if found.driver else "no driver",
+        f"cuda-bindings {found.bindings or 'none'}",
+        f"NVRTC {found.nvrtc or 'none'}",
+        f"headers {found.headers or 'none'}",
+    ]
     detail = ", ".join(parts) + (f": generation {gen.major} (qualify[{gen.extra}])" if gen else "")
     refused, warned = generation.refusals(stack), generation.warnings(stack)
     if refused:
@@ -215,13 +250,23 @@ def _plan_checks(plan, info: DeviceInfo) -> list[Check]:
     if device_matches(info, specs):
         out.append(Check(name="plan", status="ok", detail=f"{info.name} is a device plan {plan.name} lists"))
     else:
-        out.append(Check(name="plan", status="fail", exit_code=ExitCode.DEVICE,
-                         detail=f"{info.name} (cc {info.compute_capability}) is not a device plan {plan.name} "
-                                f"lists ({listed}); qualify run would refuse it"))  # fmt: skip
+        out.append(
+            Check(
+                name="plan",
+                status="fail",
+                exit_code=ExitCode.DEVICE,
+                detail=f"{info.name} (cc {info.compute_capability}) is not a device plan {plan.name} "
+                f"lists ({listed}); qualify run would refuse it",
+            )
+        )
     if info.arch not in plan.hardware.architectures:
-        out.append(Check(name="plan", status="warn",
-                         detail=f"{info.arch} is not among the plan's architectures "
-                                f"({', '.join(plan.hardware.architectures)})"))  # fmt: skip
+        out.append(
+            Check(
+                name="plan",
+                status="warn",
+                detail=f"{info.arch} is not among the plan's architectures ({', '.join(plan.hardware.architectures)})",
+            )
+        )
     return out
 
 
@@ -230,36 +275,61 @@ def _nvml_checks(state: NvmlState | str) -> list[Check]:
         return [Check(name="nvml", status="warn", detail=f"{state}: no SM clock or throttle reasons per sample")]
     out = [Check(name="nvml", status="ok", detail="NVML reads this GPU (clock, throttle reasons, temperature)")]
     if state.persistence is False:
-        out.append(Check(name="persistence", status="warn",
-                         detail="persistence mode off: the driver may unload between jobs and the first trial "
-                                "pays for it (nvidia-smi -pm 1, or nvidia-persistenced)"))  # fmt: skip
+        out.append(
+            Check(
+                name="persistence",
+                status="warn",
+                detail="persistence mode off: the driver may unload between jobs and the first trial "
+                "pays for it (nvidia-smi -pm 1, or nvidia-persistenced)",
+            )
+        )
     elif state.persistence:
         out.append(Check(name="persistence", status="ok", detail="persistence mode on"))
     if state.sm_mhz is not None:
         held = state.applications_clocks_set or bool((state.clock_reasons or 0) & APPLICATION_CLOCKS)
         locked = " (held by an application-clocks setting)" if held else ""
-        out.append(Check(name="clocks", status="info",
-                         detail=f"SM {state.sm_mhz} MHz now, {state.sm_max_mhz or '?'} MHz max{locked}"))  # fmt: skip
+        out.append(
+            Check(
+                name="clocks",
+                status="info",
+                detail=f"SM {state.sm_mhz} MHz now, {state.sm_max_mhz or '?'} MHz max{locked}",
+            )
+        )
     if state.clock_reasons is not None:
         slow = [text for bit, text in SLOWDOWNS.items() if state.clock_reasons & bit]
         if slow:
-            out.append(Check(name="throttle", status="warn",
-                             detail=f"throttling now: {', '.join(slow)}; samples taken now are flagged"))  # fmt: skip
+            out.append(
+                Check(
+                    name="throttle",
+                    status="warn",
+                    detail=f"throttling now: {', '.join(slow)}; samples taken now are flagged",
+                )
+            )
         else:
             out.append(Check(name="throttle", status="ok", detail="no slowdown reported now"))
     if state.ecc is not None:
         out.append(Check(name="ecc", status="info", detail=f"ECC {'on' if state.ecc else 'off'}"))
     if state.mig:
-        out.append(Check(name="mig", status="warn",
-                         detail="MIG mode on: a MIG slice has fewer SMs and less L2 than the device the plan "
-                                "names, so timings do not transfer"))  # fmt: skip
+        out.append(
+            Check(
+                name="mig",
+                status="warn",
+                detail="MIG mode on: a MIG slice has fewer SMs and less L2 than the device the plan "
+                "names, so timings do not transfer",
+            )
+        )
     elif state.mig is False:
         out.append(Check(name="mig", status="ok", detail="MIG off"))
     if state.other_processes:
         pids = ", ".join(str(p) for p in state.other_processes[:8])
-        out.append(Check(name="processes", status="warn",
-                         detail=f"{len(state.other_processes)} other process(es) use this GPU (pid {pids}): "
-                                "they share its SMs and memory bandwidth with the trials"))  # fmt: skip
+        out.append(
+            Check(
+                name="processes",
+                status="warn",
+                detail=f"{len(state.other_processes)} other process(es) use this GPU (pid {pids}): "
+                "they share its SMs and memory bandwidth with the trials",
+            )
+        )
     elif state.other_processes is not None:
         out.append(Check(name="processes", status="ok", detail="no other process uses this GPU"))
     return out
@@ -281,8 +351,12 @@ def _tool_check(host: Host, tool: str, needed: bool, what: str) -> Check:
     where = "PATH, $CUDA_HOME/bin, /usr/local/cuda/bin"
     if not needed:
         return Check(name=tool, status="info", detail=f"not found ({where}); not needed for this plan")
-    return Check(name=tool, status="fail", exit_code=ExitCode.TOOL,
-                 detail=f"not found ({where}); needed for {what}: install the CUDA toolkit")  # fmt: skip
+    return Check(
+        name=tool,
+        status="fail",
+        exit_code=ExitCode.TOOL,
+        detail=f"not found ({where}); needed for {what}: install the CUDA toolkit",
+    )
 
 
 def plan_needs(plan) -> tuple[bool, bool]:
@@ -400,11 +474,16 @@ def _header_version(include_dir: Path) -> str | None:
 
 def real_host() -> Host:
     from qualify.build.nvrtc import nvrtc_version, toolkit_include_dir
-
     from qualify.run import cupti_tracer
 
-    return Host(open_device=_open_device, nvml_state=_nvml_state, which=find_tool,
-                package_version=_package_version, nvrtc_version=nvrtc_version,
-                include_dir=toolkit_include_dir, driver_cuda=_driver_cuda,
-                header_version=_header_version, cupti_missing=cupti_tracer.missing)  # fmt: skip
-
+    return Host(
+        open_device=_open_device,
+        nvml_state=_nvml_state,
+        which=find_tool,
+        package_version=_package_version,
+        nvrtc_version=nvrtc_version,
+        include_dir=toolkit_include_dir,
+        driver_cuda=_driver_cuda,
+        header_version=_header_version,
+        cupti_missing=cupti_tracer.missing,
+    )

@@ -18,8 +18,18 @@ from qualify.errors import ExitCode, UsageError
 
 # When several workers end badly, the code that reaches the caller: an interruption first, then
 # what a person must fix, then a verdict.
-SEVERITY = (ExitCode.INTERRUPTED, ExitCode.INTERNAL, ExitCode.DEVICE, ExitCode.TOOL, ExitCode.BUILD,
-            ExitCode.FROZEN, ExitCode.BAD_INPUT, ExitCode.INCOMPLETE, ExitCode.NOT_QUALIFIED, ExitCode.QUALIFIED)
+SEVERITY = (
+    ExitCode.INTERRUPTED,
+    ExitCode.INTERNAL,
+    ExitCode.DEVICE,
+    ExitCode.TOOL,
+    ExitCode.BUILD,
+    ExitCode.FROZEN,
+    ExitCode.BAD_INPUT,
+    ExitCode.INCOMPLETE,
+    ExitCode.NOT_QUALIFIED,
+    ExitCode.QUALIFIED,
+)
 
 
 class Worker(Protocol):
@@ -99,8 +109,16 @@ def combined_exit_code(outcomes: list[DeviceOutcome], verdict_code: int | None) 
     return int(verdict_code) if verdict_code is not None else int(ExitCode.INCOMPLETE)
 
 
-def run_on_devices(command: list[str], plan_path: Path, record_dir: Path | None, devices: str, trials: int | None,
-                   exploratory: bool, libraries: dict[str, Path] | None, say: Callable[[str], None]) -> int:
+def run_on_devices(
+    command: list[str],
+    plan_path: Path,
+    record_dir: Path | None,
+    devices: str,
+    trials: int | None,
+    exploratory: bool,
+    libraries: dict[str, Path] | None,
+    say: Callable[[str], None],
+) -> int:
     """`--devices`: one `qualify run/compare --device N` worker per GPU, in parallel, into one record;
     then one re-render. Returns the most severe worker code or the record's verdict as the exit code;
     `say` gets one line per device (its exit code and its log's last line)."""
@@ -124,8 +142,11 @@ def run_on_devices(command: list[str], plan_path: Path, record_dir: Path | None,
 
     def start(n: int):
         log = open(logs / f"device-{n}.log", "w")  # noqa: SIM115 - closed with the process
-        return subprocess.Popen([sys.executable, "-m", "qualify", *command, "--record", str(folder),
-                                 "--device", str(n), *extra], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, "-m", "qualify", *command, "--record", str(folder), "--device", str(n), *extra],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
     outcomes = run_devices(ordinals, start)
     for o in outcomes:

@@ -41,8 +41,9 @@ def host_machine() -> int | None:
     return HOST_MACHINES.get(platform.machine().lower())
 
 
-def check_library(path: Path, arm: LibraryArm, field: str, *, shown: str | Path | None = None,
-                  need_load: bool = False) -> None:  # fmt: skip
+def check_library(
+    path: Path, arm: LibraryArm, field: str, *, shown: str | Path | None = None, need_load: bool = False
+) -> None:
     """Refuse `path` as the library of `arm` (PlanError naming `field`, the arm's field prefix).
 
     need_load: a library that cannot be loaded here is an error (compare, about to call it);
@@ -59,12 +60,18 @@ def check_library(path: Path, arm: LibraryArm, field: str, *, shown: str | Path 
     except ElfProblem as exc:
         raise PlanError(f"not a shared library: {exc}", file=label, field=f"{field}.library") from None
     if elf.type != ET_DYN:
-        raise PlanError(f"not a shared library: an ELF file of type {elf.type}, not a shared object (type {ET_DYN})",
-                        file=label, field=f"{field}.library")  # fmt: skip
+        raise PlanError(
+            f"not a shared library: an ELF file of type {elf.type}, not a shared object (type {ET_DYN})",
+            file=label,
+            field=f"{field}.library",
+        )
     host = host_machine()
     if host is not None and elf.machine != host:
-        raise PlanError(f"built for {machine_name(elf.machine)}, this machine is {machine_name(host)}",
-                        file=label, field=f"{field}.library")  # fmt: skip
+        raise PlanError(
+            f"built for {machine_name(elf.machine)}, this machine is {machine_name(host)}",
+            file=label,
+            field=f"{field}.library",
+        )
     try:
         symbols = elf.dynamic_symbols()
     except ElfProblem as exc:
@@ -80,8 +87,9 @@ def check_library(path: Path, arm: LibraryArm, field: str, *, shown: str | Path 
     if arm.abi_symbol is not None and (need_load or host is not None):
         kind, value = _call_abi(path, arm.abi_symbol)
         if kind == "abi" and int(value) != arm.abi_version:
-            raise PlanError(f"ABI version {value}, the plan requires {arm.abi_version}", file=label,
-                            field=f"{field}.abi_version")  # fmt: skip
+            raise PlanError(
+                f"ABI version {value}, the plan requires {arm.abi_version}", file=label, field=f"{field}.abi_version"
+            )
         if kind != "abi" and need_load:
             raise PlanError(f"cannot load to read its ABI version: {value}", file=label, field=f"{field}.library")
 
@@ -89,8 +97,12 @@ def check_library(path: Path, arm: LibraryArm, field: str, *, shown: str | Path 
 def _call_abi(path: Path, symbol: str) -> tuple[str, str]:
     """("abi", version) or ("load"/"crash", why), from a child process that loads the library."""
     try:
-        done = subprocess.run([sys.executable, "-c", _ABI_CHILD, str(path.resolve()), symbol],
-                              capture_output=True, text=True, timeout=ABI_TIMEOUT_S)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", _ABI_CHILD, str(path.resolve()), symbol],
+            capture_output=True,
+            text=True,
+            timeout=ABI_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         return "crash", f"{symbol}() did not return within {ABI_TIMEOUT_S} s"
     kind, _, value = done.stdout.strip().partition(" ")

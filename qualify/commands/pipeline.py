@@ -21,8 +21,7 @@ def load_frozen(plan_path: Path) -> LoadedPlan:
     """The plan, refused unless frozen and unchanged since: results bind to a pre-registered plan."""
     loaded = load_plan(plan_path)
     if loaded.lock is None:
-        raise FrozenInputChanged("the plan is not frozen; run `qualify plan freeze` before measuring",
-                                 file=loaded.path)  # fmt: skip
+        raise FrozenInputChanged("the plan is not frozen; run `qualify plan freeze` before measuring", file=loaded.path)
     try:
         verify_frozen(loaded.path, loaded.freeze, loaded.lock)
     except FrozenInputChanged as exc:
@@ -61,8 +60,9 @@ def bind_libraries(loaded: LoadedPlan, libraries: dict[str, Path] | None) -> dic
             raise FrozenInputChanged(
                 f"the plan froze {arm.library!r} for the {side} arm; this library is another build "
                 "(sha256 differs). Compare the frozen build, or freeze a plan that names this one",
-                file=given, field=field,
-            )  # fmt: skip
+                file=given,
+                field=field,
+            )
     return {side: Path(path) for side, path in libraries.items()}
 
 
@@ -110,7 +110,6 @@ def run_plan(
     workdir: where the isolated preflight's outcomes are shared with the invocation's other trial
     processes (qualify.commands.trial_processes); render=False leaves the record's re-derivation
     to the parent that runs them."""
-    from qualify.record.assemble import write_record
     from qualify.run.engine import RunOptions, TrialRunner
 
     libraries = bind_libraries(loaded, libraries)  # before the device opens or the record moves
@@ -122,10 +121,15 @@ def run_plan(
     try:
         telemetry = open_telemetry(device.info.uuid)
         wanted, skipped = remaining_trials(loaded, record, device.info.uuid, trials)
-        options = RunOptions(record_dir=record_dir, exploratory=exploratory, argv=argv or [],
-                             progress=progress or (lambda n, what: None), sanitize=sanitize,
-                             preflight=PreflightShared(preflight, workdir) if preflight else None,
-                             libraries=libraries or {})  # fmt: skip
+        options = RunOptions(
+            record_dir=record_dir,
+            exploratory=exploratory,
+            argv=argv or [],
+            progress=progress or (lambda n, what: None),
+            sanitize=sanitize,
+            preflight=PreflightShared(preflight, workdir) if preflight else None,
+            libraries=libraries or {},
+        )
         for _ in range(max(wanted, 0)):
             trial = TrialRunner(loaded, device, telemetry, options).run()
             done.append(trial)
@@ -174,9 +178,18 @@ class Executed:
     codes: tuple[int, ...] = ()  # each trial process's exit code, in order (none in a trial process)
 
 
-def execute(plan_path: Path, record_dir: Path | None, ordinal: int, trials: int | None, exploratory: bool,
-            libraries: dict[str, Path] | None, progress: Callable, argv: list[str], command: list[str],
-            trial_process: Path | None = None) -> Executed:
+def execute(
+    plan_path: Path,
+    record_dir: Path | None,
+    ordinal: int,
+    trials: int | None,
+    exploratory: bool,
+    libraries: dict[str, Path] | None,
+    progress: Callable,
+    argv: list[str],
+    command: list[str],
+    trial_process: Path | None = None,
+) -> Executed:
     """`run` and `compare` on one device, from the frozen plan to the record, each check at its place.
 
     The invocation the user typed runs each planned trial in a process of its own (`command`, the
@@ -195,8 +208,11 @@ def execute(plan_path: Path, record_dir: Path | None, ordinal: int, trials: int 
     folder = Path(record_dir or default_record_dir(loaded))
     device = CudaDevice(ordinal)  # before any output: no GPU is a one-line error, exit 5
     if trial_process is not None:
-        return Executed(loaded, folder, _one_trial(loaded, folder, device, ordinal, exploratory, libraries,
-                                                   progress, argv, trial_process))
+        return Executed(
+            loaded,
+            folder,
+            _one_trial(loaded, folder, device, ordinal, exploratory, libraries, progress, argv, trial_process),
+        )
     try:
         wanted, skipped = remaining_trials(loaded, Record(folder), device.info.uuid, trials)
     finally:
@@ -204,7 +220,8 @@ def execute(plan_path: Path, record_dir: Path | None, ordinal: int, trials: int 
     before = {t.index for t in Record(folder).trials()}
     with tempfile.TemporaryDirectory(prefix="qualify-trials-") as workdir:
         codes = run_each_in_a_process(
-            wanted, lambda n: spawn(child_command(command, folder, ordinal, Path(workdir), exploratory)))
+            wanted, lambda n: spawn(child_command(command, folder, ordinal, Path(workdir), exploratory))
+        )
     record = Record(folder)
     results = rederive(record, loaded)
     done = [t for t in record.trials() if t.index not in before]
@@ -231,11 +248,21 @@ def _one_trial(loaded, folder, device, ordinal, exploratory, libraries, progress
 
     with progress(samples_per_trial(loaded)) as advance:
         return run_plan(
-            loaded, folder, lambda: device, Telemetry,
-            exploratory=exploratory, trials=1, argv=argv, progress=advance,
-            sanitize=lambda tool, case, side, timeout: run_check(tool, loaded.path, case, side, timeout, ordinal,
-                                                                 library=(libraries or {}).get(side)),
-            preflight=lambda side, cases: preflight(loaded.path, side, cases, ordinal,
-                                                    library=(libraries or {}).get(side)),
-            libraries=libraries, workdir=Path(workdir), render=False,
-        )  # fmt: skip
+            loaded,
+            folder,
+            lambda: device,
+            Telemetry,
+            exploratory=exploratory,
+            trials=1,
+            argv=argv,
+            progress=advance,
+            sanitize=lambda tool, case, side, timeout: run_check(
+                tool, loaded.path, case, side, timeout, ordinal, library=(libraries or {}).get(side)
+            ),
+            preflight=lambda side, cases: preflight(
+                loaded.path, side, cases, ordinal, library=(libraries or {}).get(side)
+            ),
+            libraries=libraries,
+            workdir=Path(workdir),
+            render=False,
+        )

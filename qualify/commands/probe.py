@@ -23,11 +23,11 @@ import numpy as np
 from qualify.build.arms import kernel_spec
 from qualify.build.nvrtc import compile_kernel
 from qualify.dtypes import EXPONENT_BITS, FLOATS, ITEMSIZE, UNSIGNED
+from qualify.evaluate.fidelity import _ordered, compare
 from qualify.plan.load import LoadedPlan
 from qualify.plan.model import ARM_SIDES, LibraryArm
 from qualify.run import inputs as input_gen
 from qualify.run.arms import ArmExec
-from qualify.evaluate.fidelity import _ordered, compare
 from qualify.run.reference import host_values, load_reference, reference_outputs
 
 # Histogram edges of the per-element ulp distance: 0 (identical value, ±0 included), 1, 2, 3-4,
@@ -81,12 +81,24 @@ def ulp_histogram(dtype: str, expected: np.ndarray, actual: np.ndarray) -> tuple
     return tuple(rows), int(nonfinite.sum())
 
 
-def probe_buffer(case: str, name: str, dtype: str, expected: np.ndarray, actual: np.ndarray,
-                 compared: str = "candidate/base") -> BufferProbe:  # fmt: skip
+def probe_buffer(
+    case: str, name: str, dtype: str, expected: np.ndarray, actual: np.ndarray, compared: str = "candidate/base"
+) -> BufferProbe:
     parity = compare(name, dtype, expected, actual)
     histogram, nonfinite = ulp_histogram(dtype, expected, actual)
-    return BufferProbe(case, name, compared, dtype, parity.elements, parity.elements - parity.differing_elements,
-                       histogram, nonfinite, parity.max_ulp, parity.max_abs, parity.max_rel)  # fmt: skip
+    return BufferProbe(
+        case,
+        name,
+        compared,
+        dtype,
+        parity.elements,
+        parity.elements - parity.differing_elements,
+        histogram,
+        nonfinite,
+        parity.max_ulp,
+        parity.max_abs,
+        parity.max_rel,
+    )
 
 
 @dataclass(frozen=True)
@@ -119,8 +131,8 @@ class ProbeResult:
 
 def run_probe(loaded: LoadedPlan, device, libraries: dict[str, Path] | None = None) -> ProbeResult:
     """Each case once per arm on `device`; nothing is written anywhere."""
-    from qualify.plan.digest import verify_frozen
     from qualify.errors import FrozenInputChanged
+    from qualify.plan.digest import verify_frozen
 
     lock = "not frozen"
     if loaded.lock is not None:
@@ -168,8 +180,15 @@ def run_probe(loaded: LoadedPlan, device, libraries: dict[str, Path] | None = No
         for side, kernel in kernels.items():
             if not isinstance(loaded.plan.arm(side), LibraryArm):
                 device.unload_kernel(kernel)
-    return ProbeResult(loaded.plan.name, lock, f"{device.info.name} ({device.info.arch})", fid.mode, fid.bound,
-                       fid.against, tuple(rows))  # fmt: skip
+    return ProbeResult(
+        loaded.plan.name,
+        lock,
+        f"{device.info.name} ({device.info.arch})",
+        fid.mode,
+        fid.bound,
+        fid.against,
+        tuple(rows),
+    )
 
 
 def _load_arms(loaded: LoadedPlan, device, libraries: dict[str, Path]) -> dict[str, object]:
@@ -182,8 +201,11 @@ def _load_arms(loaded: LoadedPlan, device, libraries: dict[str, Path]) -> dict[s
         if isinstance(arm, LibraryArm):
             path = libraries.get(side) or (loaded.path.parent / arm.library if arm.library else None)
             if path is None:
-                raise UsageError(f"the {side} arm names no library: give it with --{'base' if side == 'base' else 'candidate'}-so",
-                                 file=loaded.path, field=f"arms.{side}.library")  # fmt: skip
+                raise UsageError(
+                    f"the {side} arm names no library: give it with --{'base' if side == 'base' else 'candidate'}-so",
+                    file=loaded.path,
+                    field=f"arms.{side}.library",
+                )
             kernels[side] = load_library(side, Path(path), arm, f"arms.{side}.library")
         else:
             compiled = compile_kernel(kernel_spec(loaded, side, device.info.arch))
@@ -202,26 +224,33 @@ def format_probe(result: ProbeResult) -> list[str]:
         f"probe of {result.plan} on {result.device}; plan {result.lock}",
         "exploration, not evidence: one launch per arm and case, no determinism check, no controls; "
         "nothing was recorded",
-        f"the plan's gate: {result.mode}" + (f" <= {result.bound:g}" if result.bound is not None else "")
+        f"the plan's gate: {result.mode}"
+        + (f" <= {result.bound:g}" if result.bound is not None else "")
         + f", against {result.against}"
         + ("" if result.against != "golden" else " (the probe compares candidate with base instead)"),
         "",
     ]
     width = max([len(b.case) for b in result.buffers] + [4])
-    lines.append(f"{'case':<{width}}  {'compared':<17}  buffer  elements  identical  max ulp  max abs  max rel  ulp distances of differing elements")
+    lines.append(
+        f"{'case':<{width}}  {'compared':<17}  buffer  elements  identical  max ulp  max abs  max rel  ulp distances of differing elements"
+    )
     for b in result.buffers:
         spread = ", ".join(f"{label}: {n}" for label, n in b.ulp_histogram)
         if b.nonfinite:
             spread += (", " if spread else "") + f"NaN/Inf: {b.nonfinite}"
-        lines.append(f"{b.case:<{width}}  {b.compared:<17}  {b.buffer:<6}  {b.elements:>8}  {b.identical:>9}  "
-                     f"{_number(b.max_ulp):>7}  {_number(b.max_abs):>7}  {_number(b.max_rel):>7}  {spread or '-'}")  # fmt: skip
+        lines.append(
+            f"{b.case:<{width}}  {b.compared:<17}  {b.buffer:<6}  {b.elements:>8}  {b.identical:>9}  "
+            f"{_number(b.max_ulp):>7}  {_number(b.max_abs):>7}  {_number(b.max_rel):>7}  {spread or '-'}"
+        )
     lines.append("")
     if result.bytes_identical:
         lines.append("every output is bit-identical: mode 'bytes' would pass")
     else:
         smallest = {m: result.smallest_bound(m) for m in ("ulp", "abs", "rel")}
-        shown = ", ".join(f"{m} {_number(v) if v is not None else 'none (a NaN/Inf or integer difference)'}"
-                          for m, v in smallest.items())  # fmt: skip
+        shown = ", ".join(
+            f"{m} {_number(v) if v is not None else 'none (a NaN/Inf or integer difference)'}"
+            for m, v in smallest.items()
+        )
         lines.append(f"smallest bound that would pass: {shown}; mode 'bytes' would fail")
         if result.bound is not None and smallest[result.mode] is not None:
             verdict = "would pass" if smallest[result.mode] <= result.bound else "would FAIL"

@@ -14,20 +14,20 @@ record whose ledger was lost still counts.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from qualify import strict_json
 from qualify.errors import FrozenInputChanged, QualifyError
-from qualify.io import atomic_write_text
 from qualify.plan.digest import lock_path, read_lock
 from qualify.plan.load import LoadedPlan
 from qualify.results.store import Record
 
 NEW_PLAN = "save the changed plan as a new plan file with a new name and freeze that (its trials go to a new record)"
-REMEDY = ("`qualify plan freeze --replace` re-freezes it while no record holds a trial under the old "
-          f"lock; once one does, {NEW_PLAN}")  # fmt: skip
+REMEDY = (
+    "`qualify plan freeze --replace` re-freezes it while no record holds a trial under the old "
+    f"lock; once one does, {NEW_PLAN}"
+)
 
 
 def with_remedy(exc: FrozenInputChanged) -> FrozenInputChanged:

@@ -19,19 +19,51 @@ from pathlib import Path
 from qualify.errors import UsageError
 
 SCALAR_TYPES = {
-    "int": "i32", "int32_t": "i32", "signed": "i32", "signed int": "i32",
-    "unsigned": "u32", "unsigned int": "u32", "uint32_t": "u32",
-    "long long": "i64", "long long int": "i64", "int64_t": "i64", "long": "i64", "ptrdiff_t": "i64",
-    "unsigned long long": "u64", "unsigned long": "u64", "uint64_t": "u64", "size_t": "u64",
-    "float": "f32", "double": "f64",
-}  # fmt: skip
+    "int": "i32",
+    "int32_t": "i32",
+    "signed": "i32",
+    "signed int": "i32",
+    "unsigned": "u32",
+    "unsigned int": "u32",
+    "uint32_t": "u32",
+    "long long": "i64",
+    "long long int": "i64",
+    "int64_t": "i64",
+    "long": "i64",
+    "ptrdiff_t": "i64",
+    "unsigned long long": "u64",
+    "unsigned long": "u64",
+    "uint64_t": "u64",
+    "size_t": "u64",
+    "float": "f32",
+    "double": "f64",
+}
 ELEMENT_TYPES = {
-    "float": "f32", "double": "f64", "__half": "f16", "half": "f16", "__nv_bfloat16": "bf16",
-    "nv_bfloat16": "bf16", "int8_t": "i8", "char": "i8", "signed char": "i8", "uint8_t": "u8",
-    "unsigned char": "u8", "int16_t": "i16", "short": "i16", "uint16_t": "u16", "unsigned short": "u16",
-    "int": "i32", "int32_t": "i32", "unsigned": "u32", "unsigned int": "u32", "uint32_t": "u32",
-    "long long": "i64", "int64_t": "i64", "unsigned long long": "u64", "uint64_t": "u64",
-}  # fmt: skip
+    "float": "f32",
+    "double": "f64",
+    "__half": "f16",
+    "half": "f16",
+    "__nv_bfloat16": "bf16",
+    "nv_bfloat16": "bf16",
+    "int8_t": "i8",
+    "char": "i8",
+    "signed char": "i8",
+    "uint8_t": "u8",
+    "unsigned char": "u8",
+    "int16_t": "i16",
+    "short": "i16",
+    "uint16_t": "u16",
+    "unsigned short": "u16",
+    "int": "i32",
+    "int32_t": "i32",
+    "unsigned": "u32",
+    "unsigned int": "u32",
+    "uint32_t": "u32",
+    "long long": "i64",
+    "int64_t": "i64",
+    "unsigned long long": "u64",
+    "uint64_t": "u64",
+}
 # A mantissa bit of each float type (or the low bit of an integer): flipping it in the first
 # input element must change the output, which is what the skeleton's negative control asks.
 FLIP_BIT = {"f32": 22, "f64": 51, "f16": 9, "bf16": 6}
@@ -102,8 +134,10 @@ class Skeleton:
 def _common(name: str, archs: list[str], fidelity: str, bound: float | None, todo: list[str]) -> dict:
     if fidelity != "bytes" and bound is None:
         bound = FIDELITY_PLACEHOLDER[fidelity]
-        todo.append(f"acceptance.fidelity.bound: {bound} is a placeholder; choose it from `qualify probe PLAN` "
-                    "on a GPU before freezing")  # fmt: skip
+        todo.append(
+            f"acceptance.fidelity.bound: {bound} is a placeholder; choose it from `qualify probe PLAN` "
+            "on a GPU before freezing"
+        )
     todo += [
         "hypothesis, independent_variable, revisions: say what the candidate changes and what you expect",
         "workload.cases and buffers[].shape: the sizes to qualify (placeholders: N)",
@@ -147,10 +181,14 @@ def _buffers_and_controls(pointers: list[tuple[str, str, bool]], plan: dict, tod
         buffers.append(buf)
     first_input = next((b for b in buffers if b["role"] == "input"), None)
     if first_input is not None:
-        plan["controls"]["negative"].append({
-            "kind": "input", "name": f"flip_{first_input['name']}", "buffer": first_input["name"],
-            "mutation": {"op": "flip_bit", "index": 0, "bit": FLIP_BIT.get(first_input["dtype"], 0)},
-        })  # fmt: skip
+        plan["controls"]["negative"].append(
+            {
+                "kind": "input",
+                "name": f"flip_{first_input['name']}",
+                "buffer": first_input["name"],
+                "mutation": {"op": "flip_bit", "index": 0, "bit": FLIP_BIT.get(first_input["dtype"], 0)},
+            }
+        )
         todo.append("controls.negative: the flipped element must change an output, or the control stays green")
     return buffers
 
@@ -160,9 +198,17 @@ def _scalar_value(kind: str):
     return 1.0 if kind.startswith("f") else "N"
 
 
-def kernel_skeleton(plan_path: Path, name: str, base: tuple[Path, str], candidate: tuple[Path, str],
-                    params: list[Param], sizes: list[int], archs: list[str], fidelity: str,
-                    bound: float | None) -> Skeleton:  # fmt: skip
+def kernel_skeleton(
+    plan_path: Path,
+    name: str,
+    base: tuple[Path, str],
+    candidate: tuple[Path, str],
+    params: list[Param],
+    sizes: list[int],
+    archs: list[str],
+    fidelity: str,
+    bound: float | None,
+) -> Skeleton:
     """A plan for two CUDA arms whose kernel takes `params` (read from the source, checked
     against `sizes`, the compiled byte sizes)."""
     from qualify.build.params import ARG_BYTES
@@ -175,21 +221,29 @@ def kernel_skeleton(plan_path: Path, name: str, base: tuple[Path, str], candidat
             element = p.ctype.rstrip("*").strip()
             dtype = ELEMENT_TYPES.get(element)
             if dtype is None:
-                raise UsageError(f"parameter {k} ({p.ctype} {p.name}): qualify has no buffer type for {element!r} "
-                                 f"(it knows {', '.join(sorted(ELEMENT_TYPES))})", file=base[0])  # fmt: skip
+                raise UsageError(
+                    f"parameter {k} ({p.ctype} {p.name}): qualify has no buffer type for {element!r} "
+                    f"(it knows {', '.join(sorted(ELEMENT_TYPES))})",
+                    file=base[0],
+                )
             pointers.append((p.name, dtype, p.const))
             args.append({"kind": "buffer", "name": p.name})
         else:
             kind = SCALAR_TYPES.get(p.ctype)
             if kind is None:
-                raise UsageError(f"parameter {k} ({p.ctype} {p.name}): qualify passes pointers and the scalars "
-                                 f"{', '.join(sorted(set(SCALAR_TYPES.values())))}, not {p.ctype!r}",
-                                 file=base[0])  # fmt: skip
+                raise UsageError(
+                    f"parameter {k} ({p.ctype} {p.name}): qualify passes pointers and the scalars "
+                    f"{', '.join(sorted(set(SCALAR_TYPES.values())))}, not {p.ctype!r}",
+                    file=base[0],
+                )
             args.append({"kind": kind, "value": _scalar_value(kind)})
     planned = [ARG_BYTES[a["kind"]] for a in args]
     if planned != sizes:
-        raise UsageError(f"the declaration reads as byte sizes {planned} but the compiled kernel takes {sizes}; "
-                         "write workload.launch.args by hand", file=base[0])  # fmt: skip
+        raise UsageError(
+            f"the declaration reads as byte sizes {planned} but the compiled kernel takes {sizes}; "
+            "write workload.launch.args by hand",
+            file=base[0],
+        )
     if not any(not is_input for _, _, is_input in pointers):
         raise UsageError("the kernel has no non-const pointer parameter: nothing to compare", file=base[0])
     folder = plan_path.parent
@@ -205,9 +259,18 @@ def kernel_skeleton(plan_path: Path, name: str, base: tuple[Path, str], candidat
     return Skeleton(plan, todo)
 
 
-def library_skeleton(plan_path: Path, name: str, symbol: str, signature: list[str], libraries: tuple[Path, Path] | None,
-                     archs: list[str], fidelity: str, bound: float | None, abi: tuple[str, int] | None = None,
-                     error_symbol: str | None = None) -> Skeleton:  # fmt: skip
+def library_skeleton(
+    plan_path: Path,
+    name: str,
+    symbol: str,
+    signature: list[str],
+    libraries: tuple[Path, Path] | None,
+    archs: list[str],
+    fidelity: str,
+    bound: float | None,
+    abi: tuple[str, int] | None = None,
+    error_symbol: str | None = None,
+) -> Skeleton:
     todo: list[str] = []
     for t in signature:
         if t not in SIGNATURE_TYPES:
@@ -216,8 +279,10 @@ def library_skeleton(plan_path: Path, name: str, symbol: str, signature: list[st
     if n_ptr == 0:
         raise UsageError("--signature: no 'ptr' argument, so no output buffer to compare")
     plan = _common(name, archs, fidelity, bound, todo)
-    todo.append("hardware.architectures: for library arms, the architectures the .so files were built for "
-                "(qualify compiles nothing); hardware.devices still gates which GPU may run the plan")  # fmt: skip
+    todo.append(
+        "hardware.architectures: for library arms, the architectures the .so files were built for "
+        "(qualify compiles nothing); hardware.devices still gates which GPU may run the plan"
+    )
     pointers = [(f"buf{k}", "f32", k < n_ptr - 1) for k in range(n_ptr)]
     call, ptr_index = [], 0
     for t in signature:
@@ -232,7 +297,11 @@ def library_skeleton(plan_path: Path, name: str, symbol: str, signature: list[st
     for k, side in enumerate(ARM_SIDES):
         arm: dict = {"kind": "library", "symbol": symbol, "signature": list(signature)}
         if libraries is not None:
-            arm = {"kind": "library", "library": _relative(libraries[k], folder), **{x: y for x, y in arm.items() if x != "kind"}}
+            arm = {
+                "kind": "library",
+                "library": _relative(libraries[k], folder),
+                **{x: y for x, y in arm.items() if x != "kind"},
+            }
         if abi is not None:
             arm["abi_symbol"], arm["abi_version"] = abi
         if error_symbol is not None:
@@ -293,12 +362,25 @@ def write_new_plan(plan_path: Path, skeleton: Skeleton) -> None:
         raise
 
 
-def skeleton_from_options(plan_path: Path, name: str | None, source: Path | None, kernel: str | None,
-                          cand_source: Path | None, cand_kernel: str | None, library_pair: bool,
-                          symbol: str | None, signature: str | None, base_so: Path | None,
-                          candidate_so: Path | None, abi_symbol: str | None, abi_version: int | None,
-                          error_symbol: str | None, archs: tuple[str, ...], fidelity: str,
-                          bound: float | None) -> Skeleton:  # fmt: skip
+def skeleton_from_options(
+    plan_path: Path,
+    name: str | None,
+    source: Path | None,
+    kernel: str | None,
+    cand_source: Path | None,
+    cand_kernel: str | None,
+    library_pair: bool,
+    symbol: str | None,
+    signature: str | None,
+    base_so: Path | None,
+    candidate_so: Path | None,
+    abi_symbol: str | None,
+    abi_version: int | None,
+    error_symbol: str | None,
+    archs: tuple[str, ...],
+    fidelity: str,
+    bound: float | None,
+) -> Skeleton:
     """`plan new`'s options -> the skeleton they ask for; a missing or contradictory option is a UsageError."""
     name = name or default_name(plan_path)
     archs = list(dict.fromkeys(archs))
@@ -312,9 +394,17 @@ def skeleton_from_options(plan_path: Path, name: str | None, source: Path | None
         if (abi_symbol is None) != (abi_version is None):
             raise UsageError("--abi-symbol and --abi-version go together")
         return library_skeleton(
-            plan_path, name, symbol, [t.strip() for t in signature.split(",")],
-            (base_so, candidate_so) if base_so is not None else None, archs, fidelity, bound,
-            (abi_symbol, abi_version) if abi_symbol else None, error_symbol)  # fmt: skip
+            plan_path,
+            name,
+            symbol,
+            [t.strip() for t in signature.split(",")],
+            (base_so, candidate_so) if base_so is not None else None,
+            archs,
+            fidelity,
+            bound,
+            (abi_symbol, abi_version) if abi_symbol else None,
+            error_symbol,
+        )
     else:
         if not kernel:
             raise UsageError("a kernel pair needs --kernel NAME")
@@ -324,10 +414,14 @@ def skeleton_from_options(plan_path: Path, name: str | None, source: Path | None
         sizes, _ = compiled_sizes(source, kernel, archs[0])
         cand_sizes, _ = compiled_sizes(cand_source, cand_kernel, archs[0])
         if cand_sizes != sizes:
-            raise UsageError(f"the candidate {cand_kernel} takes byte sizes {cand_sizes}, the base {kernel} "
-                             f"{sizes}: one launch serves both arms", file=cand_source)  # fmt: skip
+            raise UsageError(
+                f"the candidate {cand_kernel} takes byte sizes {cand_sizes}, the base {kernel} "
+                f"{sizes}: one launch serves both arms",
+                file=cand_source,
+            )
         params = declared_params(Path(source).read_text(encoding="utf-8", errors="replace"), kernel)
         if params is None:
             raise UsageError(f"no __global__ declaration of {kernel.split('<')[0]} found", file=source)
-        return kernel_skeleton(plan_path, name, (source, kernel), (cand_source, cand_kernel),
-                                            params, sizes, archs, fidelity, bound)  # fmt: skip
+        return kernel_skeleton(
+            plan_path, name, (source, kernel), (cand_source, cand_kernel), params, sizes, archs, fidelity, bound
+        )

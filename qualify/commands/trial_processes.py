@@ -44,8 +44,20 @@ class Worker(Protocol):
 
 def child_command(command: list[str], folder: Path, ordinal: int, workdir: Path, exploratory: bool) -> list[str]:
     """`qualify <run|compare> …` for one trial, in the worker mode that renders nothing."""
-    cmd = [sys.executable, "-m", "qualify", *command, "--record", str(folder), "--device", str(ordinal),
-           "--trials", "1", "--trial-process", str(workdir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "qualify",
+        *command,
+        "--record",
+        str(folder),
+        "--device",
+        str(ordinal),
+        "--trials",
+        "1",
+        "--trial-process",
+        str(workdir),
+    ]
     return cmd + (["--exploratory"] if exploratory else [])
 
 

@@ -76,8 +76,16 @@ def compare(name: str, dtype: str, expected: np.ndarray, actual: np.ndarray) -> 
     differ = np.flatnonzero(a != b)
     n = int(a.size)
     if differ.size == 0:
-        return BufferParity(buffer=name, equal=True, elements=n, differing_elements=0,
-                            first_difference=None, max_ulp=0, max_abs=0.0, max_rel=0.0)  # fmt: skip
+        return BufferParity(
+            buffer=name,
+            equal=True,
+            elements=n,
+            differing_elements=0,
+            first_difference=None,
+            max_ulp=0,
+            max_abs=0.0,
+            max_rel=0.0,
+        )
     max_ulp, max_abs, max_rel = _distances(dtype, size, a[differ], b[differ])
     return BufferParity(
         buffer=name,

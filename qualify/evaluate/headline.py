@@ -89,8 +89,15 @@ def runs(effects: list[CaseEffect], ordered: bool) -> tuple[Run, ...]:
         else:
             where = "between"
         deltas = [e.delta_pct for e in g if e.delta_pct is not None]
-        out.append(Run(g[0].case_class, tuple(e.case for e in g), where,
-                       min(deltas) if deltas else None, max(deltas) if deltas else None))  # fmt: skip
+        out.append(
+            Run(
+                g[0].case_class,
+                tuple(e.case for e in g),
+                where,
+                min(deltas) if deltas else None,
+                max(deltas) if deltas else None,
+            )
+        )
     return tuple(out)
 
 
@@ -108,13 +115,18 @@ def crossover(plan: Plan, trials: list[Trial], effects: list[CaseEffect]) -> Cro
     k = faster.index(True)
     if all(faster[k:]) and not any(faster[:k]):
         direction, at = ">=", k
-    elif all(faster[: faster.index(False)]) and not any(faster[faster.index(False):]):
+    elif all(faster[: faster.index(False)]) and not any(faster[faster.index(False) :]):
         direction, at = "<=", faster.index(False) - 1
     else:
         return None
     chosen = {e.case for e, f in zip(effects, faster) if f}
-    highs = [c.stats.ci_high for t in trials if t.status == "complete" for c in t.cases
-             if c.case in chosen and c.stats.ci_high is not None]  # fmt: skip
+    highs = [
+        c.stats.ci_high
+        for t in trials
+        if t.status == "complete"
+        for c in t.cases
+        if c.case in chosen and c.stats.ci_high is not None
+    ]
     if not highs:
         return None
     supported = math.floor((1.0 - max(highs)) * 100.0 * 2) / 2  # floored to 0.5 %
@@ -133,14 +145,16 @@ def device_effects(plan: Plan, results: Results) -> tuple[DeviceEffect, ...]:
     out = []
     for label, trials in _by_device(results.trials).items():
         effects = case_effects(plan, trials)
-        out.append(DeviceEffect(
-            device=label,
-            complete_trials=sum(t.status == "complete" for t in trials),
-            cases=len(effects),
-            runs=runs(effects, ordered),
-            crossover=crossover(plan, trials, effects),
-            free_aa=_all_free_aa(trials),
-        ))  # fmt: skip
+        out.append(
+            DeviceEffect(
+                device=label,
+                complete_trials=sum(t.status == "complete" for t in trials),
+                cases=len(effects),
+                runs=runs(effects, ordered),
+                crossover=crossover(plan, trials, effects),
+                free_aa=_all_free_aa(trials),
+            )
+        )
     return tuple(out)
 
 
@@ -170,8 +184,11 @@ def fidelity(plan: Plan, results: Results) -> Fidelity:
             if not c.timed_outputs_match:
                 mismatch.append(where)
         # a fail-fast stop records the fidelity failure without a case row
-        failing.extend(f"{f.case or 'a case'} (trial {t.index})" for f in t.failures
-                       if f.kind == "fidelity" and f"{f.case} (trial {t.index})" not in failing)  # fmt: skip
+        failing.extend(
+            f"{f.case or 'a case'} (trial {t.index})"
+            for f in t.failures
+            if f.kind == "fidelity" and f"{f.case} (trial {t.index})" not in failing
+        )
     return Fidelity(contract(plan), checks, tuple(failing), tuple(nondet), tuple(mismatch))
 
 
@@ -229,17 +246,29 @@ def gate_misses(plan: Plan, results: Results) -> tuple[GateMiss, ...]:
             continue
         gate = bounds.get(name)
         # a per-trial miss with the speed-up in hand failed on its interval (class not faster)
-        unresolved = any(gate is not None and gate.min_speedup_pct is not None and g.trial is not None
-                         and g.value_pct >= gate.min_speedup_pct and classes.get((g.trial, g.case)) != "faster"
-                         for g in missed)  # fmt: skip
+        unresolved = any(
+            gate is not None
+            and gate.min_speedup_pct is not None
+            and g.trial is not None
+            and g.value_pct >= gate.min_speedup_pct
+            and classes.get((g.trial, g.case)) != "faster"
+            for g in missed
+        )
         cases = tuple(dict.fromkeys(g.case for g in missed))
-        out.append(GateMiss(
-            gate=name, device=device, bound=missed[0].bound, cases=cases,
-            all_cases=set(cases) == {g.case for g in judged},
-            missed=len(missed), judged=len(judged),
-            low_speedup_pct=min(g.value_pct for g in missed), high_speedup_pct=max(g.value_pct for g in missed),
-            unresolved=unresolved,
-        ))  # fmt: skip
+        out.append(
+            GateMiss(
+                gate=name,
+                device=device,
+                bound=missed[0].bound,
+                cases=cases,
+                all_cases=set(cases) == {g.case for g in judged},
+                missed=len(missed),
+                judged=len(judged),
+                low_speedup_pct=min(g.value_pct for g in missed),
+                high_speedup_pct=max(g.value_pct for g in missed),
+                unresolved=unresolved,
+            )
+        )
     return tuple(out)
 
 

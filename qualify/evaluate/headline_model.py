@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 # a case's class across a device's complete trials: the class they agree on, or one of these
 MIXED = "mixed"  # the trials disagree
 UNMEASURED = "unmeasured"  # no complete trial measured the case

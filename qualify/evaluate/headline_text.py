@@ -76,16 +76,20 @@ def device_sentence(d: DeviceEffect, esc: Escape, many_devices: bool) -> str:
     on = f"On {esc(d.device)}, the" if many_devices else "The"
     trials = f"{d.complete_trials} complete trial{'s' if d.complete_trials != 1 else ''}"
     if d.free_aa:
-        return (f"{on} candidate runs the base's machine code with the same launches: no change by "
-                f"construction (a free A/A); the timer measured it {phrases} (time per launch, median of {trials}).")  # fmt: skip
+        return (
+            f"{on} candidate runs the base's machine code with the same launches: no change by "
+            f"construction (a free A/A); the timer measured it {phrases} (time per launch, median of {trials})."
+        )
     text = f"{on} candidate is {phrases} (time per launch, median of {trials})."
     if d.crossover is not None:
         x = d.crossover
         edge = "from" if x.direction == ">=" else "up to"
         value = x.value if isinstance(x.value, int) else f"{x.value:g}"  # 4194304, never 4.1943e+06
-        text += (f" It crosses over: faster {edge} {esc(x.parameter)}={value}; the data would support a gate "
-                 f"where {esc(x.parameter)} {x.direction} {value} with a speed-up of at least "
-                 f"{x.supported_speedup_pct:g} % in a new, separately frozen plan (this verdict stands).")  # fmt: skip
+        text += (
+            f" It crosses over: faster {edge} {esc(x.parameter)}={value}; the data would support a gate "
+            f"where {esc(x.parameter)} {x.direction} {value} with a speed-up of at least "
+            f"{x.supported_speedup_pct:g} % in a new, separately frozen plan (this verdict stands)."
+        )
     return text
 
 
@@ -117,10 +121,14 @@ def checks_sentence(c: Checks, esc: Escape) -> str:
         if not c.negative_runs:
             parts.append("negative controls not run")
         elif c.negative_missed and c.negative_declared_outcomes:
-            parts.append(f"negative control NOT as declared: {_cases(c.negative_missed, esc)} "
-                         "(the gate, or the declaration, is wrong there)")  # fmt: skip
+            parts.append(
+                f"negative control NOT as declared: {_cases(c.negative_missed, esc)} "
+                "(the gate, or the declaration, is wrong there)"
+            )
         elif c.negative_missed:
-            parts.append(f"negative control NOT caught: {_cases(c.negative_missed, esc)} (the fidelity gate is vacuous)")
+            parts.append(
+                f"negative control NOT caught: {_cases(c.negative_missed, esc)} (the fidelity gate is vacuous)"
+            )
         elif c.negative_declared_outcomes:
             parts.append(f"negative controls as declared in {c.negative_runs} of {c.negative_runs} runs")
         else:

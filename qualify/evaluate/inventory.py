@@ -41,15 +41,26 @@ def inventory(calls: list[TracedCall], names: dict[str, str], limits: DeviceLimi
     rows = []
     for key, k in first.items():
         threads = k.block[0] * k.block[1] * k.block[2]
-        occ = None if limits is None else occupancy(limits, threads, k.registers_per_thread,
-                                                    k.static_shared_bytes, k.dynamic_shared_bytes)  # fmt: skip
-        rows.append(KernelRow(
-            name=key[0], occurrence=key[1], grid=k.grid, block=k.block, registers=k.registers_per_thread,
-            static_shared_bytes=k.static_shared_bytes, dynamic_shared_bytes=k.dynamic_shared_bytes,
-            local_bytes=k.local_bytes_per_thread,
-            blocks_per_sm=None if occ is None else occ.blocks_per_sm,
-            warps_per_sm=None if occ is None else occ.warps_per_sm,
-            limiter=None if occ is None else occ.limiter,
-            calls=len(durations[key]), median_ns=float(statistics.median(durations[key])),
-        ))  # fmt: skip
+        occ = (
+            None
+            if limits is None
+            else occupancy(limits, threads, k.registers_per_thread, k.static_shared_bytes, k.dynamic_shared_bytes)
+        )
+        rows.append(
+            KernelRow(
+                name=key[0],
+                occurrence=key[1],
+                grid=k.grid,
+                block=k.block,
+                registers=k.registers_per_thread,
+                static_shared_bytes=k.static_shared_bytes,
+                dynamic_shared_bytes=k.dynamic_shared_bytes,
+                local_bytes=k.local_bytes_per_thread,
+                blocks_per_sm=None if occ is None else occ.blocks_per_sm,
+                warps_per_sm=None if occ is None else occ.warps_per_sm,
+                limiter=None if occ is None else occ.limiter,
+                calls=len(durations[key]),
+                median_ns=float(statistics.median(durations[key])),
+            )
+        )
     return rows

@@ -11,10 +11,10 @@ information: it explains a verdict, it never decides one.
 
 from __future__ import annotations
 
+from qualify.evaluate.inventory import inventory
 from qualify.evaluate.second_timer import agreement
 from qualify.plan.model import ARM_SIDES
 from qualify.results.model import CaseKernels, DeviceLimits, KernelChange, KernelRow, TracedCall
-from qualify.evaluate.inventory import inventory
 
 SAME_PCT = 2.0
 SAME_NS = 300.0
@@ -31,8 +31,15 @@ def _change(r: KernelRow, c: KernelRow) -> KernelChange:
     pct = delta / r.median_ns * 100.0 if r.median_ns > 0 else None
     inside = abs(delta) <= SAME_NS or (pct is not None and abs(pct) <= SAME_PCT)
     outcome = "same" if inside else ("slower" if delta > 0 else "faster")
-    return KernelChange(name=r.name, occurrence=r.occurrence, candidate_name=None if c.name == r.name else c.name,
-                        base_ns=r.median_ns, candidate_ns=c.median_ns, change_pct=pct, outcome=outcome)  # fmt: skip
+    return KernelChange(
+        name=r.name,
+        occurrence=r.occurrence,
+        candidate_name=None if c.name == r.name else c.name,
+        base_ns=r.median_ns,
+        candidate_ns=c.median_ns,
+        change_pct=pct,
+        outcome=outcome,
+    )
 
 
 def attribute(base: list[KernelRow], candidate: list[KernelRow]) -> list[KernelChange]:
@@ -56,10 +63,27 @@ def attribute(base: list[KernelRow], candidate: list[KernelRow]) -> list[KernelC
         if i in matched:
             out.append(_change(r, matched[i]))
         else:
-            out.append(KernelChange(name=r.name, occurrence=r.occurrence, base_ns=r.median_ns,
-                                    candidate_ns=None, change_pct=None, outcome="only in base"))  # fmt: skip
-    out.extend(KernelChange(name=c.name, occurrence=c.occurrence, base_ns=None, candidate_ns=c.median_ns,
-                            change_pct=None, outcome="only in candidate") for c in leftover)  # fmt: skip
+            out.append(
+                KernelChange(
+                    name=r.name,
+                    occurrence=r.occurrence,
+                    base_ns=r.median_ns,
+                    candidate_ns=None,
+                    change_pct=None,
+                    outcome="only in base",
+                )
+            )
+    out.extend(
+        KernelChange(
+            name=c.name,
+            occurrence=c.occurrence,
+            base_ns=None,
+            candidate_ns=c.median_ns,
+            change_pct=None,
+            outcome="only in candidate",
+        )
+        for c in leftover
+    )
     return out
 
 
@@ -78,13 +102,21 @@ def label(change: KernelChange | KernelRow) -> str:
     return name if other is None else f"{name} → {other}"
 
 
-def case_kernels(trace: dict[str, list[TracedCall]], names: dict[str, str], limits: DeviceLimits | None,
-                 floor_ns: float, offset_ns: float = 0.0) -> CaseKernels:  # fmt: skip
+def case_kernels(
+    trace: dict[str, list[TracedCall]],
+    names: dict[str, str],
+    limits: DeviceLimits | None,
+    floor_ns: float,
+    offset_ns: float = 0.0,
+) -> CaseKernels:
     """Everything the record says about a case's kernels, from its raw trace alone."""
     rows = {side: inventory(calls, names, limits) for side, calls in trace.items()}
     attribution = attribute(rows["base"], rows["candidate"]) if {"base", "candidate"} <= rows.keys() else []
-    return CaseKernels(inventory=rows, attribution=attribution,
-                       timers={side: agreement(calls, floor_ns, offset_ns) for side, calls in trace.items()})  # fmt: skip
+    return CaseKernels(
+        inventory=rows,
+        attribution=attribution,
+        timers={side: agreement(calls, floor_ns, offset_ns) for side, calls in trace.items()},
+    )
 
 
 def traced_launches_match(cases) -> bool | None:
@@ -107,5 +139,15 @@ def traced_launches_match(cases) -> bool | None:
 
 
 def _launch_shape(call) -> tuple:
-    return tuple((k.name, tuple(k.grid), tuple(k.block), k.registers_per_thread, k.static_shared_bytes,
-                  k.dynamic_shared_bytes, k.local_bytes_per_thread) for k in call.kernels)
+    return tuple(
+        (
+            k.name,
+            tuple(k.grid),
+            tuple(k.block),
+            k.registers_per_thread,
+            k.static_shared_bytes,
+            k.dynamic_shared_bytes,
+            k.local_bytes_per_thread,
+        )
+        for k in call.kernels
+    )

@@ -38,8 +38,9 @@ def _round_up(value: int, unit: int) -> int:
     return -(-value // unit) * unit
 
 
-def occupancy(limits: DeviceLimits, threads_per_block: int, registers_per_thread: int,
-              static_shared: int, dynamic_shared: int) -> Occupancy:  # fmt: skip
+def occupancy(
+    limits: DeviceLimits, threads_per_block: int, registers_per_thread: int, static_shared: int, dynamic_shared: int
+) -> Occupancy:
     warps_per_block = -(-threads_per_block // limits.warp_size)
     regs_per_warp = _round_up(registers_per_thread * limits.warp_size, limits.register_unit)
     shared = static_shared + dynamic_shared
@@ -54,8 +55,11 @@ def occupancy(limits: DeviceLimits, threads_per_block: int, registers_per_thread
         "warps": (limits.max_threads_per_sm // limits.warp_size) // warps_per_block,
         "blocks": limits.max_blocks_per_sm,
         "registers": (
-            (limits.registers_per_sm // limits.sub_partitions // regs_per_warp) * limits.sub_partitions
-            // warps_per_block if regs_per_warp else limits.max_blocks_per_sm
+            (limits.registers_per_sm // limits.sub_partitions // regs_per_warp)
+            * limits.sub_partitions
+            // warps_per_block
+            if regs_per_warp
+            else limits.max_blocks_per_sm
         ),
         "shared memory": limits.shared_per_sm // shared_per_block,
     }

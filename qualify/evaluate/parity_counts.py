@@ -32,8 +32,16 @@ def step_index(data: np.ndarray, dtype: str) -> np.ndarray:
     return np.where(negative, -magnitude, magnitude)
 
 
-def count(output: str, dtype: str, expected: np.ndarray, actual: np.ndarray, *,
-          atol: float = 0.0, rtol: float = 0.0, rel_floor: float = 1e-6) -> ParityCounts:
+def count(
+    output: str,
+    dtype: str,
+    expected: np.ndarray,
+    actual: np.ndarray,
+    *,
+    atol: float = 0.0,
+    rtol: float = 0.0,
+    rel_floor: float = 1e-6,
+) -> ParityCounts:
     """Counts of `actual` against `expected` (flat uint8 arrays of the same float dtype).
 
     An element is within the bound when |err| <= atol + rtol·|expected|; with atol = rtol = 0 that

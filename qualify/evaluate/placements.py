@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qualify.results.samples import key
 from qualify.evaluate.stats import block_log_ratios
 from qualify.evaluate.summarize import series_ns
+from qualify.results.samples import key
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,9 @@ def block_placements(arrays: dict[str, np.ndarray], case: str, series: str) -> d
     return out
 
 
-def placement_deltas(arrays: dict[str, np.ndarray], case: str, floor: float, iterations: int,
-                     a: str = "base", b: str = "candidate") -> tuple[PlacementDelta, ...]:
+def placement_deltas(
+    arrays: dict[str, np.ndarray], case: str, floor: float, iterations: int, a: str = "base", b: str = "candidate"
+) -> tuple[PlacementDelta, ...]:
     """Per placement, in placement order: the block log-ratios of series b over series a (floor
     corrected, per launch, as the case's paired statistics take them) and their mean as a Δ.
 
@@ -52,8 +53,9 @@ def placement_deltas(arrays: dict[str, np.ndarray], case: str, floor: float, ite
     where_a, where_b = block_placements(arrays, case, a), block_placements(arrays, case, b)
     for block in where_a.keys() & where_b.keys():
         if where_a[block] != where_b[block]:
-            raise ValueError(f"{case}: block {block} ran {a} on placement {where_a[block]} "
-                             f"and {b} on placement {where_b[block]}")  # fmt: skip
+            raise ValueError(
+                f"{case}: block {block} ran {a} on placement {where_a[block]} and {b} on placement {where_b[block]}"
+            )
     a_ns, b_ns = series_ns(arrays, case, a, floor, iterations), series_ns(arrays, case, b, floor, iterations)
     a_block, b_block = arrays[key(case, a, "block")], arrays[key(case, b, "block")]
     out = []
@@ -61,8 +63,9 @@ def placement_deltas(arrays: dict[str, np.ndarray], case: str, floor: float, ite
         blocks = [blk for blk in sorted(where_a.keys() & where_b.keys()) if where_a[blk] == p]
         kept, logs = [], []
         for blk in blocks:  # one at a time: a block without a ratio (a zero median) drops out alone
-            ratio = block_log_ratios(a_ns[a_block == blk], a_block[a_block == blk],
-                                     b_ns[b_block == blk], b_block[b_block == blk])  # fmt: skip
+            ratio = block_log_ratios(
+                a_ns[a_block == blk], a_block[a_block == blk], b_ns[b_block == blk], b_block[b_block == blk]
+            )
             if ratio.size:
                 kept.append(blk)
                 logs.append(float(ratio[0]))

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from qualify.evaluate.placements import placement_deltas
-from qualify.evaluate.summarize import floor_ns, has_series, pair_stats, timing_summary
 from qualify.evaluate.kernels import case_kernels
+from qualify.evaluate.placements import placement_deltas
 from qualify.evaluate.second_timer import traced_offset
+from qualify.evaluate.summarize import floor_ns, has_series, pair_stats, timing_summary
 from qualify.plan.model import ARM_SIDES
 from qualify.results.model import CaseStats, CaseTrial, KernelTrace, Trial
 
@@ -26,8 +26,12 @@ def derived_fields(arrays: dict[str, np.ndarray], cid: str, iterations: int) -> 
     if has_series(arrays, cid, "aa_a") and has_series(arrays, cid, "aa_b"):
         aa = pair_stats(arrays, cid, "aa_a", "aa_b", floor, iterations)
     spread = placement_deltas(arrays, cid, floor, iterations)
-    return {"timing": timing, "stats": stats, "aa": aa,
-            "placement_spread_pct": [p.delta_pct for p in spread] if len(spread) > 1 else None}
+    return {
+        "timing": timing,
+        "stats": stats,
+        "aa": aa,
+        "placement_spread_pct": [p.delta_pct for p in spread] if len(spread) > 1 else None,
+    }
 
 
 def kernel_fields(trace: dict | None, kernel_trace: KernelTrace | None, floor: float) -> dict:
@@ -41,8 +45,9 @@ def kernel_fields(trace: dict | None, kernel_trace: KernelTrace | None, floor: f
     return {"kernels": case_kernels(trace, names, limits, floor, offset)}
 
 
-def recompute_case(case: CaseTrial, arrays: dict[str, np.ndarray], iterations: int,
-                   kernel_trace: KernelTrace | None = None) -> CaseTrial:  # fmt: skip
+def recompute_case(
+    case: CaseTrial, arrays: dict[str, np.ndarray], iterations: int, kernel_trace: KernelTrace | None = None
+) -> CaseTrial:
     update = derived_fields(arrays, case.case, iterations)
     if case.trace is not None or case.kernels is not None:  # trials made before tracing keep their shape
         update.update(kernel_fields(case.trace, kernel_trace, floor_ns(arrays)))

@@ -44,5 +44,14 @@ def parse(tool: str, case: str, side: str, returncode: int | None, output: str, 
         status = "clean"
     if status == "error" and not excerpt:
         excerpt = [ln for ln in lines if ln.strip()][-8:]
-    return SanitizerResult(tool=tool, case=case, side=side, status=status, errors=errors, exit_code=returncode,
-                           summary=summary, excerpt=excerpt[:24], seconds=round(seconds, 3))  # fmt: skip
+    return SanitizerResult(
+        tool=tool,
+        case=case,
+        side=side,
+        status=status,
+        errors=errors,
+        exit_code=returncode,
+        summary=summary,
+        excerpt=excerpt[:24],
+        seconds=round(seconds, 3),
+    )

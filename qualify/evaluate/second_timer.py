@@ -58,13 +58,23 @@ def agreement(calls: list[TracedCall], floor_ns: float, offset_ns: float = 0.0) 
     # how far outside its bound each call is (negative: inside); the worst is reported
     excess = [abs(e - offset_ns - s) - allowance(s) for e, s in zip(events, spans)]
     worst = max(range(len(excess)), key=lambda i: excess[i]) if excess else None
-    return TimerAgreement(calls=len(calls), bound=BOUND_TEXT, event_ns=events, offset_ns=offset_ns, cupti_span_ns=spans,
-                          cupti_sum_ns=sums, worst_call=worst, agree=all(x <= 0 for x in excess))  # fmt: skip
+    return TimerAgreement(
+        calls=len(calls),
+        bound=BOUND_TEXT,
+        event_ns=events,
+        offset_ns=offset_ns,
+        cupti_span_ns=spans,
+        cupti_sum_ns=sums,
+        worst_call=worst,
+        agree=all(x <= 0 for x in excess),
+    )
 
 
 def disagreement_text(where: str, side: str, timers: TimerAgreement) -> str:
     i = timers.worst_call
     assert i is not None
-    return (f"timers disagree at {where} ({side}, traced call {i + 1}): events {timers.event_ns[i] / 1e3:.2f} µs "
-            f"less a traced offset of {timers.offset_ns / 1e3:.2f} µs, CUPTI {timers.cupti_span_ns[i] / 1e3:.2f} µs "
-            f"(bound {timers.bound})")
+    return (
+        f"timers disagree at {where} ({side}, traced call {i + 1}): events {timers.event_ns[i] / 1e3:.2f} µs "
+        f"less a traced offset of {timers.offset_ns / 1e3:.2f} µs, CUPTI {timers.cupti_span_ns[i] / 1e3:.2f} µs "
+        f"(bound {timers.bound})"
+    )

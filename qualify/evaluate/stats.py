@@ -212,8 +212,14 @@ def _ratio_of_logs(logs: np.ndarray, base_ns, cand_ns, confidence: float = CONFI
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, mde_pct(sd, n, confidence)
 
 
-def classify(ratio: float, lo: float | None, hi: float | None, band: float = SAME_BAND,
-             mde: float | None = None, blocks: int | None = None) -> tuple[str, str]:
+def classify(
+    ratio: float,
+    lo: float | None,
+    hi: float | None,
+    band: float = SAME_BAND,
+    mde: float | None = None,
+    blocks: int | None = None,
+) -> tuple[str, str]:
     """A case's class and the reason, from the point estimate and its interval.
 
     faster/slower need the whole interval on one side of 1 *and* a change beyond the band; same

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from qualify.results.samples import key
 from qualify.evaluate.stats import ci_half_width_pct
 from qualify.evaluate.summarize import floor_ns, pair_stats
 from qualify.plan.model import Plan
+from qualify.results.samples import key
 
 TARGET_MET = "target met"
 BLOCKS_DONE = "blocks done"
@@ -46,8 +46,9 @@ def half_width_pct(arrays: dict[str, np.ndarray], case_id: str, pair, plan: Plan
     return ci_half_width_pct(stats)
 
 
-def stop_reason(arrays: dict[str, np.ndarray], case_id: str, pair, blocks_done: int, plan: Plan,
-                elapsed_s: float = 0.0) -> str | None:
+def stop_reason(
+    arrays: dict[str, np.ndarray], case_id: str, pair, blocks_done: int, plan: Plan, elapsed_s: float = 0.0
+) -> str | None:
     """Why the pair's timing stops after `blocks_done` blocks, or None to run another block.
 
     `pair` is `qualify.plan.schedule.MAIN` or `AA`; `elapsed_s` is the wall time the pair's timing

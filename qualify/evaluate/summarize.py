@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from qualify.results.samples import THROTTLE_MASK, key
 from qualify.evaluate.stats import case_stats, per_launch_ns, summarize
 from qualify.results.model import CaseStats, TimingSummary
+from qualify.results.samples import THROTTLE_MASK, key
 
 
 def floor_ns(arrays: dict[str, np.ndarray]) -> float:

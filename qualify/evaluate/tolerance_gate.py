@@ -18,9 +18,9 @@ import numpy as np
 
 from qualify import expr
 from qualify.dtypes import ITEMSIZE, LARGEST_FINITE_BITS, MANTISSA, UNSIGNED, as_float64
-from qualify.plan.model import BuildControl, CaseSelector, Calibration, Fidelity, InputControl, ToleranceRule
-from qualify.results.tolerance import ControlOutcome, MutationResolution, MutationStep, ParityCounts
 from qualify.evaluate.parity_counts import count
+from qualify.plan.model import BuildControl, Calibration, CaseSelector, Fidelity, InputControl, ToleranceRule
+from qualify.results.tolerance import ControlOutcome, MutationResolution, MutationStep, ParityCounts
 
 Params = Mapping[str, int | float]
 
@@ -74,8 +74,9 @@ def declared_bound(fidelity: Fidelity, case_id: str, params: Params, output: str
     return (None if rule.atol is None else float(rule.atol)), float(rule.rtol)
 
 
-def bound_for(fidelity: Fidelity, case_id: str, params: Params, output: str, dtype: str,
-              expected: np.ndarray) -> tuple[float, float]:
+def bound_for(
+    fidelity: Fidelity, case_id: str, params: Params, output: str, dtype: str, expected: np.ndarray
+) -> tuple[float, float]:
     """(atol, rtol) of one output in one case, an atol in quanta made absolute from the golden."""
     atol, rtol = declared_bound(fidelity, case_id, params, output)
     if atol is None:
@@ -84,8 +85,9 @@ def bound_for(fidelity: Fidelity, case_id: str, params: Params, output: str, dty
     return float(atol), rtol
 
 
-def judge_output(fidelity: Fidelity, case_id: str, params: Params, output: str, dtype: str,
-                 expected: np.ndarray, actual: np.ndarray) -> ParityCounts:
+def judge_output(
+    fidelity: Fidelity, case_id: str, params: Params, output: str, dtype: str, expected: np.ndarray, actual: np.ndarray
+) -> ParityCounts:
     atol, rtol = bound_for(fidelity, case_id, params, output, dtype, expected)
     return count(output, dtype, expected, actual, atol=atol, rtol=rtol, rel_floor=fidelity.rel_floor)
 
@@ -97,10 +99,17 @@ def passes(counts: ParityCounts) -> bool:
     return counts.within
 
 
-def judge_case(fidelity: Fidelity, case_id: str, params: Params, dtypes: Mapping[str, str],
-               expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray]) -> list[ParityCounts]:
-    return [judge_output(fidelity, case_id, params, name, dtypes[name], expected[name], actual[name])
-            for name in expected]  # fmt: skip
+def judge_case(
+    fidelity: Fidelity,
+    case_id: str,
+    params: Params,
+    dtypes: Mapping[str, str],
+    expected: Mapping[str, np.ndarray],
+    actual: Mapping[str, np.ndarray],
+) -> list[ParityCounts]:
+    return [
+        judge_output(fidelity, case_id, params, name, dtypes[name], expected[name], actual[name]) for name in expected
+    ]
 
 
 def expected_outcome(control: InputControl | BuildControl, case_id: str, params: Params, output: str) -> str:
@@ -111,8 +120,9 @@ def expected_outcome(control: InputControl | BuildControl, case_id: str, params:
     return "fail"
 
 
-def control_outcome(control: InputControl | BuildControl, case_id: str, params: Params,
-                    counts: list[ParityCounts]) -> ControlOutcome:
+def control_outcome(
+    control: InputControl | BuildControl, case_id: str, params: Params, counts: list[ParityCounts]
+) -> ControlOutcome:
     """A control behaves as declared when every output passes where it must pass and fails where it
     must fail. An output declared 'fail' that passes means the gate cannot see that fault (vacuous);
     one declared 'pass' that fails means the gate, or the declaration, is mis-specified."""
@@ -149,20 +159,33 @@ def perturb(actual: np.ndarray, dtype: str, quanta: int, elements: int, seed: in
     return words.view(np.uint8)
 
 
-def calibrate(fidelity: Fidelity, calibration: Calibration, case_id: str, params: Params, output: str,
-              dtype: str, expected: np.ndarray, actual: np.ndarray) -> MutationResolution:
+def calibrate(
+    fidelity: Fidelity,
+    calibration: Calibration,
+    case_id: str,
+    params: Params,
+    output: str,
+    dtype: str,
+    expected: np.ndarray,
+    actual: np.ndarray,
+) -> MutationResolution:
     """Every (k, n) with k = 1, 2, 4 … up to the ceiling and n from the plan; the smallest caught
     perturbation is the one with the fewest quanta, then the fewest elements."""
     steps = []
     k = 1
     while k <= calibration.ceiling_quanta:
         for n in calibration.elements:
-            counts = judge_output(fidelity, case_id, params, output, dtype, expected,
-                                  perturb(actual, dtype, k, n, calibration.seed))  # fmt: skip
-            steps.append(MutationStep(quanta=k, elements=n, caught=not passes(counts),
-                                      worst_bound_fraction=counts.worst_bound_fraction))  # fmt: skip
+            counts = judge_output(
+                fidelity, case_id, params, output, dtype, expected, perturb(actual, dtype, k, n, calibration.seed)
+            )
+            steps.append(
+                MutationStep(
+                    quanta=k, elements=n, caught=not passes(counts), worst_bound_fraction=counts.worst_bound_fraction
+                )
+            )
         k *= 2
     caught = [s for s in steps if s.caught]
     smallest = min(caught, key=lambda s: (s.quanta, s.elements)) if caught else None
-    return MutationResolution(output=output, case=case_id, steps=steps, smallest_caught=smallest,
-                              vacuous=smallest is None)  # fmt: skip
+    return MutationResolution(
+        output=output, case=case_id, steps=steps, smallest_caught=smallest, vacuous=smallest is None
+    )

@@ -55,8 +55,9 @@ def gate_bound_text(gate: SpeedGate) -> str:
     return " and ".join(bounds)
 
 
-def judge_gate(gate: SpeedGate, ratio: float, lo: float | None, hi: float | None,
-               mde_pct: float | None) -> tuple[str, float, str]:
+def judge_gate(
+    gate: SpeedGate, ratio: float, lo: float | None, hi: float | None, mde_pct: float | None
+) -> tuple[str, float, str]:
     """(outcome, speed-up in %, bound) of one gate on one case: outcome is pass, miss or cant_tell.
 
     A gate is a bound L on the ratio. The interval decides first: wholly at or below L passes,
@@ -90,8 +91,18 @@ def pooled_text(trials: int) -> str:
     return f"pooled over {trials} trials ({trials} processes)"
 
 
-def _undecided(gate: SpeedGate, cid: str, device: str, trial: int | None, speedup: float,
-               mde_pct: float | None, lo: float | None, hi: float | None, *, trials: int) -> str:
+def _undecided(
+    gate: SpeedGate,
+    cid: str,
+    device: str,
+    trial: int | None,
+    speedup: float,
+    mde_pct: float | None,
+    lo: float | None,
+    hi: float | None,
+    *,
+    trials: int,
+) -> str:
     where = f"trial {trial}" if trial is not None else pooled_text(trials)
     margin = abs(gate_limit(gate) - 1.0) * 100.0
     if mde_pct is None:
@@ -99,8 +110,10 @@ def _undecided(gate: SpeedGate, cid: str, device: str, trial: int | None, speedu
     else:
         why = f"the smallest change this case resolves is {mde_pct:.2f}%, above the gate's {margin:g}%"
     interval = "" if lo is None or hi is None else f", 95% CI [{lo:.4f}, {hi:.4f}]"
-    return (f"gate {gate.name} can't tell at {cid} on {device} ({where}): needs {gate_bound_text(gate)}, "
-            f"measured speed-up {speedup:+.2f}%{interval}; {why}")
+    return (
+        f"gate {gate.name} can't tell at {cid} on {device} ({where}): needs {gate_bound_text(gate)}, "
+        f"measured speed-up {speedup:+.2f}%{interval}; {why}"
+    )
 
 
 def gate_results(plan: Plan, trials: list[Trial]) -> list[GateResult]:
@@ -181,11 +194,19 @@ def judge_gates(plan: Plan, trials: list[Trial]) -> tuple[list[GateResult], list
                 for index, ratio, lo, hi, mde in judged:
                     outcome, value, bound = judge_gate(gate, ratio, lo, hi, mde)
                     if outcome == "cant_tell":
-                        undecided.append(_undecided(gate, cid, device, index, value, mde, lo, hi,
-                                                    trials=len(cases)))  # fmt: skip
+                        undecided.append(_undecided(gate, cid, device, index, value, mde, lo, hi, trials=len(cases)))
                         continue
-                    out.append(GateResult(gate=gate.name, case=cid, trial=index, device=device,
-                                          passed=outcome == "pass", value_pct=value, bound=bound))  # fmt: skip
+                    out.append(
+                        GateResult(
+                            gate=gate.name,
+                            case=cid,
+                            trial=index,
+                            device=device,
+                            passed=outcome == "pass",
+                            value_pct=value,
+                            bound=bound,
+                        )
+                    )
     return out, undecided
 
 
@@ -218,8 +239,10 @@ def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
             trial = f"trial {g.trial}" if g.trial is not None else pooled_text(len(pooled))
             by_construction = g.trial in constructed if g.trial is not None else g.device in constructed_devices
             why = "; identical machine code and launches: no change by construction" if by_construction else ""
-            failed.append(f"gate {g.gate} missed at {g.case} on {g.device} ({trial}): "
-                          f"speed-up {g.value_pct:+.2f}%, needs {g.bound}{why}")  # fmt: skip
+            failed.append(
+                f"gate {g.gate} missed at {g.case} on {g.device} ({trial}): "
+                f"speed-up {g.value_pct:+.2f}%, needs {g.bound}{why}"
+            )
     if not trials:
         unsure.append("no trials")
     devices: dict[str, int] = defaultdict(int)
@@ -236,22 +259,28 @@ def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
         for c in t.cases:
             failed.extend(_case_problems(plan, t, c))
             if free_aa(t) and c.stats.case_class in ("faster", "slower"):
-                unsure.append(f"trial {t.index}, {c.case}: identical machine code and launches measured "
-                              f"{c.stats.case_class} ({c.stats.delta_pct:+.2f}%): the timer does not resolve "
-                              "this case")  # fmt: skip
+                unsure.append(
+                    f"trial {t.index}, {c.case}: identical machine code and launches measured "
+                    f"{c.stats.case_class} ({c.stats.delta_pct:+.2f}%): the timer does not resolve "
+                    "this case"
+                )
             if c.aa is not None and c.aa.case_class in ("faster", "slower"):
-                unsure.append(f"trial {t.index}, {c.case}: A/A control came out {c.aa.case_class} "
-                              f"({c.aa.delta_pct:+.2f}%): the timer does not resolve this case")  # fmt: skip
+                unsure.append(
+                    f"trial {t.index}, {c.case}: A/A control came out {c.aa.case_class} "
+                    f"({c.aa.delta_pct:+.2f}%): the timer does not resolve this case"
+                )
             # the second timer: the event windows cannot be trusted where CUPTI saw otherwise
-            for side, timers in (c.kernels.timers.items() if c.kernels is not None else ()):
+            for side, timers in c.kernels.timers.items() if c.kernels is not None else ():
                 if not timers.agree:
                     unsure.append(f"trial {t.index}: {disagreement_text(c.case, side, timers)}")
         for control in t.controls:
             # against a golden, a control that misbehaves is a fidelity failure naming what was
             # declared and what happened; "vacuous" would be wrong for one declared to pass
             if not control.caught and t.control_outcomes is None:
-                failed.append(f"trial {t.index}: negative control {control.name} at {control.case} "
-                              "passed the fidelity gate: the gate is vacuous")  # fmt: skip
+                failed.append(
+                    f"trial {t.index}: negative control {control.name} at {control.case} "
+                    "passed the fidelity gate: the gate is vacuous"
+                )
         if t.status == "complete":
             devices[device_label(t)] += 1
             missing = [cid for cid in case_ids if cid not in {c.case for c in t.cases}]
@@ -277,8 +306,10 @@ def _sanitizer(plan: Plan, trials: list[Trial], failed: list[str], unsure: list[
         for r in t.sanitizer:
             by_device[device_label(t)][(r.tool, r.case, r.side)] = r
             if r.status != "clean":
-                failed.append(f"{r.tool} at {r.case} ({r.side}) on {device_label(t)}: {r.status}"
-                              + (f", {r.errors} errors" if r.errors else ""))  # fmt: skip
+                failed.append(
+                    f"{r.tool} at {r.case} ({r.side}) on {device_label(t)}: {r.status}"
+                    + (f", {r.errors} errors" if r.errors else "")
+                )
     labels = {device_label(t) for t in trials if t.status == "complete"}
     for check in plan.acceptance.sanitizer:
         for cid in check.cases:

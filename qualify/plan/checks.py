@@ -28,8 +28,9 @@ def cross_check(plan: Plan, file: str | None = None) -> None:
     first = _first_repeat([case_key(c) for c in wl.cases])
     if first is not None:
         i, j = first
-        raise fail(f"workload.cases[{j}]", f"case {case_id(wl.cases[j])} is declared twice "
-                                           f"(as workload.cases[{i}] too)")  # fmt: skip
+        raise fail(
+            f"workload.cases[{j}]", f"case {case_id(wl.cases[j])} is declared twice (as workload.cases[{i}] too)"
+        )
     known_cases = {case_id(c) for c in wl.cases}
 
     repeat = _first_repeat([b.name for b in wl.buffers])
@@ -45,8 +46,10 @@ def cross_check(plan: Plan, file: str | None = None) -> None:
         raise fail("workload.launch", "CUDA source arms need a launch")
     if LibraryArm in kinds and wl.call is None:
         raise fail("workload.call", "shared-library arms need the call's arguments")
-    for field, args in (("workload.launch.args", wl.launch.args if wl.launch else []),
-                        ("workload.call", wl.call or [])):  # fmt: skip
+    for field, args in (
+        ("workload.launch.args", wl.launch.args if wl.launch else []),
+        ("workload.call", wl.call or []),
+    ):
         for k, arg in enumerate(args):
             if isinstance(arg, BufferArg) and arg.name not in roles:
                 raise fail(f"{field}[{k}].name", f"unknown buffer {arg.name!r}")

@@ -77,8 +77,11 @@ def freeze_from_hashes(plan: Plan, hashes: dict[str, str]) -> Freeze:
     """The digest from file hashes alone: what a record folder (which holds no sources) can check."""
     plan_json = plan.model_dump(mode="json")
     schedule = plan_json.get("schedule")
-    before = plan_json if not isinstance(schedule, dict) else {
-        **plan_json, "schedule": {k: v for k, v in schedule.items() if k not in MEASUREMENT_V3}}
+    before = (
+        plan_json
+        if not isinstance(schedule, dict)
+        else {**plan_json, "schedule": {k: v for k, v in schedule.items() if k not in MEASUREMENT_V3}}
+    )
     return Freeze(
         plan_sha256=sha256_bytes(canonical_json(plan_json).encode()),
         files=hashes,
@@ -112,8 +115,9 @@ def read_lock(plan_path: Path) -> dict | None:
         # a lock names files by repository path; anything else (absolute, '..', a hash that is
         # no sha256) was not written by qualify
         if rel.startswith("/") or ".." in Path(rel).parts or not rel.isprintable() or not _SHA256.match(str(digest)):
-            raise PlanError("not a repository path with its sha256", file=path,
-                            field=strict_json.join_field("files", rel))  # fmt: skip
+            raise PlanError(
+                "not a repository path with its sha256", file=path, field=strict_json.join_field("files", rel)
+            )
     return data
 
 
@@ -124,7 +128,8 @@ def verify_frozen(plan_path: Path, current: Freeze, lock: dict) -> None:
             raise FrozenInputChanged(
                 "frozen before schedule.placement and schedule.order existed: this qualify rotates where "
                 "the buffers sit and draws each block's order, a different protocol than the lock binds",
-                file=plan_path, field="schedule",
+                file=plan_path,
+                field="schedule",
             )
         raise FrozenInputChanged("changed after freezing (plan content differs from its lock)", file=plan_path)
     for rel, digest in lock["files"].items():

@@ -73,8 +73,9 @@ def _read_text(path: Path, plan_path: Path, field: str) -> str:
     try:
         data = read_limited(path, MAX_SOURCE_BYTES)
     except UnreadableFile as exc:
-        raise PlanError(exc.message.replace("cannot read:", f"cannot read {path.name}:", 1),
-                        file=plan_path, field=field) from None  # fmt: skip
+        raise PlanError(
+            exc.message.replace("cannot read:", f"cannot read {path.name}:", 1), file=plan_path, field=field
+        ) from None
     return data.decode("utf-8", errors="replace")
 
 
@@ -142,8 +143,12 @@ def collect_files(plan: Plan, plan_path: Path, frozen: tuple[str, ...] = ()) -> 
     for side in ARM_SIDES:
         arm = plan.arm(side)
         if isinstance(arm, CudaArm):
-            defined = [(name, quoted) for value in arm.defines.values() if isinstance(value, str)
-                       for name, quoted in include_candidates(f"#define X {value}")]  # fmt: skip
+            defined = [
+                (name, quoted)
+                for value in arm.defines.values()
+                if isinstance(value, str)
+                for name, quoted in include_candidates(f"#define X {value}")
+            ]
             source = _resolve(plan_path, root, arm.source, f"arms.{side}.source")
             include_dirs = []
             for j, d in enumerate(arm.include_dirs):
@@ -175,8 +180,9 @@ def collect_files(plan: Plan, plan_path: Path, frozen: tuple[str, ...] = ()) -> 
     return PlanFiles(root=root, files=dict(sorted(found.items())))
 
 
-def local_includes(source: Path, include_dirs, root: Path, plan_path: Path, field: str,
-                   extra: list[tuple[str, bool]] | None = None) -> list[Path]:
+def local_includes(
+    source: Path, include_dirs, root: Path, plan_path: Path, field: str, extra: list[tuple[str, bool]] | None = None
+) -> list[Path]:
     """The source and, transitively, every header it includes that resolves inside the repository.
 
     The search follows NVRTC's, which qualify gives the source's folder and include_dirs as
@@ -203,16 +209,19 @@ def local_includes(source: Path, include_dirs, root: Path, plan_path: Path, fiel
         if path == source and extra:
             names += extra
         for name, quoted in names:
-            for folder in ((path.parent, *search) if quoted else search):
+            for folder in (path.parent, *search) if quoted else search:
                 try:
                     candidate = (folder / name).resolve()
                     exists = candidate.exists()
                 except (OSError, ValueError):  # a name no file system can hold (NUL, too long)
                     continue
                 if exists and not candidate.is_file() and not candidate.is_dir():
-                    raise PlanError(f"{path.name} may include {name!r}, which is not a regular file "
-                                    "(a FIFO or device would hang the compiler)",
-                                    file=plan_path, field=field)  # fmt: skip
+                    raise PlanError(
+                        f"{path.name} may include {name!r}, which is not a regular file "
+                        "(a FIFO or device would hang the compiler)",
+                        file=plan_path,
+                        field=field,
+                    )
                 if candidate.is_file():
                     if not inside(root, candidate):
                         raise PlanError(

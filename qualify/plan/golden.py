@@ -39,8 +39,7 @@ def config_digest(plan: Plan) -> str:
     and buffers (names, dtypes, shapes, inits). Arms, launch, schedule and gates are left out: the
     same golden serves any kernel pair and any timing schedule of that workload."""
     workload = plan.workload.model_dump(mode="json", include={"params", "cases", "buffers"})
-    return sha256_bytes(canonical_json({"seeds": plan.seeds.model_dump(mode="json"),
-                                        "workload": workload}).encode())  # fmt: skip
+    return sha256_bytes(canonical_json({"seeds": plan.seeds.model_dump(mode="json"), "workload": workload}).encode())
 
 
 def tensor_name(case_id: str, buffer: str) -> str:
@@ -58,8 +57,13 @@ class Golden:
         return self.tensors[tensor_name(case_id, buffer)]
 
 
-def write_golden(path: Path, plan: Plan, tensors: dict[str, tuple[str, np.ndarray]], producer: str,
-                 extra_metadata: dict[str, str] | None = None) -> None:
+def write_golden(
+    path: Path,
+    plan: Plan,
+    tensors: dict[str, tuple[str, np.ndarray]],
+    producer: str,
+    extra_metadata: dict[str, str] | None = None,
+) -> None:
     """Write a golden; `tensors` maps name → (qualify dtype, array of that dtype, bf16 as uint16 bits)."""
     from safetensors.numpy import save_file
 
@@ -67,9 +71,14 @@ def write_golden(path: Path, plan: Plan, tensors: dict[str, tuple[str, np.ndarra
     for name, (dtype, array) in tensors.items():
         arrays[name] = np.ascontiguousarray(np.asarray(array).astype(STORAGE[dtype], copy=False))
         dtypes[name] = dtype
-    metadata = {**(extra_metadata or {}), "format": FORMAT, "format_version": str(FORMAT_VERSION),
-                "producer": producer, "config_sha256": config_digest(plan),
-                "dtypes": json.dumps(dtypes, sort_keys=True)}  # fmt: skip
+    metadata = {
+        **(extra_metadata or {}),
+        "format": FORMAT,
+        "format_version": str(FORMAT_VERSION),
+        "producer": producer,
+        "config_sha256": config_digest(plan),
+        "dtypes": json.dumps(dtypes, sort_keys=True),
+    }
     save_file(arrays, str(path), metadata=metadata)
 
 
@@ -86,8 +95,10 @@ def load_golden(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCas
     if metadata.get("format") != FORMAT:
         raise fail("metadata.format", f"expected {FORMAT!r}, found {metadata.get('format')!r}")
     if metadata.get("format_version") != str(FORMAT_VERSION):
-        raise fail("metadata.format_version",
-                   f"version {metadata.get('format_version')!r} is not supported (this qualify reads {FORMAT_VERSION})")
+        raise fail(
+            "metadata.format_version",
+            f"version {metadata.get('format_version')!r} is not supported (this qualify reads {FORMAT_VERSION})",
+        )
     producer = metadata.get("producer")
     if not producer:
         raise fail("metadata.producer", "the golden does not say which script wrote it")
@@ -98,10 +109,12 @@ def load_golden(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCas
             raise fail("metadata.producer", f"written by {producer!r}, but the plan's golden_script is {declared!r}")
     wanted = config_digest(plan)
     if metadata.get("config_sha256") != wanted:
-        raise fail("metadata.config_sha256",
-                   f"written for configuration {str(metadata.get('config_sha256'))[:12]}…, the plan's is "
-                   f"{wanted[:12]}…: the workload or seeds changed after the golden was written; rerun its script",
-                   FrozenInputChanged)
+        raise fail(
+            "metadata.config_sha256",
+            f"written for configuration {str(metadata.get('config_sha256'))[:12]}…, the plan's is "
+            f"{wanted[:12]}…: the workload or seeds changed after the golden was written; rerun its script",
+            FrozenInputChanged,
+        )
     try:
         dtypes = json.loads(metadata.get("dtypes", ""))
         assert isinstance(dtypes, dict)
@@ -148,12 +161,14 @@ def _read(path: Path) -> tuple[dict[str, tuple[str, list[int], np.ndarray]], dic
             for name in f.keys():
                 piece = f.get_slice(name)
                 array = f.get_tensor(name)
-                out[name] = (piece.get_dtype(), list(piece.get_shape()),
-                             np.ascontiguousarray(array).reshape(-1).view(np.uint8))  # fmt: skip
+                out[name] = (
+                    piece.get_dtype(),
+                    list(piece.get_shape()),
+                    np.ascontiguousarray(array).reshape(-1).view(np.uint8),
+                )
         return out, metadata
     except FileNotFoundError:
         raise PlanError("no such file", file=path, field="acceptance.fidelity.golden") from None
     except Exception as exc:  # safetensors raises its own error types, and OSError, for a bad header
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise PlanError(f"not a readable safetensors file ({first})", file=path, field="header") from None
-

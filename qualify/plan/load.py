@@ -22,7 +22,6 @@ from qualify.plan.model import Plan
 from qualify.plan.resolve import ResolvedCase, resolve_cases
 
 
-
 @dataclass(frozen=True)
 class LoadedPlan:
     path: Path
@@ -74,8 +73,9 @@ def load_plan(path: str | Path) -> LoadedPlan:
     lock = read_lock(path.resolve())
     files = collect_files(plan, path, tuple(lock["files"]) if lock else ())
     cases = resolve_cases(plan, str(path))
-    return LoadedPlan(path=path.resolve(), plan=plan, files=files, cases=cases,
-                      freeze=compute_freeze(plan, files), lock=lock)  # fmt: skip
+    return LoadedPlan(
+        path=path.resolve(), plan=plan, files=files, cases=cases, freeze=compute_freeze(plan, files), lock=lock
+    )
 
 
 _MESSAGES = {

@@ -142,8 +142,7 @@ class _Resolver:
         buffers = []
         for i, buf in enumerate(plan.workload.buffers):
             shape = tuple(
-                self.int_(dim, params, f"workload.buffers[{i}].shape[{j}]", where)
-                for j, dim in enumerate(buf.shape)
+                self.int_(dim, params, f"workload.buffers[{i}].shape[{j}]", where) for j, dim in enumerate(buf.shape)
             )
             rb = ResolvedBuffer(buf.name, buf.dtype, shape, buf.role)
             if rb.nbytes > MAX_BUFFER_BYTES:
@@ -159,10 +158,7 @@ class _Resolver:
         else:
             launch = None
             args_field, arg_specs = "workload.call", plan.workload.call
-        args = tuple(
-            self.arg(a, params, by_name, f"{args_field}[{k}]", where)
-            for k, a in enumerate(arg_specs)
-        )
+        args = tuple(self.arg(a, params, by_name, f"{args_field}[{k}]", where) for k, a in enumerate(arg_specs))
         return ResolvedArm(side, params, tuple(buffers), args, launch)
 
     def launch(self, params, where: str) -> ResolvedLaunch:
@@ -189,9 +185,7 @@ class _Resolver:
                 raise self.fail(f"{field}.name", f"unknown buffer {spec.name!r}")
             offset = self.int_(spec.offset, params, f"{field}.offset", where, minimum=0)
             if offset >= buf.elements:
-                raise self.fail(
-                    f"{field}.offset", f"{where}: offset {offset} outside {buf.elements} elements"
-                )
+                raise self.fail(f"{field}.offset", f"{where}: offset {offset} outside {buf.elements} elements")
             return ResolvedArg("buffer", buffer=spec.name, offset=offset)
         assert isinstance(spec, ScalarArg)
         try:

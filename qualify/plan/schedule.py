@@ -49,8 +49,9 @@ def block_order(block: int) -> tuple[str, str, str, str]:
     return ABBA if block % 2 == 0 else BAAB
 
 
-def block_halves(block: int, pair: tuple[tuple[str, str], tuple[str, str]],
-                 order: str | tuple[str, ...] | None = None) -> list[Half]:
+def block_halves(
+    block: int, pair: tuple[tuple[str, str], tuple[str, str]], order: str | tuple[str, ...] | None = None
+) -> list[Half]:
     """The four halves of one block. pair = ((series_A, side_A), (series_B, side_B)); order is
     "ABBA" or "BAAB" (a BlockDraw's), or None for the fixed alternation of block_order."""
     letters = block_order(block) if order is None else tuple(order)
@@ -90,8 +91,9 @@ def _rounds(rng: np.random.Generator, size: int, count: int) -> list[int]:
     return out[:count]
 
 
-def block_plan(seed: int, trial: int, case_id: str, blocks: int, placements: int = 1,
-               flush_slots: int = 1) -> tuple[BlockDraw, ...]:
+def block_plan(
+    seed: int, trial: int, case_id: str, blocks: int, placements: int = 1, flush_slots: int = 1
+) -> tuple[BlockDraw, ...]:
     """Per block of one case in one trial: its placement, flush slot and order.
 
     seed: the plan's base seed; trial: the trial's index; placements and flush_slots: how many the
@@ -100,8 +102,9 @@ def block_plan(seed: int, trial: int, case_id: str, blocks: int, placements: int
     ABBA and half BAAB (an odd count: one more of the order its last pair drew first).
     """
     if blocks < 0 or placements < 1 or flush_slots < 1 or trial < 0:
-        raise ValueError(f"block plan of {blocks} blocks, {placements} placements, {flush_slots} flush slots, "
-                         f"trial {trial}")  # fmt: skip
+        raise ValueError(
+            f"block plan of {blocks} blocks, {placements} placements, {flush_slots} flush slots, trial {trial}"
+        )
     where = _rounds(_stream(seed, trial, case_id, "placement"), placements, blocks)
     flush = _rounds(_stream(seed, trial, case_id, "flush"), flush_slots, blocks)
     orders_rng = _stream(seed, trial, case_id, "order")

@@ -79,8 +79,10 @@ def assemble_results(plan: Plan, lock: dict, trials: list[Trial]) -> Results:
         # results.json binds every trial to one digest; a trial run under another plan must not
         # be folded in silently (Record.bind refuses it at run time; this guards copied files).
         if t.plan_digest != lock["digest"]:
-            raise FrozenInputChanged(f"trial {t.index} ran under plan digest {t.plan_digest[:16]}…, "
-                                     f"the record's plan is {lock['digest'][:16]}…")  # fmt: skip
+            raise FrozenInputChanged(
+                f"trial {t.index} ran under plan digest {t.plan_digest[:16]}…, "
+                f"the record's plan is {lock['digest'][:16]}…"
+            )
     return derive_results(plan, lock, trials)
 
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from qualify.errors import ExitCode, PlanError
-from qualify.results import samples as raw
 from qualify.evaluate.recompute import in_recorded_shape, recompute_trial
 from qualify.evaluate.verdict import pooled_cases, verdict
 from qualify.plan.digest import sha256_file
 from qualify.plan.model import Plan
+from qualify.record import evidence
 from qualify.record.assemble import (
     LOCK_FILE,
     PLAN_FILE,
@@ -34,9 +34,9 @@ from qualify.record.assemble import (
     read_record_plan,
     write_record,
 )
-from qualify.record import evidence
 from qualify.record.evidence import Problem
 from qualify.render.readme import render_readme
+from qualify.results import samples as raw
 from qualify.results.model import PooledStats, Results, Trial
 from qualify.results.store import Record, results_json
 
@@ -99,8 +99,10 @@ def _trial_problems(record: Record, trial: Trial, plan: Plan, lock: dict) -> tup
     where = f"trials/{path.name}"
     problems = []
     if trial.plan_digest != lock["digest"]:
-        problems.append(f"{where}: ran under plan digest {trial.plan_digest[:16]}…, the record's "
-                        f"{LOCK_FILE} says {lock['digest'][:16]}…")  # fmt: skip
+        problems.append(
+            f"{where}: ran under plan digest {trial.plan_digest[:16]}…, the record's "
+            f"{LOCK_FILE} says {lock['digest'][:16]}…"
+        )
     samples = (record.folder / trial.samples_file).resolve()
     if not samples.is_relative_to(record.folder.resolve()):
         return problems + [f"{where}: samples_file {trial.samples_file!r} lies outside the record"], None
@@ -111,8 +113,10 @@ def _trial_problems(record: Record, trial: Trial, plan: Plan, lock: dict) -> tup
     digest = sha256_file(samples)
     if digest != trial.samples_sha256:
         # the samples are not the ones the trial was derived from: recomputing from them proves nothing
-        return problems + [f"{trial.samples_file}: sha256 {digest[:16]}… differs from the trial's "
-                           f"samples_sha256 {trial.samples_sha256[:16]}…: the raw samples changed"], None  # fmt: skip
+        return problems + [
+            f"{trial.samples_file}: sha256 {digest[:16]}… differs from the trial's "
+            f"samples_sha256 {trial.samples_sha256[:16]}…: the raw samples changed"
+        ], None
     arrays = load_samples(samples)
     bad = raw.series_problems(arrays)
     if bad:  # statistics of malformed series would be meaningless, or not computable at all
@@ -208,8 +212,10 @@ def inspect_record(folder: Path) -> list[Problem]:
     results = record.results()
     found: list[str] = []
     if results.plan_digest != lock["digest"]:
-        found.append(f"results.json: plan_digest {results.plan_digest[:16]}… is not the "
-                     f"{LOCK_FILE} digest {lock['digest'][:16]}…")  # fmt: skip
+        found.append(
+            f"results.json: plan_digest {results.plan_digest[:16]}… is not the "
+            f"{LOCK_FILE} digest {lock['digest'][:16]}…"
+        )
     if results.plan_name != plan.name or results.files != lock["files"]:
         found.append(f"results.json: plan_name or files differ from {PLAN_FILE} and {LOCK_FILE}")
     stored = [t.index for t in results.trials]

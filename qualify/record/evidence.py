@@ -30,7 +30,8 @@ import numpy as np
 from qualify.evaluate.device_match import device_matches
 from qualify.evaluate.kernels import traced_launches_match
 from qualify.evaluate.sanitizer_output import parse
-from qualify.evaluate.tolerance_gate import declared_bound, passes as tolerance_passes
+from qualify.evaluate.tolerance_gate import declared_bound
+from qualify.evaluate.tolerance_gate import passes as tolerance_passes
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.plan.digest import sha256_file
 from qualify.plan.model import ARM_SIDES, LibraryArm, Plan
@@ -89,15 +90,20 @@ def _sequence(events: list[dict]) -> tuple[dict[int, dict], dict[int, dict], lis
         else:
             out.append(Problem(f"{LEDGER}: event {n} is {kind!r}; a ledger holds trial_started and trial_ended"))
     if order != list(range(1, len(order) + 1)):
-        out.append(Problem(f"{LEDGER}: trials start in the order {order[:8]}; qualify numbers them 1, 2, 3… "
-                           "as they start"))  # fmt: skip
+        out.append(
+            Problem(f"{LEDGER}: trials start in the order {order[:8]}; qualify numbers them 1, 2, 3… as they start")
+        )
     # a trial never ended: the process died. Qualify closes it before the next trial starts, so
     # only the last trial of each run (each source of a merge) may still be open.
     last_start = {_origin(started[index]): index for index in order}
     for index, event in sorted(started.items()):
         if index not in ended and last_start.get(_origin(event)) != index:
-            out.append(Problem(f"{LEDGER}: trial {index} never ended, yet a later trial started: "
-                               "qualify ends a trial before it starts another"))  # fmt: skip
+            out.append(
+                Problem(
+                    f"{LEDGER}: trial {index} never ended, yet a later trial started: "
+                    "qualify ends a trial before it starts another"
+                )
+            )
     return started, ended, out
 
 
@@ -106,11 +112,13 @@ def ledger_problems(events: list[dict], trials: list[Trial], plan: Plan, lock: d
     digest = lock["digest"]
     for index, event in sorted(started.items()):
         if event.get("digest") != digest:
-            out.append(Problem(
-                f"{LEDGER}: trial {index} ran under plan digest {_short(event.get('digest'))}, the record's "
-                f"plan.lock.json says {_short(digest)}: the plan or its lock changed after the run",
-                frozen=True,
-            ))  # fmt: skip
+            out.append(
+                Problem(
+                    f"{LEDGER}: trial {index} ran under plan digest {_short(event.get('digest'))}, the record's "
+                    f"plan.lock.json says {_short(digest)}: the plan or its lock changed after the run",
+                    frozen=True,
+                )
+            )
         if not isinstance(event.get("device_uuid"), str) or not event["device_uuid"]:
             out.append(Problem(f"{LEDGER}: trial {index}'s start names no device_uuid"))
 
@@ -135,8 +143,9 @@ def ledger_problems(events: list[dict], trials: list[Trial], plan: Plan, lock: d
         end = ended.get(index)
         lost = end is None or (end.get("status") == "interrupted" and "note" in end and "trial_sha256" not in end)
         if not lost:  # a trial that ended normally wrote its file first
-            out.append(Problem(f"trials/trial-{index}.json: missing; the {LEDGER} ended trial {index} "
-                               f"{end.get('status')!r}"))  # fmt: skip
+            out.append(
+                Problem(f"trials/trial-{index}.json: missing; the {LEDGER} ended trial {index} {end.get('status')!r}")
+            )
 
     out.extend(_budget_problems(started, trials, plan))
     out.extend(_copy_problems(trials))
@@ -158,12 +167,16 @@ def hash_problems(record: Record, trial: Trial, end: dict) -> list[str]:
     where = f"trials/trial-{trial.index}.json"
     recorded = end.get("trial_sha256")
     if recorded is not None and sha256_file(record.trial_path(trial.index)) != recorded:
-        out.append(f"{where}: sha256 differs from the one the {LEDGER} recorded when the trial "
-                   f"ended ({_short(recorded)}): the trial file changed")  # fmt: skip
+        out.append(
+            f"{where}: sha256 differs from the one the {LEDGER} recorded when the trial "
+            f"ended ({_short(recorded)}): the trial file changed"
+        )
     recorded = end.get("samples_sha256")
     if recorded is not None and trial.samples_sha256 != recorded:
-        out.append(f"{where}: samples_sha256 {_short(trial.samples_sha256)} is not the "
-                   f"{_short(recorded)} the {LEDGER} recorded: the raw samples were replaced")  # fmt: skip
+        out.append(
+            f"{where}: samples_sha256 {_short(trial.samples_sha256)} is not the "
+            f"{_short(recorded)} the {LEDGER} recorded: the raw samples were replaced"
+        )
     return out
 
 
@@ -178,8 +191,12 @@ def _budget_problems(started: dict[int, dict], trials: list[Trial], plan: Plan) 
     complete = Counter(t.provenance.device.uuid for t in trials if t.status == "complete")
     for uuid, count in sorted(complete.items()):
         if count > plan.schedule.trials:
-            out.append(Problem(f"trials: {count} complete trials on {uuid}; the plan's schedule.trials is "
-                               f"{plan.schedule.trials} and qualify runs no more"))  # fmt: skip
+            out.append(
+                Problem(
+                    f"trials: {count} complete trials on {uuid}; the plan's schedule.trials is "
+                    f"{plan.schedule.trials} and qualify runs no more"
+                )
+            )
     return out
 
 
@@ -188,11 +205,16 @@ def _copy_problems(trials: list[Trial]) -> list[Problem]:
     out = []
     first: dict[tuple, int] = {}
     for trial in trials:
-        for what, ident in (("device and start time", ("at", trial.provenance.device.uuid, trial.started_at)),
-                            ("raw samples", ("samples", trial.samples_sha256))):  # fmt: skip
+        for what, ident in (
+            ("device and start time", ("at", trial.provenance.device.uuid, trial.started_at)),
+            ("raw samples", ("samples", trial.samples_sha256)),
+        ):
             if ident in first:
-                out.append(Problem(f"trials/trial-{trial.index}.json: same {what} as trial {first[ident]}: "
-                                   "a copy, not a trial"))  # fmt: skip
+                out.append(
+                    Problem(
+                        f"trials/trial-{trial.index}.json: same {what} as trial {first[ident]}: a copy, not a trial"
+                    )
+                )
             else:
                 first[ident] = trial.index
     return out
@@ -235,17 +257,24 @@ def trial_fact_problems(trial: Trial, plan: Plan, arrays: dict[str, np.ndarray])
     planned = device_planned(trial, plan)
     if trial.provenance.planned != planned:
         device = trial.provenance.device
-        out.append(f"provenance.planned is {trial.provenance.planned}, but the plan "
-                   f"{'lists' if planned else 'does not list'} {device.name} (cc {device.compute_capability})")  # fmt: skip
+        out.append(
+            f"provenance.planned is {trial.provenance.planned}, but the plan "
+            f"{'lists' if planned else 'does not list'} {device.name} (cc {device.compute_capability})"
+        )
 
     schedule = plan.schedule
-    for name, want in (("mode", schedule.timing), ("cache", schedule.cache),
-                       ("iterations_per_sample", schedule.iterations_per_sample)):  # fmt: skip
+    for name, want in (
+        ("mode", schedule.timing),
+        ("cache", schedule.cache),
+        ("iterations_per_sample", schedule.iterations_per_sample),
+    ):
         if name in trial.timer and trial.timer[name] != want:
             out.append(f"timer.{name} is {trial.timer[name]!r}, the plan's is {want!r}")
     if "floor_samples" in trial.timer and trial.timer["floor_samples"] != arrays.get("floor_ns", np.empty(0)).size:
-        out.append(f"timer.floor_samples is {trial.timer['floor_samples']}, its raw samples hold "
-                   f"{arrays.get('floor_ns', np.empty(0)).size}")  # fmt: skip
+        out.append(
+            f"timer.floor_samples is {trial.timer['floor_samples']}, its raw samples hold "
+            f"{arrays.get('floor_ns', np.empty(0)).size}"
+        )
     out.extend(_sample_budget_problems(arrays, plan, set(ids)))
     out.extend(_status_problems(trial))
     out.extend(_parity_problems(trial, plan))
@@ -264,11 +293,15 @@ def _code_problems(trial: Trial) -> list[str]:
     out = []
     digests = [code.digests.get(side) for side in ARM_SIDES]
     if None not in digests and (digests[0] == digests[1]) != (code.status == "identical"):
-        out.append(f"code.status is {code.status!r}, but its digests {_short(digests[0])} and "
-                   f"{_short(digests[1])} {'agree' if digests[0] == digests[1] else 'differ'}")  # fmt: skip
+        out.append(
+            f"code.status is {code.status!r}, but its digests {_short(digests[0])} and "
+            f"{_short(digests[1])} {'agree' if digests[0] == digests[1] else 'differ'}"
+        )
     if code.free_aa != (code.status == "identical" and code.launches_match is True):
-        out.append(f"code.free_aa is {code.free_aa}, but the code is {code.status} and its launches_match "
-                   f"is {code.launches_match}")  # fmt: skip
+        out.append(
+            f"code.free_aa is {code.free_aa}, but the code is {code.status} and its launches_match "
+            f"is {code.launches_match}"
+        )
     if code.arms == "library":
         traced = traced_launches_match(trial.cases)
         if traced is not None and code.launches_match != traced:
@@ -295,8 +328,10 @@ def _status_problems(trial: Trial) -> list[str]:
     kinds = {f.kind for f in trial.failures}
     out = []
     if (trial.status == "interrupted") != ("interrupted" in kinds):
-        out.append(f"status {trial.status!r} with failures {sorted(kinds) or 'none'}: an interrupted trial, "
-                   "and only one, records its interruption")  # fmt: skip
+        out.append(
+            f"status {trial.status!r} with failures {sorted(kinds) or 'none'}: an interrupted trial, "
+            "and only one, records its interruption"
+        )
     # a timeout, a budget stop or an error ends the trial as failed; so does a fault, except work
     # escaping the stream, which is recorded and the trial goes on
     ending = kinds & {"timeout", "budget", "error"}
@@ -324,12 +359,16 @@ def _parity_problems(trial: Trial, plan: Plan) -> list[str]:
                 and not (p.equal and any(v not in (None, 0) for v in (p.max_ulp, p.max_abs, p.max_rel)))
             )
             if not consistent:
-                out.append(f"{where}: parity of {p.buffer} contradicts itself (equal {p.equal}, "
-                           f"{p.differing_elements} of {p.elements} differ, first at {p.first_difference})")  # fmt: skip
+                out.append(
+                    f"{where}: parity of {p.buffer} contradicts itself (equal {p.equal}, "
+                    f"{p.differing_elements} of {p.elements} differ, first at {p.first_difference})"
+                )
         if plan.acceptance.fidelity.against == "golden":
             # the gate is the golden's: the candidate's counts against it, the controls as declared
             # at this case (each misbehaving control is a fidelity failure of the case too)
-            counts_pass = case.tolerance is not None and all(tolerance_passes(c) for c in case.tolerance.counts.get("candidate", []))
+            counts_pass = case.tolerance is not None and all(
+                tolerance_passes(c) for c in case.tolerance.counts.get("candidate", [])
+            )
             out.extend(_bound_problems(plan, case))
             vacuous = case.tolerance is not None and any(r.vacuous for r in case.tolerance.calibration)
             controls_ok = all(o.as_declared for o in (trial.control_outcomes or []) if o.case == where)
@@ -337,8 +376,10 @@ def _parity_problems(trial: Trial, plan: Plan) -> list[str]:
         else:
             passes = fidelity_passes(case.parity, plan.acceptance.fidelity) and all(case.deterministic.values())
         if passes == (where in fidelity_failed):
-            out.append(f"{where}: outputs {'pass' if passes else 'fail'} the fidelity gate, but the trial "
-                       f"{'records' if passes else 'has no'} fidelity failure for it")  # fmt: skip
+            out.append(
+                f"{where}: outputs {'pass' if passes else 'fail'} the fidelity gate, but the trial "
+                f"{'records' if passes else 'has no'} fidelity failure for it"
+            )
     return out
 
 
@@ -354,8 +395,10 @@ def _bound_problems(plan: Plan, case) -> list[str]:
         for c in counts:
             atol, rtol = declared_bound(plan.acceptance.fidelity, case.case, params, c.output)
             if c.rtol != rtol or (c.atol != atol if atol is not None else not c.atol > 0):
-                out.append(f"{case.case}: {side} {c.output} was judged by atol {c.atol:g}, rtol {c.rtol:g}, "
-                           "not by the bound the plan gives it")  # fmt: skip
+                out.append(
+                    f"{case.case}: {side} {c.output} was judged by atol {c.atol:g}, rtol {c.rtol:g}, "
+                    "not by the bound the plan gives it"
+                )
     return out
 
 
@@ -371,15 +414,21 @@ def _control_problems(trial: Trial, plan: Plan) -> list[str]:
         if plan.acceptance.fidelity.against == "golden":
             # 'caught' reads "behaved as declared" (a control may be declared to pass): it must agree
             # with the recorded outcome against the golden
-            outcome = next((o for o in (trial.control_outcomes or []) if o.control == c.name and o.case == c.case), None)
+            outcome = next(
+                (o for o in (trial.control_outcomes or []) if o.control == c.name and o.case == c.case), None
+            )
             if outcome is None or outcome.as_declared != c.caught:
-                out.append(f"negative control {c.name} at {c.case}: 'caught' disagrees with its outcome against the golden")
+                out.append(
+                    f"negative control {c.name} at {c.case}: 'caught' disagrees with its outcome against the golden"
+                )
             continue
         if c.caught and c.differing_elements == 0:
             out.append(f"negative control {c.name} at {c.case} is 'caught' with no element differing")
         if plan.acceptance.fidelity.mode == "bytes" and not c.caught and c.differing_elements > 0:
-            out.append(f"negative control {c.name} at {c.case}: {c.differing_elements} elements differ, "
-                       "which fails a bytes gate, yet it is not 'caught'")  # fmt: skip
+            out.append(
+                f"negative control {c.name} at {c.case}: {c.differing_elements} elements differ, "
+                "which fails a bytes gate, yet it is not 'caught'"
+            )
     return out
 
 
@@ -397,8 +446,10 @@ def _sanitizer_problems(trial: Trial, plan: Plan) -> list[str]:
             continue
         again = parse(r.tool, r.case, r.side, r.exit_code, "\n".join(f"========= {s}" for s in r.summary), r.seconds)
         if again.status != "clean" or again.errors != r.errors:
-            out.append(f"{r.tool} at {r.case} ({r.side}) says clean, but its exit code {r.exit_code} and "
-                       f"summary lines give {again.status} ({again.errors} errors)")  # fmt: skip
+            out.append(
+                f"{r.tool} at {r.case} ({r.side}) says clean, but its exit code {r.exit_code} and "
+                f"summary lines give {again.status} ({again.errors} errors)"
+            )
     return out
 
 
@@ -416,13 +467,22 @@ def library_problems(trials: list[Trial], plan: Plan, lock: dict) -> list[Proble
                 out.append(Problem(f"{where}: libraries.{side}: the plan's {side} arm is not a shared-library arm"))
                 continue
             if info.symbol != arm.symbol or (arm.abi_version is not None and info.abi_version != arm.abi_version):
-                out.append(Problem(f"{where}: libraries.{side}: symbol {info.symbol!r} ABI {info.abi_version}, the "
-                                   f"plan's is {arm.symbol!r} ABI {arm.abi_version}"))  # fmt: skip
+                out.append(
+                    Problem(
+                        f"{where}: libraries.{side}: symbol {info.symbol!r} ABI {info.abi_version}, the "
+                        f"plan's is {arm.symbol!r} ABI {arm.abi_version}"
+                    )
+                )
             if arm.library is not None and info.sha256 not in frozen_hashes:
-                out.append(Problem(f"{where}: libraries.{side}: sha256 {_short(info.sha256)} is not a build the "
-                                   "lock froze"))  # fmt: skip
+                out.append(
+                    Problem(f"{where}: libraries.{side}: sha256 {_short(info.sha256)} is not a build the lock froze")
+                )
             seen = first.setdefault(side, (trial.index, info.sha256))
             if seen[1] != info.sha256:
-                out.append(Problem(f"{where}: libraries.{side}: another build than trial {seen[0]}'s; "
-                                   "a record compares one pair of builds"))  # fmt: skip
+                out.append(
+                    Problem(
+                        f"{where}: libraries.{side}: another build than trial {seen[0]}'s; "
+                        "a record compares one pair of builds"
+                    )
+                )
     return out

@@ -123,14 +123,19 @@ def _refuse_problems(problems: list[Problem], where: Path, what: str) -> None:
 def _copy_trial(source: Record, trial: Trial, out: Record, index: int) -> None:
     samples = source.folder / trial.samples_file
     if not samples.resolve().is_relative_to(source.folder.resolve()):  # as `report --check` refuses it
-        raise PlanError(f"trial {trial.index}'s samples_file {trial.samples_file!r} lies outside the record",
-                        file=source.trial_path(trial.index), field="samples_file")  # fmt: skip
+        raise PlanError(
+            f"trial {trial.index}'s samples_file {trial.samples_file!r} lies outside the record",
+            file=source.trial_path(trial.index),
+            field="samples_file",
+        )
     if not samples.is_file():
         raise PlanError(f"trial {trial.index}'s raw samples {trial.samples_file} are missing", file=samples)
     if sha256_file(samples) != trial.samples_sha256:
         # never carry tampered evidence into a new record, where its origin would be harder to see
-        raise PlanError(f"sha256 differs from trial {trial.index}'s samples_sha256; run "
-                        f"`qualify report --check {source.folder}`", file=samples)  # fmt: skip
+        raise PlanError(
+            f"sha256 differs from trial {trial.index}'s samples_sha256; run `qualify report --check {source.folder}`",
+            file=samples,
+        )
     target = out.samples_path(index)
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(samples, target)

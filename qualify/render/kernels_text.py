@@ -47,13 +47,21 @@ def traced_trials(results: Results) -> list[TracedTrial]:
 
 
 def untraced_notes(results: Results) -> list[str]:
-    return [f"Trial {t.index}: kernel trace {t.kernel_trace.tool}." for t in results.trials
-            if t.kernel_trace is not None and not any(c.kernels for c in t.cases)]  # fmt: skip
+    return [
+        f"Trial {t.index}: kernel trace {t.kernel_trace.tool}."
+        for t in results.trials
+        if t.kernel_trace is not None and not any(c.kernels for c in t.cases)
+    ]
 
 
 def timer_rows(results: Results) -> list[TimerRow]:
-    return [TimerRow(t.index, c.case, side, timers) for t in results.trials for c in t.cases if c.kernels
-            for side, timers in c.kernels.timers.items()]  # fmt: skip
+    return [
+        TimerRow(t.index, c.case, side, timers)
+        for t in results.trials
+        for c in t.cases
+        if c.kernels
+        for side, timers in c.kernels.timers.items()
+    ]
 
 
 def attribution_parts(changes: list[KernelChange]) -> list[tuple[str, str]]:

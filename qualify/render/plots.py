@@ -35,8 +35,6 @@ from pathlib import Path
 
 import numpy as np
 
-from qualify.results import samples as raw
-from qualify.results.samples import THROTTLE_MASK, key
 from qualify.evaluate.stats import SAME_BAND
 from qualify.evaluate.summarize import floor_ns, series_ns
 from qualify.evaluate.verdict import device_label
@@ -44,9 +42,11 @@ from qualify.io import atomic_write_bytes
 from qualify.plan.checks import selected_cases
 from qualify.plan.model import ARM_SIDES, Plan
 from qualify.plan.resolve import case_id
-from qualify.render.plain import visible
-from qualify.results.model import Results, Trial
 from qualify.plan.schedule import AA, MAIN, block_halves
+from qualify.render.plain import visible
+from qualify.results import samples as raw
+from qualify.results.model import Results, Trial
+from qualify.results.samples import THROTTLE_MASK, key
 
 PLOT_DIR = "plots"
 HASHSALT = "qualify"
@@ -164,16 +164,20 @@ def _figure(width: float, height: float, left: float, right: float, top: float, 
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height))
-    fig.subplots_adjust(left=left / width, right=1 - right / width, top=1 - top / height, bottom=bottom / height,
-                        **space)  # fmt: skip
+    fig.subplots_adjust(
+        left=left / width, right=1 - right / width, top=1 - top / height, bottom=bottom / height, **space
+    )
     FigureCanvasSVG(fig)
     return fig
 
 
 def _svg(fig, digest: _Digest, title: str) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None, "Title": title,
-                                             "Description": f"qualify plot; data sha256 {digest.hexdigest()}"})  # fmt: skip
+    fig.savefig(
+        buf,
+        format="svg",
+        metadata={"Date": None, "Title": title, "Description": f"qualify plot; data sha256 {digest.hexdigest()}"},
+    )
     return buf.getvalue()
 
 
@@ -182,8 +186,7 @@ def _ratio(label: str, trials: list[Trial], plan: Plan, digest: _Digest):
     fig = _figure(8.0, 1.1 + 0.45 * len(cases), left=0.9, right=2.9, top=0.35, bottom=0.55)
     ax = fig.add_subplot()
     ys = {cid: len(cases) - 1 - i for i, cid in enumerate(cases)}
-    ax.axvspan(1 - SAME_BAND, 1 + SAME_BAND, color="#999999", alpha=0.25, lw=0,
-               label=f"same (±{SAME_BAND * 100:g} %)")  # fmt: skip
+    ax.axvspan(1 - SAME_BAND, 1 + SAME_BAND, color="#999999", alpha=0.25, lw=0, label=f"same (±{SAME_BAND * 100:g} %)")
     ax.axvline(1.0, color="black", lw=0.8)
     shown = set()
     for gate in plan.acceptance.gates:
@@ -191,14 +194,17 @@ def _ratio(label: str, trials: list[Trial], plan: Plan, digest: _Digest):
             if cid not in ys:
                 continue
             y = ys[cid]
-            for bound, colour, what in ((gate.min_speedup_pct, "#2ca02c", "needs speed-up ≥"),
-                                        (gate.max_regression_pct, "#d62728", "allows regression ≤")):  # fmt: skip
+            for bound, colour, what in (
+                (gate.min_speedup_pct, "#2ca02c", "needs speed-up ≥"),
+                (gate.max_regression_pct, "#d62728", "allows regression ≤"),
+            ):
                 if bound is None:
                     continue
                 x = 1 - bound / 100 if colour == "#2ca02c" else 1 + bound / 100
                 name = f"{visible(gate.name)}: {what} {bound:g} %"
-                ax.plot([x, x], [y - 0.4, y + 0.4], color=colour, lw=1.5, ls="--",
-                        label=None if name in shown else name)  # fmt: skip
+                ax.plot(
+                    [x, x], [y - 0.4, y + 0.4], color=colour, lw=1.5, ls="--", label=None if name in shown else name
+                )
                 shown.add(name)
                 digest.add(x, y)
     n = len(trials)
@@ -214,8 +220,17 @@ def _ratio(label: str, trials: list[Trial], plan: Plan, digest: _Digest):
             hi.append((c.stats.ci_high if c.stats.ci_high is not None else c.stats.ratio) - c.stats.ratio)
         digest.add(xs, ys_, lo, hi)
         state = "" if t.status == "complete" else f" ({t.status})"
-        ax.errorbar(xs, ys_, xerr=[lo, hi], fmt=TRIAL_MARKERS[j % len(TRIAL_MARKERS)], ms=4, capsize=2, lw=1,
-                    mfc="white" if t.status != "complete" else None, label=f"trial {t.index}{state}")  # fmt: skip
+        ax.errorbar(
+            xs,
+            ys_,
+            xerr=[lo, hi],
+            fmt=TRIAL_MARKERS[j % len(TRIAL_MARKERS)],
+            ms=4,
+            capsize=2,
+            lw=1,
+            mfc="white" if t.status != "complete" else None,
+            label=f"trial {t.index}{state}",
+        )
     ax.set_yticks(list(ys.values()), [visible(c) for c in ys])
     ax.set_ylim(-0.6, len(cases) - 0.4)
     ax.set_xlabel("candidate / base, time per launch (below 1: candidate faster)")
@@ -228,8 +243,9 @@ def _samples(label: str, trials: list[Trial], plan: Plan, folder: Path, digest: 
     cases = _case_order(plan, trials)
     cols = min(3, len(cases))
     rows = -(-len(cases) // cols)
-    fig = _figure(2.8 * cols + 0.4, 2.1 * rows + 0.5, left=0.45, right=0.15, top=0.55, bottom=0.5,
-                  hspace=0.75, wspace=0.3)  # fmt: skip
+    fig = _figure(
+        2.8 * cols + 0.4, 2.1 * rows + 0.5, left=0.45, right=0.15, top=0.55, bottom=0.5, hspace=0.75, wspace=0.3
+    )
     axes = fig.subplots(rows, cols, squeeze=False)
     loaded = [(t, _load(folder, t)) for t in trials]
     iterations = plan.schedule.iterations_per_sample
@@ -237,8 +253,11 @@ def _samples(label: str, trials: list[Trial], plan: Plan, folder: Path, digest: 
         ax = axes[i // cols][i % cols]
         per_arm = {}
         for side in ARM_SIDES:
-            parts = [series_ns(a, cid, side, floor_ns(a), iterations) / 1e3 for t, a in loaded
-                     if any(c.case == cid for c in t.cases) and key(cid, side, "ns") in a]  # fmt: skip
+            parts = [
+                series_ns(a, cid, side, floor_ns(a), iterations) / 1e3
+                for t, a in loaded
+                if any(c.case == cid for c in t.cases) and key(cid, side, "ns") in a
+            ]
             per_arm[side] = np.concatenate(parts) if parts else np.empty(0)
         both = np.concatenate(list(per_arm.values()))
         if both.size == 0:
@@ -247,8 +266,14 @@ def _samples(label: str, trials: list[Trial], plan: Plan, folder: Path, digest: 
         bins = np.linspace(lo, hi if hi > lo else lo + 1e-3, 41)
         for side, values in per_arm.items():
             digest.add(values)
-            ax.hist(np.clip(values, bins[0], bins[-1]), bins=bins, histtype="step", color=COLOURS[side], lw=1.2,
-                    label=f"{side} (median {np.median(values):.3f} µs)" if values.size else side)  # fmt: skip
+            ax.hist(
+                np.clip(values, bins[0], bins[-1]),
+                bins=bins,
+                histtype="step",
+                color=COLOURS[side],
+                lw=1.2,
+                label=f"{side} (median {np.median(values):.3f} µs)" if values.size else side,
+            )
             if values.size:
                 ax.axvline(float(np.median(values)), color=COLOURS[side], lw=0.8, ls=":")
         ax.set_title(visible(cid), fontsize=8)
@@ -278,8 +303,11 @@ def _order(label: str, trials: list[Trial], plan: Plan, folder: Path, digest: _D
             names = [s for s in ("base", "candidate", "aa_a", "aa_b") if key(cid, s, "ns") in arrays]
             values = {s: series_ns(arrays, cid, s, floor, iterations) / base_median for s in names}
             mhz = {s: arrays[key(cid, s, "sm_mhz")] for s in names if key(cid, s, "sm_mhz") in arrays}
-            flags = {s: (arrays[key(cid, s, "throttle")] & THROTTLE_MASK) != 0 for s in names
-                     if key(cid, s, "throttle") in arrays}  # fmt: skip
+            flags = {
+                s: (arrays[key(cid, s, "throttle")] & THROTTLE_MASK) != 0
+                for s in names
+                if key(cid, s, "throttle") in arrays
+            }
             start = x
             for pair in (MAIN, AA):
                 halves = taken_order(arrays, cid, pair, values)
@@ -306,11 +334,22 @@ def _order(label: str, trials: list[Trial], plan: Plan, folder: Path, digest: _D
             ax.plot(xs, ys, color=COLOURS[arm], lw=0.6, label=name)
         for start, end, cid in edges:
             ax.axvline(start, color="black", lw=0.4, alpha=0.5)
-            ax.text((start + end) / 2, 1.0, visible(cid), transform=ax.get_xaxis_transform(), ha="center",
-                    va="bottom", fontsize=6)  # fmt: skip
+            ax.text(
+                (start + end) / 2,
+                1.0,
+                visible(cid),
+                transform=ax.get_xaxis_transform(),
+                ha="center",
+                va="bottom",
+                fontsize=6,
+            )
         ax.set_ylabel("time / case's base median")
-        ax.set_title(visible(f"{label}, trial {t.index} ({t.status}): samples in the order taken"), loc="left",
-                     fontsize=8, pad=12)  # fmt: skip
+        ax.set_title(
+            visible(f"{label}, trial {t.index} ({t.status}): samples in the order taken"),
+            loc="left",
+            fontsize=8,
+            pad=12,
+        )
         ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         if clocks:
             cx = np.concatenate([np.append(p[0], np.nan) for p in clocks])
@@ -320,8 +359,15 @@ def _order(label: str, trials: list[Trial], plan: Plan, folder: Path, digest: _D
         bad = np.concatenate(throttled) if throttled else np.empty(0)
         digest.add(bad)
         if bad.size:
-            clock_ax.plot(bad, np.zeros_like(bad), "|", color="#d62728", transform=clock_ax.get_xaxis_transform(),
-                          ms=6, label=f"throttled ({bad.size})")  # fmt: skip
+            clock_ax.plot(
+                bad,
+                np.zeros_like(bad),
+                "|",
+                color="#d62728",
+                transform=clock_ax.get_xaxis_transform(),
+                ms=6,
+                label=f"throttled ({bad.size})",
+            )
         clock_ax.set_ylabel("SM MHz")
         ax.tick_params(labelbottom=False)
         if j == len(measured) - 1:
@@ -411,9 +457,18 @@ def plot_problems(folder: Path, results: Results, plan: Plan) -> list[str]:
         if version == matplotlib.__version__ or version is None:
             problems.append(f"{rel}: differs from the plot its raw samples draw")
         elif declared != svg_facts(data)[1]:
-            problems.append(f"{rel}: the data it declares (sha256 {str(declared)[:16]}…) is not what the raw "
-                            f"samples give; drawn by matplotlib {version}, this is {matplotlib.__version__}")  # fmt: skip
-    extra = sorted(p.relative_to(folder).as_posix() for p in (folder / PLOT_DIR).glob("device-*.svg")
-                   if p.relative_to(folder).as_posix() not in expected) if (folder / PLOT_DIR).is_dir() else []  # fmt: skip
+            problems.append(
+                f"{rel}: the data it declares (sha256 {str(declared)[:16]}…) is not what the raw "
+                f"samples give; drawn by matplotlib {version}, this is {matplotlib.__version__}"
+            )
+    extra = (
+        sorted(
+            p.relative_to(folder).as_posix()
+            for p in (folder / PLOT_DIR).glob("device-*.svg")
+            if p.relative_to(folder).as_posix() not in expected
+        )
+        if (folder / PLOT_DIR).is_dir()
+        else []
+    )
     problems.extend(f"{rel}: not a plot of this record's devices" for rel in extra)
     return problems

@@ -26,8 +26,8 @@ from qualify.render.kernels_text import KERNEL_FILTERS, KERNEL_FUNCTIONS, KERNEL
 from qualify.render.markdown import FILTERS, Md, code, finalize, line_start, md
 from qualify.render.plots import device_plots
 from qualify.results.model import (
-    CodeIdentity,
     CaseTrial,
+    CodeIdentity,
     ControlResult,
     DeviceInfo,
     Failure,
@@ -178,9 +178,11 @@ def buffer_text(buffer: Buffer) -> Md:
 
 def fidelity_text(plan: Plan) -> Md:
     f = plan.acceptance.fidelity
-    against = {"base": "the base arm's outputs",
-               "float64": f"a float64 reference {code(f.reference)}" if f.reference else "",
-               "golden": f"the golden file {code(f.golden)}" if f.golden else ""}[f.against]  # fmt: skip
+    against = {
+        "base": "the base arm's outputs",
+        "float64": f"a float64 reference {code(f.reference)}" if f.reference else "",
+        "golden": f"the golden file {code(f.golden)}" if f.golden else "",
+    }[f.against]
     if f.mode == "bytes":
         return Md(f"outputs byte-identical to {against}")
     if f.mode == "tolerance":
@@ -238,7 +240,12 @@ def golden_tables(plan: Plan, results: Results) -> Md:
             out += ["", f"Trial {t.index}, negative controls against the golden:", "", *controls]
         resolution = resolution_lines(t)
         if resolution:
-            out += ["", f"Trial {t.index}, the gate's resolution (the smallest perturbation it caught):", "", *resolution]
+            out += [
+                "",
+                f"Trial {t.index}, the gate's resolution (the smallest perturbation it caught):",
+                "",
+                *resolution,
+            ]
     return Md("\n".join(out))
 
 
@@ -248,8 +255,10 @@ def stage_text(stages: dict[str, float]) -> Md:
 
 
 def spec_text(spec: DeviceSpec) -> Md:
-    parts = [code(spec.name) if spec.name else None,
-             f"compute capability {md(spec.compute_capability)}" if spec.compute_capability else None]  # fmt: skip
+    parts = [
+        code(spec.name) if spec.name else None,
+        f"compute capability {md(spec.compute_capability)}" if spec.compute_capability else None,
+    ]
     return Md(" with ".join(p for p in parts if p))
 
 
@@ -342,8 +351,10 @@ def _unverified(results: Results, plan: Plan) -> list[str]:
     executed = {t.provenance.device.arch for t in results.trials}
     idle = [a for a in plan.hardware.architectures if a not in executed]
     if idle:
-        out.append(f"Compiled for {', '.join(idle)} but not executed there: no trial ran on "
-                   f"{'that architecture' if len(idle) == 1 else 'those architectures'}.")  # fmt: skip
+        out.append(
+            f"Compiled for {', '.join(idle)} but not executed there: no trial ran on "
+            f"{'that architecture' if len(idle) == 1 else 'those architectures'}."
+        )
     # qualify times the arms' launches only; saying so keeps kernel and end-to-end results apart
     out.append("End-to-end (application) latency: not measured; this record times the arms' launches only.")
     return out
@@ -388,12 +399,35 @@ def commands(trials: list[Trial]) -> list[tuple[str, str]]:
 FUNCTIONS = {
     f.__name__: f
     for f in (
-        device_groups, planned_cases, case_ids, find_case, median_of_trials, samples_per_arm,
-        warmups_per_arm, throttled, planned_samples_per_arm, gate_cases, gate_bound, arm_text,
-        buffer_text, fidelity_text, control_text, timer_extra, stage_text, golden_tables, sanitizer_rows, control_rows,
-        unverified, failure_rows, commands, code_identities, headline_text, reasons_text, device_plots,
+        device_groups,
+        planned_cases,
+        case_ids,
+        find_case,
+        median_of_trials,
+        samples_per_arm,
+        warmups_per_arm,
+        throttled,
+        planned_samples_per_arm,
+        gate_cases,
+        gate_bound,
+        arm_text,
+        buffer_text,
+        fidelity_text,
+        control_text,
+        timer_extra,
+        stage_text,
+        golden_tables,
+        sanitizer_rows,
+        control_rows,
+        unverified,
+        failure_rows,
+        commands,
+        code_identities,
+        headline_text,
+        reasons_text,
+        device_plots,
     )
-}  # fmt: skip
+}
 FUNCTIONS.update({f.__name__: f for f in KERNEL_FUNCTIONS})
 FUNCTIONS.update(KERNEL_GLOBALS)
 

@@ -57,8 +57,14 @@ def case_rows(results: Results) -> list[str]:
             if median is None:
                 cells = [text(group.label), text(cid), "n/a", "n/a", "n/a", "no complete trial"]
             else:
-                cells = [text(group.label), text(cid), duration(median.base_ns), duration(median.candidate_ns),
-                         signed_pct(median.delta_pct), _classes(group.trials, cid)]  # fmt: skip
+                cells = [
+                    text(group.label),
+                    text(cid),
+                    duration(median.base_ns),
+                    duration(median.candidate_ns),
+                    signed_pct(median.delta_pct),
+                    _classes(group.trials, cid),
+                ]
             rows.append("| " + " | ".join(cells) + " |")
     return rows
 
@@ -83,17 +89,23 @@ def summary_lines(results: Results, record: str) -> list[str]:
         if len(rows) > MAX_ROWS:
             lines.append(f"| … | {len(rows) - MAX_ROWS} more rows in the record's README | | | | |")
         lines.append("")
-    failed = [f"- {text(g.gate)} at {text(g.case)} on {text(g.device)}"
-              f"{'' if g.trial is None else f' (trial {g.trial})'}: speed-up {g.value_pct:+.2f} %, needs {text(g.bound)}"
-              for g in verdict.gates if not g.passed]  # fmt: skip
+    failed = [
+        f"- {text(g.gate)} at {text(g.case)} on {text(g.device)}"
+        f"{'' if g.trial is None else f' (trial {g.trial})'}: speed-up {g.value_pct:+.2f} %, needs {text(g.bound)}"
+        for g in verdict.gates
+        if not g.passed
+    ]
     if failed:
         lines += [f"**Gates missed ({len(failed)}):**", "", *_capped(failed, "missed gates"), ""]
     if verdict.reasons:
         lines += ["**Why the evidence cannot decide:**" if verdict.status == "incomplete" else "**Reasons:**", ""]
         lines += [*_capped([f"- {text(r, 300)}" for r in verdict.reasons], "reasons"), ""]
-    failures = [f"- trial {t.index}: {f.kind}{'' if f.case is None else f' at {text(f.case)}'}"
-                f"{'' if f.side is None else f' ({f.side})'}: {text(f.message, 300)}"
-                for t in results.trials for f in t.failures]  # fmt: skip
+    failures = [
+        f"- trial {t.index}: {f.kind}{'' if f.case is None else f' at {text(f.case)}'}"
+        f"{'' if f.side is None else f' ({f.side})'}: {text(f.message, 300)}"
+        for t in results.trials
+        for f in t.failures
+    ]
     if failures:
         lines += ["**Trial failures:**", "", *_capped(failures, "failures"), ""]
     return lines

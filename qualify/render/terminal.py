@@ -66,18 +66,26 @@ def plan_check(check: PlanCheck) -> Group:
     head = Text.assemble(
         (visible(plan.name), "bold"),
         f"  {visible(plan.revisions.base)} → {visible(plan.revisions.candidate)}\n",
-        "digest  ", (loaded.digest, "cyan"), "\n",
+        "digest  ",
+        (loaded.digest, "cyan"),
+        "\n",
         "frozen  ",
-        ("yes (matches plan.lock)" if check.frozen else "no (run `qualify plan freeze`)",
-         "green" if check.frozen else "yellow"),
+        (
+            "yes (matches plan.lock)" if check.frozen else "no (run `qualify plan freeze`)",
+            "green" if check.frozen else "yellow",
+        ),
         "\n",
         f"files   {len(loaded.files.files)} ({visible(files)})",
-    )  # fmt: skip
+    )
     parts = [head, _cases_table(check)]
     if check.compiled:
         parts.append(_resources_table(check))
-        parts.append(Text(f"NVRTC {visible(check.nvrtc)}; " + ("every launch fits" if check.ok else "SOME LAUNCHES DO NOT FIT"),
-                          style="green" if check.ok else "bold red"))  # fmt: skip
+        parts.append(
+            Text(
+                f"NVRTC {visible(check.nvrtc)}; " + ("every launch fits" if check.ok else "SOME LAUNCHES DO NOT FIT"),
+                style="green" if check.ok else "bold red",
+            )
+        )
     return Group(*parts)
 
 
@@ -107,8 +115,17 @@ def _cases_table(check: PlanCheck) -> Table:
 
 def _resources_table(check: PlanCheck) -> Table:
     table = Table(title="compiled resources per kernel and architecture (ptxas)", title_justify="left")
-    cols = ("arm", "arch", "regs", "spill st/ld B", "stack B", "static smem B",
-            "dynamic smem B (cases)", "limit B", "fits")  # fmt: skip
+    cols = (
+        "arm",
+        "arch",
+        "regs",
+        "spill st/ld B",
+        "stack B",
+        "static smem B",
+        "dynamic smem B (cases)",
+        "limit B",
+        "fits",
+    )
     for col in cols:
         if col in ("arm", "arch", "fits"):
             table.add_column(col, overflow="fold")
@@ -124,16 +141,19 @@ def _resources_table(check: PlanCheck) -> Table:
             figures = ["n/a"] * 4
         else:
             spills = f"{r.spill_store_bytes}/{r.spill_load_bytes}"
-            figures = [str(r.registers), Text(spills, style="red" if r.spill_store_bytes or r.spill_load_bytes else ""),
-                       str(r.stack_bytes), f"{r.static_shared_bytes:,}"]  # fmt: skip
+            figures = [
+                str(r.registers),
+                Text(spills, style="red" if r.spill_store_bytes or r.spill_load_bytes else ""),
+                str(r.stack_bytes),
+                f"{r.static_shared_bytes:,}",
+            ]
         table.add_row(
             _arm_label(check, side),
             label(arch),
             *figures,
             dyn_text,
             f"{rows[0].limit_bytes:,}" if rows else "-",
-            Text("all cases", style="green") if not misfits
-            else label("NOT " + ", ".join(misfits), style="bold red"),
+            Text("all cases", style="green") if not misfits else label("NOT " + ", ".join(misfits), style="bold red"),
         )
     return table
 
@@ -161,8 +181,9 @@ def run_summary(outcome, folder, plan=None) -> Group:
     if plan is not None:
         parts.append(verdict_block(results, plan))
     else:
-        parts.append(Text(f"verdict: {results.verdict.status.replace('_', ' ')}",
-                          style=VERDICT_STYLE[results.verdict.status]))  # fmt: skip
+        parts.append(
+            Text(f"verdict: {results.verdict.status.replace('_', ' ')}", style=VERDICT_STYLE[results.verdict.status])
+        )
         parts.extend(label(f"  - {reason}") for reason in results.verdict.reasons)
     table = Table(title=Text(f"record {visible(folder)}"), title_justify="left")
     for col in ("trial", "device", "case", "base µs", "cand µs", "Δ %", "95% CI of Δ %", "class"):
@@ -175,9 +196,16 @@ def run_summary(outcome, folder, plan=None) -> Group:
         for c in t.cases:
             s = c.stats
             ci = "-" if s.ci_low is None else f"[{(s.ci_low - 1) * 100:+.2f}, {(s.ci_high - 1) * 100:+.2f}]"
-            table.add_row(str(t.index), device, label(c.case),
-                          f"{c.timing['base'].median_ns / 1e3:.3f}", f"{c.timing['candidate'].median_ns / 1e3:.3f}",
-                          f"{s.delta_pct:+.2f}", ci, s.case_class.replace("cant_tell", "can't tell"))  # fmt: skip
+            table.add_row(
+                str(t.index),
+                device,
+                label(c.case),
+                f"{c.timing['base'].median_ns / 1e3:.3f}",
+                f"{c.timing['candidate'].median_ns / 1e3:.3f}",
+                f"{s.delta_pct:+.2f}",
+                ci,
+                s.case_class.replace("cant_tell", "can't tell"),
+            )
         if t.status != "complete":
             table.add_row(str(t.index), device, "-", "-", "-", "-", "-", t.status)
     parts.append(table)

@@ -112,8 +112,7 @@ def counts_table(trial: Trial, side: str = "candidate") -> list[str]:
     if not cases:
         return []
     outputs = [c.output for c in cases[0].tolerance.counts[side]]
-    lines = ["| case | " + " | ".join(f"`{o}`" for o in outputs) + " |",
-             "|---|" + "---|" * len(outputs)]  # fmt: skip
+    lines = ["| case | " + " | ".join(f"`{o}`" for o in outputs) + " |", "|---|" + "---|" * len(outputs)]
     for case in cases:
         by_output = {c.output: c for c in case.tolerance.counts[side]}
         lines.append(f"| {case.case} | " + " | ".join(_counts_cell(by_output[o]) for o in outputs) + " |")
@@ -124,13 +123,17 @@ def controls_table(trial: Trial) -> list[str]:
     """Each control per case: declared and measured, with the worst bound fraction per output."""
     if not trial.control_outcomes:
         return []
-    lines = ["| control | case | output | declared | gate | worst bound fraction | as declared |",
-             "|---|---|---|---|---|---:|---|"]  # fmt: skip
+    lines = [
+        "| control | case | output | declared | gate | worst bound fraction | as declared |",
+        "|---|---|---|---|---|---:|---|",
+    ]
     for o in trial.control_outcomes:
         for output, expected in o.expected.items():
-            lines.append(f"| {o.control} | {o.case} | `{output}` | {expected} | "
-                         f"{'pass' if o.passed[output] else 'fail'} | {_fraction(o.worst_bound_fraction[output])} | "
-                         f"{'yes' if o.as_declared else '**no**'} |")  # fmt: skip
+            lines.append(
+                f"| {o.control} | {o.case} | `{output}` | {expected} | "
+                f"{'pass' if o.passed[output] else 'fail'} | {_fraction(o.worst_bound_fraction[output])} | "
+                f"{'yes' if o.as_declared else '**no**'} |"
+            )
     return lines
 
 
@@ -146,8 +149,10 @@ def resolution_lines(trial: Trial) -> list[str]:
                 ceiling = max(step.quanta for step in r.steps)
                 lines.append(f"- {r.case}, `{r.output}`: **vacuous**, no perturbation up to {ceiling} quanta caught")
             else:
-                lines.append(f"- {r.case}, `{r.output}`: caught from {s.quanta} "
-                             f"{'quantum' if s.quanta == 1 else 'quanta'} on {s.elements} "
-                             f"{'element' if s.elements == 1 else 'elements'} (bound fraction "
-                             f"{_fraction(s.worst_bound_fraction)})")  # fmt: skip
+                lines.append(
+                    f"- {r.case}, `{r.output}`: caught from {s.quanta} "
+                    f"{'quantum' if s.quanta == 1 else 'quanta'} on {s.elements} "
+                    f"{'element' if s.elements == 1 else 'elements'} (bound fraction "
+                    f"{_fraction(s.worst_bound_fraction)})"
+                )
     return lines

@@ -94,17 +94,22 @@ class CaseStats(Model):
     case_class: CaseClass
     reason: str
     blocks: int | None = Field(
-        default=None, description="independent units with a ratio on both arms: the blocks, or the "
+        default=None,
+        description="independent units with a ratio on both arms: the blocks, or the "
         "placements where blocks shared one (qualify.evaluate.stats.unit_log_ratios)",
     )
     mde_pct: float | None = Field(
-        default=None, description="minimum detectable change in % (95 % confidence, 80 % power); "
-        "None below 2 blocks",
+        default=None,
+        description="minimum detectable change in % (95 % confidence, 80 % power); None below 2 blocks",
     )
-    log_mean: float | None = Field(default=None, description="mean of the block log-ratios (absent in "
-                                   "trials made before it was recorded; None without a usable block)")
-    log_sd: float | None = Field(default=None, description="their standard deviation (ddof 1); None "
-                                 "below 2 blocks or where not recorded")
+    log_mean: float | None = Field(
+        default=None,
+        description="mean of the block log-ratios (absent in "
+        "trials made before it was recorded; None without a usable block)",
+    )
+    log_sd: float | None = Field(
+        default=None, description="their standard deviation (ddof 1); None below 2 blocks or where not recorded"
+    )
 
 
 class PooledStats(Model):
@@ -112,8 +117,7 @@ class PooledStats(Model):
     in which the spread between processes enters beside the spread of blocks within each
     (qualify.evaluate.pooled)."""
 
-    ratio: float = Field(description="candidate / base: exp of the mean over trials of their mean block "
-                         "log-ratios")
+    ratio: float = Field(description="candidate / base: exp of the mean over trials of their mean block log-ratios")
     ci_low: float | None = Field(description="95 % two-level t-interval; None where a trial has no interval")
     ci_high: float | None
     delta_pct: float = Field(description="(ratio - 1) * 100: negative is faster")
@@ -121,12 +125,17 @@ class PooledStats(Model):
     reason: str
     trials: int = Field(description="complete trials pooled, each one process")
     df: float | None = Field(description="degrees of freedom (Welch-Satterthwaite over the two parts)")
-    within_pct: float | None = Field(description="the within-trial part: a trial's standard error, "
-                                     "expm1(sqrt(mean of the trials' squared standard errors)) in %")
-    between_pct: float | None = Field(description="the between-trial part: the spread of processes' "
-                                      "true ratios, expm1(sqrt(b)) in %; None from one trial")
-    mde_pct: float | None = Field(description="minimum detectable change in % (95 % confidence, 80 % "
-                                  "power) of the pooled estimate")
+    within_pct: float | None = Field(
+        description="the within-trial part: a trial's standard error, "
+        "expm1(sqrt(mean of the trials' squared standard errors)) in %"
+    )
+    between_pct: float | None = Field(
+        description="the between-trial part: the spread of processes' "
+        "true ratios, expm1(sqrt(b)) in %; None from one trial"
+    )
+    mde_pct: float | None = Field(
+        description="minimum detectable change in % (95 % confidence, 80 % power) of the pooled estimate"
+    )
 
 
 class BufferParity(Model):
@@ -154,8 +163,9 @@ class KernelActivity(Model):
     end_ns: int
     correlation_id: int
     stream_id: int
-    shared_memory_executed: int | None = Field(default=None, description="shared-memory carveout the "
-                                               "kernel ran with, in bytes")
+    shared_memory_executed: int | None = Field(
+        default=None, description="shared-memory carveout the kernel ran with, in bytes"
+    )
 
 
 class TracedCall(Model):
@@ -188,8 +198,10 @@ class KernelChange(Model):
 
     name: str
     occurrence: int
-    candidate_name: str | None = Field(default=None, description="set when the candidate's kernel "
-                                       "has other template arguments (matched by its template's name)")
+    candidate_name: str | None = Field(
+        default=None,
+        description="set when the candidate's kernel has other template arguments (matched by its template's name)",
+    )
     base_ns: float | None
     candidate_ns: float | None
     change_pct: float | None
@@ -202,8 +214,11 @@ class TimerAgreement(Model):
     calls: int
     bound: str = Field(description="the agreement bound as stated in the record")
     event_ns: list[float] = Field(description="per call: event window minus the empty-pair floor")
-    offset_ns: float = Field(default=0.0, description="the traced offset subtracted besides the floor: "
-                             "median of (events - floor - CUPTI span) of the null calls")
+    offset_ns: float = Field(
+        default=0.0,
+        description="the traced offset subtracted besides the floor: "
+        "median of (events - floor - CUPTI span) of the null calls",
+    )
     cupti_span_ns: list[float] = Field(description="per call: first kernel start to last kernel end")
     cupti_sum_ns: list[float] = Field(description="per call: sum of kernel durations")
     worst_call: int | None = Field(description="the call furthest outside (or nearest) the bound")
@@ -242,10 +257,14 @@ class KernelTrace(Model):
     demangler: str = Field(description="c++filt, builtin, or none (names kept as launched)")
     names: dict[str, str] = Field(default_factory=dict, description="launched name -> demangled")
     limits: DeviceLimits | None = None
-    null_calls: list[TracedCall] = Field(default_factory=list, description=(
-        "traced calls of qualify's own one-thread kernel, queued as every traced call is: what a "
-        "traced event window holds beyond the kernels (CUPTI's own cost per launch), measured in "
-        "the same trial; the second timer subtracts their median offset"))
+    null_calls: list[TracedCall] = Field(
+        default_factory=list,
+        description=(
+            "traced calls of qualify's own one-thread kernel, queued as every traced call is: what a "
+            "traced event window holds beyond the kernels (CUPTI's own cost per launch), measured in "
+            "the same trial; the second timer subtracts their median offset"
+        ),
+    )
 
 
 class CaseTrial(Model):
@@ -269,23 +288,27 @@ class CaseTrial(Model):
         "done, block cap, sample cap or wall cap",
     )
     tolerance: CaseTolerance | None = Field(
-        default=None, description="plans with a golden: both arms' parity counts against it and the "
-        "gate's resolution (absent otherwise)"
+        default=None,
+        description="plans with a golden: both arms' parity counts against it and the "
+        "gate's resolution (absent otherwise)",
     )
     trace: dict[Side, list[TracedCall]] | None = Field(
-        default=None, description="raw CUPTI trace of schedule.traced_calls calls per arm, taken "
-        "after the case's timing (absent when tracing was off or unavailable)"
+        default=None,
+        description="raw CUPTI trace of schedule.traced_calls calls per arm, taken "
+        "after the case's timing (absent when tracing was off or unavailable)",
     )
     kernels: CaseKernels | None = Field(
         default=None, description="derived from `trace`: kernel inventory, attribution, timer agreement"
     )
     placements: dict | None = Field(
-        default=None, description="the case's pool of buffer placements as drawn (qualify.run.placement: "
+        default=None,
+        description="the case's pool of buffer placements as drawn (qualify.run.placement: "
         "count requested and used, granularity, each placement's spacer and offsets, why fewer); the "
         "samples file holds which placement each sample used (absent in trials made before pools)",
     )
     placement_spread_pct: list[float] | None = Field(
-        default=None, description="derived: the comparison's change in % on each placement, in "
+        default=None,
+        description="derived: the comparison's change in % on each placement, in "
         "placement order (qualify.evaluate.placements); absent with one placement",
     )
 
@@ -301,19 +324,28 @@ class CodeIdentity(Model):
     """Whether both arms run the same machine code (qualify/run/code_identity.py)."""
 
     status: Literal["identical", "differs", "unknown"]
-    arms: Literal["nvrtc", "library"] = Field(description="compiled by qualify's NVRTC, or embedded in "
-                                               "the libraries' fat binaries")
+    arms: Literal["nvrtc", "library"] = Field(
+        description="compiled by qualify's NVRTC, or embedded in the libraries' fat binaries"
+    )
     arch: str = Field(description="the architecture compared: the device's")
     digests: dict[Side, str] = Field(default_factory=dict, description="each arm's machine-code digest")
     functions: int = Field(default=0, description="functions (kernels and device functions) compared")
-    differences: list[str] = Field(default_factory=list, description="what differs, per function: the "
-                                   "parts and the first differing instruction's offset")
+    differences: list[str] = Field(
+        default_factory=list,
+        description="what differs, per function: the parts and the first differing instruction's offset",
+    )
     reason: str | None = Field(default=None, description="why the status is unknown")
-    launches_match: bool | None = Field(default=None, description="the arms launch the same kernels with "
-                                        "the same grid, block, shared memory and arguments in every case; "
-                                        "None when that is not known (library arms without a kernel inventory)")
-    free_aa: bool = Field(default=False, description="identical code and identical launches: the candidate "
-                          "is the base by construction and the trial is an A/A")
+    launches_match: bool | None = Field(
+        default=None,
+        description="the arms launch the same kernels with "
+        "the same grid, block, shared memory and arguments in every case; "
+        "None when that is not known (library arms without a kernel inventory)",
+    )
+    free_aa: bool = Field(
+        default=False,
+        description="identical code and identical launches: the candidate "
+        "is the base by construction and the trial is an A/A",
+    )
 
 
 class ControlResult(Model):
@@ -347,8 +379,9 @@ class TrialCost(Model):
     wall_s: float = Field(description="the trial's wall time, admission to trial file")
     gpu_busy_s: float = Field(description="sum of every timed window in the samples file")
     busy_fraction: float = Field(description="gpu_busy_s / wall_s")
-    stages_s: dict[str, float] = Field(description="wall time per engine stage (build, preflight, inputs, "
-                                       "fidelity, controls, timing, sanitizer)")
+    stages_s: dict[str, float] = Field(
+        description="wall time per engine stage (build, preflight, inputs, fidelity, controls, timing, sanitizer)"
+    )
 
 
 class Trial(Model):
@@ -370,17 +403,21 @@ class Trial(Model):
     )
     samples_file: str = Field(description="raw samples (.npz), relative to the record folder")
     samples_sha256: str
-    cost: TrialCost | None = Field(default=None, description="wall time, GPU-busy time and stage times "
-                                   "(absent in trials made before they were recorded)")
+    cost: TrialCost | None = Field(
+        default=None,
+        description="wall time, GPU-busy time and stage times (absent in trials made before they were recorded)",
+    )
     kernel_trace: KernelTrace | None = Field(
         default=None, description="how kernels were traced (absent in trials made before tracing existed)"
     )
     control_outcomes: list[ControlOutcome] | None = Field(
-        default=None, description="plans with a golden: each negative control per case against its "
-        "declared expectation, with its bound fraction per output"
+        default=None,
+        description="plans with a golden: each negative control per case against its "
+        "declared expectation, with its bound fraction per output",
     )
-    code: CodeIdentity | None = Field(default=None, description="the arms' machine code compared (absent "
-                                      "in trials made before it was)")
+    code: CodeIdentity | None = Field(
+        default=None, description="the arms' machine code compared (absent in trials made before it was)"
+    )
 
 
 class GateResult(Model):
@@ -407,6 +444,7 @@ class Results(Model):
     trials: list[Trial]
     verdict: Verdict
     pooled: dict[str, dict[str, PooledStats]] = Field(
-        default_factory=dict, description="per device (as the verdict labels it) and case: the "
+        default_factory=dict,
+        description="per device (as the verdict labels it) and case: the "
         "two-level statistics over its complete trials; devices are never pooled together",
     )

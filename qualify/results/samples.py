@@ -39,8 +39,19 @@ class TrialSamples:
     def __init__(self) -> None:
         self._lists: dict[str, list] = {}
 
-    def add(self, case: str, series: str, *, ns: float, block: int, sm_mhz: float, throttle: int, temp_c: float,
-            placement: int | None = None, half: int | None = None) -> None:
+    def add(
+        self,
+        case: str,
+        series: str,
+        *,
+        ns: float,
+        block: int,
+        sm_mhz: float,
+        throttle: int,
+        temp_c: float,
+        placement: int | None = None,
+        half: int | None = None,
+    ) -> None:
         """One timed sample. `placement` and `half` are each recorded for every sample of a series
         or for none (a series without them ran on one placement, in the fixed alternation)."""
         optional = {"placement": placement, "half": half}
@@ -48,7 +59,13 @@ class TrialSamples:
             kept = key(case, series, field) in self._lists
             if (value is not None) != kept and key(case, series, "ns") in self._lists:
                 raise ValueError(f"{case}/{series}: {field} given for some samples and not for others")
-        for field, value in (("ns", ns), ("block", block), ("sm_mhz", sm_mhz), ("throttle", throttle), ("temp_c", temp_c)):
+        for field, value in (
+            ("ns", ns),
+            ("block", block),
+            ("sm_mhz", sm_mhz),
+            ("throttle", throttle),
+            ("temp_c", temp_c),
+        ):
             self._lists.setdefault(key(case, series, field), []).append(value)
         for field, value in optional.items():
             if value is not None:
@@ -63,8 +80,7 @@ class TrialSamples:
     def arrays(self) -> dict[str, np.ndarray]:
         dtypes = {"block": np.int32, "throttle": np.uint64, "placement": np.int32, "half": np.int32}
         return {
-            k: np.asarray(v, dtype=dtypes.get(k.rsplit("/", 1)[-1], np.float64))
-            for k, v in sorted(self._lists.items())
+            k: np.asarray(v, dtype=dtypes.get(k.rsplit("/", 1)[-1], np.float64)) for k, v in sorted(self._lists.items())
         }
 
 
@@ -114,8 +130,12 @@ def _parse_npy(data: bytes, name: str) -> np.ndarray:
         meta = ast.literal_eval(header)
     except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
         raise ValueError(f"{name}: unreadable .npy header {header[:80]!r}") from None
-    if (not isinstance(meta, dict) or meta.get("fortran_order") or not isinstance(meta.get("shape"), tuple)
-            or not all(type(n) is int and 0 <= n < 2**40 for n in meta["shape"])):  # fmt: skip
+    if (
+        not isinstance(meta, dict)
+        or meta.get("fortran_order")
+        or not isinstance(meta.get("shape"), tuple)
+        or not all(type(n) is int and 0 <= n < 2**40 for n in meta["shape"])
+    ):
         raise ValueError(f"{name}: unsupported .npy header {header[:80]!r}")
     try:
         dtype = np.dtype(meta["descr"])
@@ -135,9 +155,16 @@ def _parse_npy(data: bytes, name: str) -> np.ndarray:
 # strings or booleans; the check refuses them first, naming the series.
 _REAL = "f"
 _INTEGER = "iu"
-FIELD_KINDS = {"ns": _REAL, "block": _INTEGER, "sm_mhz": _REAL + _INTEGER, "throttle": _INTEGER,
-               "temp_c": _REAL + _INTEGER, "warmup_ns": _REAL, "placement": _INTEGER,
-               "half": _INTEGER}  # fmt: skip
+FIELD_KINDS = {
+    "ns": _REAL,
+    "block": _INTEGER,
+    "sm_mhz": _REAL + _INTEGER,
+    "throttle": _INTEGER,
+    "temp_c": _REAL + _INTEGER,
+    "warmup_ns": _REAL,
+    "placement": _INTEGER,
+    "half": _INTEGER,
+}
 PER_SAMPLE = ("ns", "block", "sm_mhz", "throttle", "temp_c")  # one entry per timed sample
 OPTIONAL_PER_SAMPLE = ("placement", "half")  # one entry per timed sample where present
 
@@ -158,8 +185,10 @@ def series_problems(arrays: dict[str, np.ndarray]) -> list[str]:
         else:
             parts = name.rsplit("/", 2)
             if len(parts) != 3 or parts[1] not in SERIES or parts[2] not in FIELDS or not parts[0]:
-                problems.append(f"{name}: not a series qualify records ('<case>/<series>/<field>', "
-                                f"series {', '.join(SERIES)}; fields {', '.join(FIELDS)})")  # fmt: skip
+                problems.append(
+                    f"{name}: not a series qualify records ('<case>/<series>/<field>', "
+                    f"series {', '.join(SERIES)}; fields {', '.join(FIELDS)})"
+                )
                 continue
             field = parts[2]
         problem = _array_problem(field, arr)

@@ -17,11 +17,11 @@ derived files, results.json and README.md.
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
 import os
-import fcntl
-from contextlib import contextmanager
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,12 +76,18 @@ class Record:
             try:
                 event = strict_json.parse(line)
             except strict_json.JSONProblem as exc:
-                raise PlanError(f"line {n} is not JSON ({exc.message}); the ledger was damaged",
-                                file=self.ledger_path) from None  # fmt: skip
-            if not (isinstance(event, dict) and isinstance(event.get("event"), str)
-                    and type(event.get("trial")) is int and event["trial"] >= 1):  # fmt: skip
-                raise PlanError(f"line {n} is not a ledger event (an 'event' name and a 'trial' number)",
-                                file=self.ledger_path)  # fmt: skip
+                raise PlanError(
+                    f"line {n} is not JSON ({exc.message}); the ledger was damaged", file=self.ledger_path
+                ) from None
+            if not (
+                isinstance(event, dict)
+                and isinstance(event.get("event"), str)
+                and type(event.get("trial")) is int
+                and event["trial"] >= 1
+            ):
+                raise PlanError(
+                    f"line {n} is not a ledger event (an 'event' name and a 'trial' number)", file=self.ledger_path
+                )
             events.append(event)
         return events
 
@@ -142,14 +148,23 @@ class Record:
         the file is written whole, only the end event was lost. With `device_uuid`, only that
         device's trials: another device's open trial may be running right now in another worker.
         """
-        dangling = [t.index for t in self.trials_in_ledger()
-                    if t.status is None and (device_uuid is None or t.device_uuid == device_uuid)]  # fmt: skip
+        dangling = [
+            t.index
+            for t in self.trials_in_ledger()
+            if t.status is None and (device_uuid is None or t.device_uuid == device_uuid)
+        ]
         for index in dangling:
             status = "interrupted"
             if self.trial_path(index).is_file():
                 status = load_model(Trial, self.trial_path(index)).status
-            self.append({"event": "trial_ended", "trial": index, "status": status,
-                         "note": "found without an end event (the process died)"})  # fmt: skip
+            self.append(
+                {
+                    "event": "trial_ended",
+                    "trial": index,
+                    "status": status,
+                    "note": "found without an end event (the process died)",
+                }
+            )
         return dangling
 
     # -- binding to the plan ----------------------------------------------------------------
@@ -238,8 +253,11 @@ def load_model(model, path: Path):
         raise PlanError(f"expected a JSON object, got {type(data).__name__}", file=path)
     version = data.get("results_version")
     if model is Results and version != RESULTS_VERSION:
-        raise PlanError(f"results_version {version!r} is not {RESULTS_VERSION}; this qualify cannot read it",
-                        file=path, field="results_version")  # fmt: skip
+        raise PlanError(
+            f"results_version {version!r} is not {RESULTS_VERSION}; this qualify cannot read it",
+            file=path,
+            field="results_version",
+        )
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -69,17 +69,26 @@ def library(base: Path, candidate: Path, arch: str) -> CodeIdentity:
             found = cubins(read_limited(Path(path), MAX_LIBRARY_BYTES), sm)
         except (ElfProblem, UnreadableFile) as exc:
             why = exc.message if isinstance(exc, UnreadableFile) else str(exc)
-            return CodeIdentity(status="unknown", arms="library", arch=arch,
-                                reason=f"the {side} library's device code: {why}")  # fmt: skip
+            return CodeIdentity(
+                status="unknown", arms="library", arch=arch, reason=f"the {side} library's device code: {why}"
+            )
         if not found:
-            return CodeIdentity(status="unknown", arms="library", arch=arch,
-                                reason=f"the {side} library embeds no {arch} code (PTX only, or none)")  # fmt: skip
+            return CodeIdentity(
+                status="unknown",
+                arms="library",
+                arch=arch,
+                reason=f"the {side} library embeds no {arch} code (PTX only, or none)",
+            )
         raw.append(found)
         try:
             codes.append(merged([machine_code(c) for c in found]))
         except ElfProblem as exc:
-            return CodeIdentity(status="unknown", arms="library", arch=arch,
-                                reason=f"a CUBIN of the {side} library is unreadable: {exc}")  # fmt: skip
+            return CodeIdentity(
+                status="unknown",
+                arms="library",
+                arch=arch,
+                reason=f"a CUBIN of the {side} library is unreadable: {exc}",
+            )
     return _identity(codes[0], codes[1], "library", arch, None, (raw[0], raw[1]))
 
 
@@ -90,16 +99,16 @@ def with_traced_launches(code: CodeIdentity, cases) -> CodeIdentity:
     launches = traced_launches_match(cases)
     if launches is None:
         return code
-    return code.model_copy(update={"launches_match": launches,
-                                   "free_aa": code.status == "identical" and launches})
+    return code.model_copy(update={"launches_match": launches, "free_aa": code.status == "identical" and launches})
 
 
 def unknown(arch: str, arms: str, reason: str) -> CodeIdentity:
     return CodeIdentity(status="unknown", arms=arms, arch=arch, reason=reason)
 
 
-def _identity(a: CubinCode, b: CubinCode, arms: str, arch: str, launches: bool | None,
-              raw: tuple[list[bytes], list[bytes]]) -> CodeIdentity:
+def _identity(
+    a: CubinCode, b: CubinCode, arms: str, arch: str, launches: bool | None, raw: tuple[list[bytes], list[bytes]]
+) -> CodeIdentity:
     diff = compare(a, b, labels=ARM_SIDES)
     lines = [d.describe() for d in diff.functions] + [f"module {m} differs" for m in diff.module]
     first = next((d for d in diff.functions if d.first_offset is not None), None)

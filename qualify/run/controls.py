@@ -43,8 +43,8 @@ def _swap(out: np.ndarray, size: int, n: int, mutation: Mutation, params: dict) 
     if length < 1 or first < 0 or second + length > n or first + length > second:
         raise ValueError(f"swap of {length} elements at {first} and {second} does not fit {n} elements")
     words = out.view(UNSIGNED[size])
-    a, b = words[first:first + length].copy(), words[second:second + length].copy()
-    words[first:first + length], words[second:second + length] = b, a
+    a, b = words[first : first + length].copy(), words[second : second + length].copy()
+    words[first : first + length], words[second : second + length] = b, a
     return out
 
 

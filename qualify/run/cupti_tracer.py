@@ -49,9 +49,24 @@ def _text(value) -> str:
 
 
 # The CONCURRENT_KERNEL record fields qualify reads, by their cupti-python names.
-RAW_FIELDS = ("name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
-              "static_shared_memory", "dynamic_shared_memory", "local_memory_per_thread", "start", "end",
-              "correlation_id", "stream_id", "shared_memory_executed")  # fmt: skip
+RAW_FIELDS = (
+    "name",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "registers_per_thread",
+    "static_shared_memory",
+    "dynamic_shared_memory",
+    "local_memory_per_thread",
+    "start",
+    "end",
+    "correlation_id",
+    "stream_id",
+    "shared_memory_executed",
+)
 # tools/record_cupti_fixture.py sets a list here to keep every record's raw fields (a fixture);
 # None in every run.
 RAW_SINK: list[dict] | None = None

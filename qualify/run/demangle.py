@@ -17,11 +17,26 @@ BUILTIN = "builtin"
 CXXFILT = "c++filt"
 
 _BASIC = {
-    "v": "void", "b": "bool", "c": "char", "a": "signed char", "h": "unsigned char", "s": "short",
-    "t": "unsigned short", "i": "int", "j": "unsigned int", "l": "long", "m": "unsigned long",
-    "x": "long long", "y": "unsigned long long", "n": "__int128", "o": "unsigned __int128",
-    "f": "float", "d": "double", "e": "long double", "w": "wchar_t",
-}  # fmt: skip
+    "v": "void",
+    "b": "bool",
+    "c": "char",
+    "a": "signed char",
+    "h": "unsigned char",
+    "s": "short",
+    "t": "unsigned short",
+    "i": "int",
+    "j": "unsigned int",
+    "l": "long",
+    "m": "unsigned long",
+    "x": "long long",
+    "y": "unsigned long long",
+    "n": "__int128",
+    "o": "unsigned __int128",
+    "f": "float",
+    "d": "double",
+    "e": "long double",
+    "w": "wchar_t",
+}
 _INTEGRAL = {"i", "j", "l", "m", "x", "y", "s", "t", "h", "a", "c"}
 _SUFFIX = {"j": "u", "m": "ul", "y": "ull", "l": "l", "x": "ll"}
 
@@ -210,8 +225,9 @@ def demangle_all(names: list[str], demangler: str | None = None) -> tuple[str, d
     out: dict[str, str] = {}
     if demangler == CXXFILT and unique:
         try:
-            done = subprocess.run([CXXFILT], input="\n".join(unique) + "\n", capture_output=True, text=True,
-                                  timeout=30, check=True).stdout.splitlines()  # fmt: skip
+            done = subprocess.run(
+                [CXXFILT], input="\n".join(unique) + "\n", capture_output=True, text=True, timeout=30, check=True
+            ).stdout.splitlines()
         except (OSError, subprocess.SubprocessError):
             done = []
         if len(done) == len(unique):

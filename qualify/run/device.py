@@ -46,11 +46,19 @@ def flush_spacer_bytes(slot: int) -> int:
     """The spacer allocated before flush slot `slot` (>= 1): s x 3 MiB + s x 64 KiB."""
     return slot * (3 << 20) + slot * (64 << 10)
 
-# Errors after which the context is unusable: only a new process recovers.
-STICKY = {700: "illegal address", 702: "launch timeout", 710: "device-side assert",
-          714: "hardware stack error", 715: "illegal instruction", 716: "misaligned address",
-          717: "invalid address space", 718: "invalid pc", 719: "launch failure"}  # fmt: skip
 
+# Errors after which the context is unusable: only a new process recovers.
+STICKY = {
+    700: "illegal address",
+    702: "launch timeout",
+    710: "device-side assert",
+    714: "hardware stack error",
+    715: "illegal instruction",
+    716: "misaligned address",
+    717: "invalid address space",
+    718: "invalid pc",
+    719: "launch failure",
+}
 
 
 class KernelFault(DeviceError):
@@ -146,8 +154,12 @@ class CudaDevice:
         driver = _driver()
         try:
             (err,) = driver.cuInit(0)
-        except RuntimeError as exc:  # libcuda.so is not there at all
-            raise DeviceError("not found: no NVIDIA driver on this machine; run, compare and probe need a GPU host (plan check does not)", file="libcuda.so.1", field="driver") from None
+        except RuntimeError:  # libcuda.so is not there at all
+            raise DeviceError(
+                "not found: no NVIDIA driver on this machine; run, compare and probe need a GPU host (plan check does not)",
+                file="libcuda.so.1",
+                field="driver",
+            ) from None
         if int(err) == 100:
             raise DeviceError("the NVIDIA driver reports no CUDA device")
         _check((err,), "cuInit")
@@ -164,9 +176,7 @@ class CudaDevice:
         except Exception:  # a refusal, or NVRTC missing: no context is left retained
             driver.cuDevicePrimaryCtxRelease(self.device)
             raise
-        self.stream = _check(
-            driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate"
-        )
+        self.stream = _check(driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
         self.stream_handle = int(self.stream)
         self._start = _check(driver.cuEventCreate(0), "cuEventCreate")
         self._stop = _check(driver.cuEventCreate(0), "cuEventCreate")
@@ -229,8 +239,10 @@ class CudaDevice:
         try:
             compiled = compile_kernel(KernelSpec(source=HELPERS, kernel="qualify_settle", arch=self.info.arch))
         except BuildError as exc:
-            raise DeviceError(f"NVRTC {nvrtc} cannot compile for this device's {self.info.arch} ({exc.message}); "
-                              f"{generation.install_advice(cuda)}") from None  # fmt: skip
+            raise DeviceError(
+                f"NVRTC {nvrtc} cannot compile for this device's {self.info.arch} ({exc.message}); "
+                f"{generation.install_advice(cuda)}"
+            ) from None
         err, module = self._driver.cuModuleLoadData(compiled.cubin)
         if err != self._driver.CUresult.CUDA_SUCCESS:
             _, name = self._driver.cuGetErrorName(err)
@@ -244,7 +256,9 @@ class CudaDevice:
         """Load a CUBIN now (never lazily inside a timed sample) and raise its shared-memory limit."""
         d = self._driver
         module = _check(d.cuModuleLoadData(compiled.cubin), f"cuModuleLoadData({label})")
-        function = _check(d.cuModuleGetFunction(module, compiled.lowered_name.encode()), f"cuModuleGetFunction({label})")
+        function = _check(
+            d.cuModuleGetFunction(module, compiled.lowered_name.encode()), f"cuModuleGetFunction({label})"
+        )
         if dynamic_shared_bytes > 48 * 1024:
             attr = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             _check(d.cuFuncSetAttribute(function, attr, dynamic_shared_bytes), f"raise shared memory of {label}")
@@ -263,10 +277,12 @@ class CudaDevice:
         def attr(name):
             return int(_check(d.cuFuncGetAttribute(getattr(A, name), kernel.function), name))
 
-        blocks = int(_check(
-            d.cuOccupancyMaxActiveBlocksPerMultiprocessor(kernel.function, threads_per_block, dynamic_shared_bytes),
-            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-        ))  # fmt: skip
+        blocks = int(
+            _check(
+                d.cuOccupancyMaxActiveBlocksPerMultiprocessor(kernel.function, threads_per_block, dynamic_shared_bytes),
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+            )
+        )
         return ArmResources(
             registers=attr("CU_FUNC_ATTRIBUTE_NUM_REGS"),
             static_shared_bytes=attr("CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES"),
@@ -278,8 +294,15 @@ class CudaDevice:
             warps_per_sm=blocks * -(-threads_per_block // 32),
         )
 
-    def launch(self, kernel: Kernel, grid, block, shared_bytes: int, args: list[tuple[str, int | float]],
-               stream: int | None = None) -> None:
+    def launch(
+        self,
+        kernel: Kernel,
+        grid,
+        block,
+        shared_bytes: int,
+        args: list[tuple[str, int | float]],
+        stream: int | None = None,
+    ) -> None:
         """Queue one launch on qualify's stream (or another, by handle, for peer timers).
 
         args: (ctype name, value) pairs; pointers as 'ptr'. The argument array is built here with
@@ -288,9 +311,12 @@ class CudaDevice:
         values = [C_TYPES[kind](value) for kind, value in args]
         pointers = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
         target = self.stream if stream is None else self._driver.CUstream(stream)
-        _check(self._driver.cuLaunchKernel(
-            kernel.function, *grid, *block, shared_bytes, target, ctypes.addressof(pointers), 0
-        ), f"launch {kernel.label}")  # fmt: skip
+        _check(
+            self._driver.cuLaunchKernel(
+                kernel.function, *grid, *block, shared_bytes, target, ctypes.addressof(pointers), 0
+            ),
+            f"launch {kernel.label}",
+        )
 
     # -- memory -----------------------------------------------------------------------------
 
@@ -340,8 +366,13 @@ class CudaDevice:
         d = self._driver
         compiled = {
             name: compile_kernel(KernelSpec(source=HELPERS, kernel=name, arch=self.info.arch))
-            for name in ("qualify_block_stream", "qualify_flush_l2", "qualify_touch_pages", "qualify_settle",
-                         "qualify_bytes_differ")
+            for name in (
+                "qualify_block_stream",
+                "qualify_flush_l2",
+                "qualify_touch_pages",
+                "qualify_settle",
+                "qualify_bytes_differ",
+            )
         }
         self._blocker = self.load_kernel("qualify_block_stream", compiled["qualify_block_stream"], 0)
         self._flusher = self.load_kernel("qualify_flush_l2", compiled["qualify_flush_l2"], 0)
@@ -388,8 +419,13 @@ class CudaDevice:
         """Queue the blocking kernel: the stream waits until _release_stream()."""
         self._flag().value = 0
         self._timed_out_mark().value = 0
-        self.launch(self._blocker, (1, 1, 1), (1, 1, 1), 0,
-                    [("ptr", self._flag_dev), ("u64", BLOCK_TIMEOUT_NS), ("ptr", self._flag_dev + 4)])  # fmt: skip
+        self.launch(
+            self._blocker,
+            (1, 1, 1),
+            (1, 1, 1),
+            0,
+            [("ptr", self._flag_dev), ("u64", BLOCK_TIMEOUT_NS), ("ptr", self._flag_dev + 4)],
+        )
 
     def _release_stream(self) -> None:
         self._flag().value = 1
@@ -404,22 +440,37 @@ class CudaDevice:
         self._prepare_helpers()
         mark = ctypes.c_int32.from_address(self._host_flag + 8)
         mark.value = 0
-        self.launch(self._differ, (self.info.sm_count * 4, 1, 1), (256, 1, 1), 0,
-                    [("ptr", a.ptr), ("ptr", b.ptr), ("u64", a.nbytes), ("ptr", self._flag_dev + 8)])  # fmt: skip
+        self.launch(
+            self._differ,
+            (self.info.sm_count * 4, 1, 1),
+            (256, 1, 1),
+            0,
+            [("ptr", a.ptr), ("ptr", b.ptr), ("u64", a.nbytes), ("ptr", self._flag_dev + 8)],
+        )
         self.synchronize()
         return bool(mark.value)
 
     def _launch_flush(self, slot: int = 0) -> None:
         """Leave L2 holding clean, unrelated lines (the persisting lines are reset by the caller)."""
         buf = self._flush_buffer(slot)
-        self.launch(self._flusher, (self.info.sm_count * 8, 1, 1), (512, 1, 1), 0,
-                    [("ptr", buf.ptr), ("u64", buf.nbytes // 16), ("ptr", self._sink.ptr)])  # fmt: skip
+        self.launch(
+            self._flusher,
+            (self.info.sm_count * 8, 1, 1),
+            (512, 1, 1),
+            0,
+            [("ptr", buf.ptr), ("u64", buf.nbytes // 16), ("ptr", self._sink.ptr)],
+        )
 
     def _touch(self, buffers) -> None:
         for buf in buffers:
             pages = -(-buf.nbytes // TOUCH_STRIDE)
-            self.launch(self._toucher, (-(-pages // 256), 1, 1), (256, 1, 1), 0,
-                        [("ptr", buf.ptr), ("u64", buf.nbytes), ("u64", TOUCH_STRIDE), ("ptr", self._sink.ptr)])  # fmt: skip
+            self.launch(
+                self._toucher,
+                (-(-pages // 256), 1, 1),
+                (256, 1, 1),
+                0,
+                [("ptr", buf.ptr), ("u64", buf.nbytes), ("u64", TOUCH_STRIDE), ("ptr", self._sink.ptr)],
+            )
 
     def _wait(self, event, timeout_s: float) -> None:
         """cuEventSynchronize with a deadline: the watchdog against a launch that never ends.
@@ -441,8 +492,15 @@ class CudaDevice:
             if waited > 0.002:
                 time.sleep(0.0002)
 
-    def time_sample(self, enqueue: Callable[[], None], cold: bool, block_stream: bool = True,
-                    timeout_s: float = SAMPLE_TIMEOUT_S, reset: bool = True, flush_slot: int = 0) -> float:
+    def time_sample(
+        self,
+        enqueue: Callable[[], None],
+        cold: bool,
+        block_stream: bool = True,
+        timeout_s: float = SAMPLE_TIMEOUT_S,
+        reset: bool = True,
+        flush_slot: int = 0,
+    ) -> float:
         """Nanoseconds between two events around enqueue()'s launches.
 
         Order: [flush L2] → blocking kernel → start event → launches → stop event → release. The flush
@@ -474,14 +532,25 @@ class CudaDevice:
     def _event_pairs(self, count: int) -> list[tuple[object, object]]:
         d = self._driver
         while len(self._pairs) < count:
-            self._pairs.append((_check(d.cuEventCreate(0), "cuEventCreate"), _check(d.cuEventCreate(0), "cuEventCreate")))
+            self._pairs.append(
+                (_check(d.cuEventCreate(0), "cuEventCreate"), _check(d.cuEventCreate(0), "cuEventCreate"))
+            )
         return self._pairs[:count]
 
-    def time_samples(self, enqueue: Callable[[], None], count: int, cold: bool,
-                     before_each: Callable[[], None] | None = None, touch=(),
-                     settle_ns: int = SETTLE_NS, reset_each: bool = False, settle_after_ns: int = 0,
-                     max_batch: int = MAX_BATCH, timeout_s: float = SAMPLE_TIMEOUT_S,
-                     flush_slot: int = 0) -> list[float]:
+    def time_samples(
+        self,
+        enqueue: Callable[[], None],
+        count: int,
+        cold: bool,
+        before_each: Callable[[], None] | None = None,
+        touch=(),
+        settle_ns: int = SETTLE_NS,
+        reset_each: bool = False,
+        settle_after_ns: int = 0,
+        max_batch: int = MAX_BATCH,
+        timeout_s: float = SAMPLE_TIMEOUT_S,
+        flush_slot: int = 0,
+    ) -> list[float]:
         """`count` samples, queued in batches behind one blocking kernel each and read once per batch.
 
         Per batch: [reset persisting L2] → blocking kernel → per sample: before_each() →
@@ -543,7 +612,9 @@ class CudaDevice:
             shared_per_sm=a("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
             shared_per_block_optin=a("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
             reserved_shared_per_block=a("CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK"),
-            register_unit=REGISTER_UNIT, shared_unit=SHARED_UNIT, sub_partitions=SUB_PARTITIONS,
+            register_unit=REGISTER_UNIT,
+            shared_unit=SHARED_UNIT,
+            sub_partitions=SUB_PARTITIONS,
         )
 
     def trace_missing(self) -> str | None:
@@ -557,8 +628,9 @@ class CudaDevice:
 
         return cupti_tracer.version()
 
-    def trace_calls(self, enqueue: Callable[[], None], calls: int, label: str, cold: bool,
-                    timeout_s: float = SAMPLE_TIMEOUT_S) -> list[TracedCall]:
+    def trace_calls(
+        self, enqueue: Callable[[], None], calls: int, label: str, cold: bool, timeout_s: float = SAMPLE_TIMEOUT_S
+    ) -> list[TracedCall]:
         """`calls` calls of enqueue() with CUPTI kernel activity on, each inside its own event pair.
 
         Each call is queued as a sample is ([flush L2] → blocking kernel → start → enqueue() →
@@ -580,11 +652,13 @@ class CudaDevice:
     def _helper_names(self) -> set[str]:
         """Names of qualify's own kernels, dropped from an arm's trace."""
         self._prepare_helpers()
-        return {k.compiled.lowered_name for k in (self._blocker, self._flusher, self._toucher, self._settler,
-                                                  self._differ)}  # fmt: skip
+        return {
+            k.compiled.lowered_name for k in (self._blocker, self._flusher, self._toucher, self._settler, self._differ)
+        }
 
-    def _traced(self, enqueue: Callable[[], None], calls: int, cold: bool, helpers: set[str],
-                timeout_s: float) -> list[TracedCall]:
+    def _traced(
+        self, enqueue: Callable[[], None], calls: int, cold: bool, helpers: set[str], timeout_s: float
+    ) -> list[TracedCall]:
         from qualify.run.cupti_tracer import Tracer
 
         out: list[TracedCall] = []

@@ -20,12 +20,12 @@ from qualify.errors import DeviceError, QualifyError, ToolError
 from qualify.plan.load import LoadedPlan
 from qualify.plan.model import ARM_SIDES as SIDES
 from qualify.plan.resolve import ResolvedCase
+from qualify.plan.schedule import AA, MAIN
 from qualify.results.model import Failure, Trial
 from qualify.results.store import Record, now_iso
 from qualify.run import golden_stage
 from qualify.run.device import KernelFault, LaunchHang
 from qualify.run.library import EntryPointFailed
-from qualify.plan.schedule import AA, MAIN
 from qualify.run.stages import case_setup, fidelity, timing
 from qualify.run.stages.admission import Admission, BudgetExhausted, admit, samples_per_trial
 from qualify.run.stages.build import build_and_load
@@ -150,8 +150,12 @@ class TrialRunner:
     def _run_case(self, case: ResolvedCase, kernels: Mapping[str, object], trial: int) -> bool:
         """One case through its stages; False stops the trial (fail-fast or budget)."""
         found, bench, device, sched = self.found, self.bench, self.device, self.plan.schedule
-        placing = Placing(count=sched.placements_for(sched.blocks), seed=self.plan.seeds.base, trial=trial,
-                          granularity=sched.placement.granularity_bytes)
+        placing = Placing(
+            count=sched.placements_for(sched.blocks),
+            seed=self.plan.seeds.base,
+            trial=trial,
+            granularity=sched.placement.granularity_bytes,
+        )
         with watch(case.id), CaseMemory(device) as memory:
             with self.clock.stage("inputs"):
                 setup = case_setup.set_up(case, self.inputs.take(case), kernels, memory, device, placing)
@@ -216,6 +220,7 @@ class TrialRunner:
             golden=self.golden is not None,
         )
         return write_trial(self.loaded, self.record, self.device, ending, self.found, self.tracer, self.clock)
+
 
 def _failure(exc: Exception, where: Where) -> Failure:
     """A fault as the trial records it: its kind, the case and arm it happened in, its message."""

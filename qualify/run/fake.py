@@ -19,20 +19,37 @@ from qualify.run.device import FLUSH_SLOTS, MAX_BATCH, DeviceBuffer, KernelFault
 from qualify.run.telemetry import Reading
 
 FAKE_INFO = DeviceInfo(
-    name="NVIDIA H200 (fake)", uuid="GPU-00000000-0000-0000-0000-000000000000", ordinal=0,
-    compute_capability="9.0", arch="sm_90", sm_count=132, l2_bytes=62_914_560,
-    max_shared_per_block_optin=232_448, sm_clock_max_mhz=1980, mem_clock_max_mhz=3201,
-    driver_version="580.00", cuda_driver_version="13.0", pci_bus_id="0000:00:00.0",
-)  # fmt: skip
+    name="NVIDIA H200 (fake)",
+    uuid="GPU-00000000-0000-0000-0000-000000000000",
+    ordinal=0,
+    compute_capability="9.0",
+    arch="sm_90",
+    sm_count=132,
+    l2_bytes=62_914_560,
+    max_shared_per_block_optin=232_448,
+    sm_clock_max_mhz=1980,
+    mem_clock_max_mhz=3201,
+    driver_version="580.00",
+    cuda_driver_version="13.0",
+    pci_bus_id="0000:00:00.0",
+)
 
 # The H200's occupancy limits as its driver reports them (cuDeviceGetAttribute), with the
 # architecture constants CudaDevice.limits adds.
 FAKE_LIMITS = DeviceLimits(
-    warp_size=32, max_threads_per_sm=2048, max_blocks_per_sm=32, max_threads_per_block=1024,
-    registers_per_sm=65536, registers_per_block=65536, shared_per_sm=233_472,
-    shared_per_block_optin=232_448, reserved_shared_per_block=1024, register_unit=REGISTER_UNIT,
-    shared_unit=SHARED_UNIT, sub_partitions=SUB_PARTITIONS,
-)  # fmt: skip
+    warp_size=32,
+    max_threads_per_sm=2048,
+    max_blocks_per_sm=32,
+    max_threads_per_block=1024,
+    registers_per_sm=65536,
+    registers_per_block=65536,
+    shared_per_sm=233_472,
+    shared_per_block_optin=232_448,
+    reserved_shared_per_block=1024,
+    register_unit=REGISTER_UNIT,
+    shared_unit=SHARED_UNIT,
+    sub_partitions=SUB_PARTITIONS,
+)
 TRACE_GAP_NS = 400  # between kernels of one traced call
 FAKE_FREE_BYTES = 140 << 30  # device memory free before the fake's first allocation
 NULL_NS = 600  # the one-thread kernel of CudaDevice.trace_null_calls
@@ -118,11 +135,15 @@ class FakeDevice:
         r = kernel.compiled.resources
         assert r is not None
         return ArmResources(
-            registers=r.registers, static_shared_bytes=r.static_shared_bytes,
-            dynamic_shared_bytes=dynamic_shared_bytes, local_bytes=r.stack_bytes,
-            max_threads_per_block=1024, threads_per_block=threads_per_block,
-            blocks_per_sm=max(1, 2048 // threads_per_block), warps_per_sm=64,
-        )  # fmt: skip
+            registers=r.registers,
+            static_shared_bytes=r.static_shared_bytes,
+            dynamic_shared_bytes=dynamic_shared_bytes,
+            local_bytes=r.stack_bytes,
+            max_threads_per_block=1024,
+            threads_per_block=threads_per_block,
+            blocks_per_sm=max(1, 2048 // threads_per_block),
+            warps_per_sm=64,
+        )
 
     def launch(self, kernel, grid, block, shared_bytes, args) -> None:
         base = kernel.name.split("<", 1)[0]
@@ -183,8 +204,9 @@ class FakeDevice:
 
             time.sleep(self.busy_after_ns / 1e9)
 
-    def time_sample(self, enqueue, cold: bool, block_stream: bool = True, timeout_s: float = 60.0,
-                    flush_slot: int = 0) -> float:
+    def time_sample(
+        self, enqueue, cold: bool, block_stream: bool = True, timeout_s: float = 60.0, flush_slot: int = 0
+    ) -> float:
         if cold and not self._batching:
             self._check_slot(flush_slot)
             self.calls.append(("flush", flush_slot))
@@ -197,8 +219,17 @@ class FakeDevice:
         ns = self.floor + sum(self.durations.get(label, 1000.0) for label in launched)
         return float(ns * (1.0 + self.noise * self.rng.standard_normal()))
 
-    def time_samples(self, enqueue, count: int, cold: bool, before_each=None, touch=(), max_batch: int = MAX_BATCH,
-                     timeout_s: float = 60.0, flush_slot: int = 0) -> list[float]:
+    def time_samples(
+        self,
+        enqueue,
+        count: int,
+        cold: bool,
+        before_each=None,
+        touch=(),
+        max_batch: int = MAX_BATCH,
+        timeout_s: float = 60.0,
+        flush_slot: int = 0,
+    ) -> list[float]:
         """CudaDevice.time_samples's order of operations, as calls: hold → per sample [poison…]
         [(flush, slot), touch] sample → release, in batches of at most max_batch."""
         self._check_slot(flush_slot)
@@ -250,15 +281,27 @@ class FakeDevice:
                 fields = {k: v for k, v in t.items() if k != "ns"}
                 fields.setdefault("grid", (1, 1, 1))
                 fields.setdefault("block", (128, 1, 1))
-                for k in ("registers_per_thread", "static_shared_bytes", "dynamic_shared_bytes",
-                          "local_bytes_per_thread"):
+                for k in (
+                    "registers_per_thread",
+                    "static_shared_bytes",
+                    "dynamic_shared_bytes",
+                    "local_bytes_per_thread",
+                ):
                     fields.setdefault(k, 32 if k == "registers_per_thread" else 0)
-                kernels.append(KernelActivity(start_ns=self._clock, end_ns=self._clock + ns,
-                                              correlation_id=len(self.calls) * 100 + n, stream_id=7, **fields))  # fmt: skip
+                kernels.append(
+                    KernelActivity(
+                        start_ns=self._clock,
+                        end_ns=self._clock + ns,
+                        correlation_id=len(self.calls) * 100 + n,
+                        stream_id=7,
+                        **fields,
+                    )
+                )
                 self._clock += ns + TRACE_GAP_NS
             span = (kernels[-1].end_ns - start) if kernels else 0
-            out.append(TracedCall(event_ns=self.floor + span + self.trace_offset_ns + self.trace_skew_ns,
-                                  kernels=kernels))
+            out.append(
+                TracedCall(event_ns=self.floor + span + self.trace_offset_ns + self.trace_skew_ns, kernels=kernels)
+            )
             self._clock += 10_000
         return out
 
@@ -267,9 +310,19 @@ class FakeDevice:
         longer than floor + span (what tracing costs a real window)."""
         out = []
         for n in range(calls):
-            k = KernelActivity(name="qualify_settle", grid=(1, 1, 1), block=(1, 1, 1), registers_per_thread=8,
-                               static_shared_bytes=0, dynamic_shared_bytes=0, local_bytes_per_thread=0,
-                               start_ns=self._clock, end_ns=self._clock + NULL_NS, correlation_id=n, stream_id=7)  # fmt: skip
+            k = KernelActivity(
+                name="qualify_settle",
+                grid=(1, 1, 1),
+                block=(1, 1, 1),
+                registers_per_thread=8,
+                static_shared_bytes=0,
+                dynamic_shared_bytes=0,
+                local_bytes_per_thread=0,
+                start_ns=self._clock,
+                end_ns=self._clock + NULL_NS,
+                correlation_id=n,
+                stream_id=7,
+            )
             out.append(TracedCall(event_ns=self.floor + NULL_NS + self.trace_offset_ns, kernels=[k]))
             self._clock += 10_000
         self.calls.append(("trace_null", calls, cold))

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from qualify.evaluate.tolerance_gate import calibrate, control_outcome, judge_case, passes
 from qualify.plan.golden import Golden, load_golden
 from qualify.plan.model import GoldenInit, Plan
 from qualify.plan.resolve import ResolvedArm, ResolvedCase
 from qualify.results.tolerance import CaseTolerance, ControlOutcome
 from qualify.run import inputs as input_gen
-from qualify.evaluate.tolerance_gate import calibrate, control_outcome, judge_case, passes
 
 
 def open_golden(loaded) -> Golden | None:
@@ -41,30 +41,37 @@ def _params(plan: Plan, case: ResolvedCase) -> dict:
     return {**plan.workload.params, **case.values}
 
 
-def judge(plan: Plan, golden: Golden, case: ResolvedCase, outputs: dict[str, dict[str, np.ndarray]],
-          dtypes: dict[str, str]) -> tuple[CaseTolerance, list[str]]:
+def judge(
+    plan: Plan, golden: Golden, case: ResolvedCase, outputs: dict[str, dict[str, np.ndarray]], dtypes: dict[str, str]
+) -> tuple[CaseTolerance, list[str]]:
     """Counts of both arms against the golden; the candidate is the one gated (the base arm's
     counts say how far the old kernel sat from the same reference). Returns the problems found."""
     fid, params = plan.acceptance.fidelity, _params(plan, case)
     names = list(outputs["candidate"])
     expected = {n: golden.expected(case.id, n) for n in names}
     counts = {side: judge_case(fid, case.id, params, dtypes, expected, outputs[side]) for side in outputs}
-    problems = [f"{c.output}: {c.elements - c.identical} of {c.elements} differ from the golden, worst "
-                f"bound fraction {_fraction(c.worst_bound_fraction)} at index {c.worst_index}"
-                for c in counts["candidate"] if not passes(c)]  # fmt: skip
+    problems = [
+        f"{c.output}: {c.elements - c.identical} of {c.elements} differ from the golden, worst "
+        f"bound fraction {_fraction(c.worst_bound_fraction)} at index {c.worst_index}"
+        for c in counts["candidate"]
+        if not passes(c)
+    ]
     resolutions = []
     if fid.calibration is not None:
         for n in names:
             r = calibrate(fid, fid.calibration, case.id, params, n, dtypes[n], expected[n], outputs["candidate"][n])
             resolutions.append(r)
             if r.vacuous:
-                problems.append(f"{n}: the gate caught no perturbation up to {fid.calibration.ceiling_quanta} "
-                                "quanta: it is vacuous here")  # fmt: skip
+                problems.append(
+                    f"{n}: the gate caught no perturbation up to {fid.calibration.ceiling_quanta} "
+                    "quanta: it is vacuous here"
+                )
     return CaseTolerance(counts=counts, calibration=resolutions), problems
 
 
-def control(plan: Plan, golden: Golden, case: ResolvedCase, control_spec, out: dict[str, np.ndarray],
-            dtypes: dict[str, str]) -> ControlOutcome:
+def control(
+    plan: Plan, golden: Golden, case: ResolvedCase, control_spec, out: dict[str, np.ndarray], dtypes: dict[str, str]
+) -> ControlOutcome:
     fid, params = plan.acceptance.fidelity, _params(plan, case)
     expected = {n: golden.expected(case.id, n) for n in out}
     return control_outcome(control_spec, case.id, params, judge_case(fid, case.id, params, dtypes, expected, out))
@@ -74,9 +81,12 @@ def control_problem(outcome: ControlOutcome) -> str | None:
     """Why a control is not as declared, per output, or None when it is."""
     if outcome.as_declared:
         return None
-    wrong = [f"{o} declared {outcome.expected[o]} but {'passed' if outcome.passed[o] else 'failed'} "
-             f"(worst bound fraction {_fraction(outcome.worst_bound_fraction[o])})"
-             for o in outcome.expected if outcome.passed[o] != (outcome.expected[o] == "pass")]  # fmt: skip
+    wrong = [
+        f"{o} declared {outcome.expected[o]} but {'passed' if outcome.passed[o] else 'failed'} "
+        f"(worst bound fraction {_fraction(outcome.worst_bound_fraction[o])})"
+        for o in outcome.expected
+        if outcome.passed[o] != (outcome.expected[o] == "pass")
+    ]
     return f"negative control {outcome.control} is not as declared: " + "; ".join(wrong)
 
 

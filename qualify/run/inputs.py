@@ -70,8 +70,9 @@ def cached(seeds: Seeds, case_id: str, spec: Buffer, resolved: ResolvedBuffer) -
     return data
 
 
-def generate_case(seeds: Seeds, case_id: str, buffers: list[tuple[Buffer, ResolvedBuffer]],
-                  workers: int = 4) -> list[np.ndarray]:
+def generate_case(
+    seeds: Seeds, case_id: str, buffers: list[tuple[Buffer, ResolvedBuffer]], workers: int = 4
+) -> list[np.ndarray]:
     """Several inputs of one case at once (numpy's generators release the GIL while they fill)."""
     if len(buffers) <= 1:
         return [cached(seeds, case_id, spec, resolved) for spec, resolved in buffers]

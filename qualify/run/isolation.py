@@ -83,19 +83,26 @@ def _run_worker(cmd: list[str], startup_timeout: float, case_timeout: float) -> 
     return events, killed, tail[-1] if tail else ""
 
 
-def preflight(plan: Path, side: str, cases: list[str], ordinal: int = 0,
-              case_timeout: float = CASE_TIMEOUT_S, run_worker=_run_worker,
-              library: Path | None = None) -> list[CaseOutcome]:
+def preflight(
+    plan: Path,
+    side: str,
+    cases: list[str],
+    ordinal: int = 0,
+    case_timeout: float = CASE_TIMEOUT_S,
+    run_worker=_run_worker,
+    library: Path | None = None,
+) -> list[CaseOutcome]:
     """Run `cases` of one arm in workers; one outcome per case, in order."""
     outcomes: list[CaseOutcome] = []
     pending = list(cases)
     while pending:
         started = time.monotonic()
-        events, killed, stderr = run_worker(worker_command(plan, side, pending, ordinal, library),
-                                            STARTUP_TIMEOUT_S, case_timeout)  # fmt: skip
+        events, killed, stderr = run_worker(
+            worker_command(plan, side, pending, ordinal, library), STARTUP_TIMEOUT_S, case_timeout
+        )
         done = [e["case"] for e in events if e["event"] == "done"]
         outcomes += [CaseOutcome(c, side, "ok") for c in done]
-        rest = pending[len(done):]
+        rest = pending[len(done) :]
         if not rest:
             break
         culprit = rest[0]
@@ -104,9 +111,15 @@ def preflight(plan: Path, side: str, cases: list[str], ordinal: int = 0,
             outcomes.append(CaseOutcome(culprit, side, "fault", last.get("message", "kernel fault")))
         elif killed:
             waited = time.monotonic() - started
-            outcomes.append(CaseOutcome(culprit, side, "timeout",
-                                        f"no end {case_timeout:g} s after the launch started "
-                                        f"(worker killed after {waited:.0f} s): the launch hangs"))  # fmt: skip
+            outcomes.append(
+                CaseOutcome(
+                    culprit,
+                    side,
+                    "timeout",
+                    f"no end {case_timeout:g} s after the launch started "
+                    f"(worker killed after {waited:.0f} s): the launch hangs",
+                )
+            )
         else:
             message = last.get("message") or stderr or "the worker exited without a report"
             if last.get("event") == "error" and last.get("case") is None:

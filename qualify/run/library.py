@@ -15,12 +15,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from qualify.run.cabi import C_TYPES
 from qualify.errors import DeviceError, PlanError
 from qualify.plan.digest import sha256_file
 from qualify.plan.files import shared_object_problem
 from qualify.plan.model import LibraryArm
-
+from qualify.run.cabi import C_TYPES
 
 
 class EntryPointFailed(DeviceError):
@@ -79,7 +78,9 @@ def load_library(label: str, path: Path, arm: LibraryArm, field: str) -> Library
     try:
         function = getattr(handle, arm.symbol)
     except AttributeError:
-        raise PlanError(f"the library exports no symbol {arm.symbol!r}", file=path, field=f"{field.rsplit('.', 1)[0]}.symbol") from None
+        raise PlanError(
+            f"the library exports no symbol {arm.symbol!r}", file=path, field=f"{field.rsplit('.', 1)[0]}.symbol"
+        ) from None
     function.restype = ctypes.c_int
     function.argtypes = [C_TYPES[t] for t in arm.signature] + [ctypes.c_void_p]
     abi = None
@@ -87,13 +88,19 @@ def load_library(label: str, path: Path, arm: LibraryArm, field: str) -> Library
         try:
             abi_fn = getattr(handle, arm.abi_symbol)
         except AttributeError:
-            raise PlanError(f"the library exports no ABI symbol {arm.abi_symbol!r}", file=path,
-                            field=f"{field.rsplit('.', 1)[0]}.abi_symbol") from None  # fmt: skip
+            raise PlanError(
+                f"the library exports no ABI symbol {arm.abi_symbol!r}",
+                file=path,
+                field=f"{field.rsplit('.', 1)[0]}.abi_symbol",
+            ) from None
         abi_fn.restype, abi_fn.argtypes = ctypes.c_int, []
         abi = int(abi_fn())
         if abi != arm.abi_version:
-            raise PlanError(f"ABI version {abi}, the plan requires {arm.abi_version}", file=path,
-                            field=f"{field.rsplit('.', 1)[0]}.abi_version")  # fmt: skip
+            raise PlanError(
+                f"ABI version {abi}, the plan requires {arm.abi_version}",
+                file=path,
+                field=f"{field.rsplit('.', 1)[0]}.abi_version",
+            )
     error_fn = None
     if arm.error_symbol is not None:
         error_fn = getattr(handle, arm.error_symbol, None)

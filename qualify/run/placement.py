@@ -64,8 +64,13 @@ class BufferPlacement:
     offset_bytes: int  # where the buffer starts inside its raw allocation
 
     def to_json(self) -> dict:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "nbytes": self.nbytes,
-                "offset_bytes": self.offset_bytes}  # fmt: skip
+        return {
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "nbytes": self.nbytes,
+            "offset_bytes": self.offset_bytes,
+        }
 
 
 @dataclass(frozen=True)
@@ -99,10 +104,17 @@ class PoolFacts:
     fewer_because: str | None  # why used < requested; None when all fit
 
     def to_json(self) -> dict:
-        return {"requested": self.requested, "used": self.used, "granularity": self.granularity,
-                "memory_fraction": self.memory_fraction, "free_bytes": self.free_bytes,
-                "pool_bytes": self.pool_bytes, "placements": [p.to_json() for p in self.placements],
-                "inputs_sha256": dict(self.inputs_sha256), "fewer_because": self.fewer_because}  # fmt: skip
+        return {
+            "requested": self.requested,
+            "used": self.used,
+            "granularity": self.granularity,
+            "memory_fraction": self.memory_fraction,
+            "free_bytes": self.free_bytes,
+            "pool_bytes": self.pool_bytes,
+            "placements": [p.to_json() for p in self.placements],
+            "inputs_sha256": dict(self.inputs_sha256),
+            "fewer_because": self.fewer_because,
+        }
 
 
 def shared_keys(arms: Mapping[str, Sequence[BufferSpec]]) -> dict[BufferKey, int]:
@@ -123,12 +135,15 @@ def layout_rng(seed: int, trial: int, case_id: str) -> np.random.Generator:
 
 def check_granularity(granularity: int) -> None:
     if granularity <= 0 or granularity % ALIGNMENT or granularity >= OFFSET_LIMIT:
-        raise ValueError(f"placement granularity {granularity} bytes: must be a positive multiple of "
-                         f"{ALIGNMENT} below {OFFSET_LIMIT:,}")  # fmt: skip
+        raise ValueError(
+            f"placement granularity {granularity} bytes: must be a positive multiple of "
+            f"{ALIGNMENT} below {OFFSET_LIMIT:,}"
+        )
 
 
-def draw_layouts(sizes: Mapping[BufferKey, int], count: int, rng: np.random.Generator,
-                 granularity: int = DEFAULT_GRANULARITY) -> list[PlacementLayout]:
+def draw_layouts(
+    sizes: Mapping[BufferKey, int], count: int, rng: np.random.Generator, granularity: int = DEFAULT_GRANULARITY
+) -> list[PlacementLayout]:
     """`count` layouts: placement 0 plain, each further one a spacer and per-buffer offsets.
 
     Draws from `rng` in a fixed order (per placement: spacer, then each buffer's offset), so a
@@ -152,9 +167,11 @@ def fitting(layouts: Sequence[PlacementLayout], cap_bytes: int) -> tuple[int, st
     total = layouts[0].total_bytes
     for p, layout in enumerate(layouts[1:], start=1):
         if total + layout.total_bytes > cap_bytes:
-            return p, (f"{len(layouts)} placements requested, {p} fit within the pool's memory cap of "
-                       f"{cap_bytes:,} bytes (placement {p} would bring the pool to "
-                       f"{total + layout.total_bytes:,} bytes)")  # fmt: skip
+            return p, (
+                f"{len(layouts)} placements requested, {p} fit within the pool's memory cap of "
+                f"{cap_bytes:,} bytes (placement {p} would bring the pool to "
+                f"{total + layout.total_bytes:,} bytes)"
+            )
         total += layout.total_bytes
     return len(layouts), None
 
@@ -178,10 +195,16 @@ class PlacementPool:
     error propagates. Use it as a context manager (or call close()) to free the rest.
     """
 
-    def __init__(self, device, arms: Mapping[str, Sequence[BufferSpec]],
-                 inputs: Mapping[str, Mapping[str, np.ndarray]], count: int, rng: np.random.Generator,
-                 granularity: int = DEFAULT_GRANULARITY,
-                 memory_fraction: float = DEFAULT_MEMORY_FRACTION):  # fmt: skip
+    def __init__(
+        self,
+        device,
+        arms: Mapping[str, Sequence[BufferSpec]],
+        inputs: Mapping[str, Mapping[str, np.ndarray]],
+        count: int,
+        rng: np.random.Generator,
+        granularity: int = DEFAULT_GRANULARITY,
+        memory_fraction: float = DEFAULT_MEMORY_FRACTION,
+    ):
         if not 0 < memory_fraction <= 1:
             raise ValueError(f"memory fraction {memory_fraction}: must be in (0, 1]")
         self._device = device
@@ -204,10 +227,16 @@ class PlacementPool:
             self.close()
             raise
         self.facts = PoolFacts(
-            requested=count, used=used, granularity=granularity, memory_fraction=memory_fraction,
-            free_bytes=free, pool_bytes=sum(b.nbytes for b in self._raw), placements=tuple(layouts[:used]),
-            inputs_sha256=hashes, fewer_because=fewer,
-        )  # fmt: skip
+            requested=count,
+            used=used,
+            granularity=granularity,
+            memory_fraction=memory_fraction,
+            free_bytes=free,
+            pool_bytes=sum(b.nbytes for b in self._raw),
+            placements=tuple(layouts[:used]),
+            inputs_sha256=hashes,
+            fewer_because=fewer,
+        )
 
     def _allocate(self, layout: PlacementLayout, inputs, hashes: dict[str, str]) -> None:
         """One placement: [spacer] then, arm by arm, its new buffers and that arm's inputs (for

@@ -44,8 +44,7 @@ def plan_files_dirty(root: Path, paths) -> bool | None:
     return bool(status)
 
 
-def collect(device: DeviceInfo, root: Path, planned: bool, nvrtc: str, argv: list[str],
-            paths=None) -> Provenance:
+def collect(device: DeviceInfo, root: Path, planned: bool, nvrtc: str, argv: list[str], paths=None) -> Provenance:
     """`paths`: the files the plan uses (give them: without them only tracked changes are seen,
     and an uncommitted plan reads as clean)."""
     try:

@@ -37,7 +37,9 @@ def load_reference(plan_path: Path, spec: str) -> Callable:
     try:
         module_spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001 - the user's file: report it, do not crash
-        raise PlanError(f"importing {script} failed: {type(exc).__name__}: {exc}", file=plan_path, field=FIELD) from None
+        raise PlanError(
+            f"importing {script} failed: {type(exc).__name__}: {exc}", file=plan_path, field=FIELD
+        ) from None
     function = getattr(module, name, None)
     if not callable(function):
         raise PlanError(f"{script} defines no function {name!r}", file=plan_path, field=FIELD)
@@ -55,24 +57,37 @@ def host_values(dtype: str, data: np.ndarray, shape: tuple[int, ...]) -> np.ndar
     return values
 
 
-def reference_outputs(function: Callable, params: dict, inputs: dict[str, np.ndarray],
-                      outputs: dict[str, tuple[str, int]], plan_path: Path, case: str) -> dict[str, np.ndarray]:  # fmt: skip
+def reference_outputs(
+    function: Callable,
+    params: dict,
+    inputs: dict[str, np.ndarray],
+    outputs: dict[str, tuple[str, int]],
+    plan_path: Path,
+    case: str,
+) -> dict[str, np.ndarray]:
     """Call the reference for one case; outputs maps name → (dtype, elements). Returns each
     output's rounded bytes. PlanError (naming the case) for a result that breaks the contract."""
     try:
         result = function(dict(params), dict(inputs))
     except Exception as exc:  # noqa: BLE001
-        raise PlanError(f"case {case}: the reference raised {type(exc).__name__}: {exc}", file=plan_path,
-                        field=FIELD) from None  # fmt: skip
+        raise PlanError(
+            f"case {case}: the reference raised {type(exc).__name__}: {exc}", file=plan_path, field=FIELD
+        ) from None
     if not isinstance(result, dict) or set(result) != set(outputs):
         got = sorted(result) if isinstance(result, dict) else type(result).__name__
-        raise PlanError(f"case {case}: the reference must return a dict of the outputs {sorted(outputs)}, got {got}",
-                        file=plan_path, field=FIELD)  # fmt: skip
+        raise PlanError(
+            f"case {case}: the reference must return a dict of the outputs {sorted(outputs)}, got {got}",
+            file=plan_path,
+            field=FIELD,
+        )
     out = {}
     for name, (dtype, elements) in outputs.items():
         values = np.asarray(result[name], dtype=np.float64).reshape(-1)
         if values.size != elements:
-            raise PlanError(f"case {case}: output {name!r} has {values.size} values, the buffer {elements}",
-                            file=plan_path, field=FIELD)  # fmt: skip
+            raise PlanError(
+                f"case {case}: output {name!r} has {values.size} values, the buffer {elements}",
+                file=plan_path,
+                field=FIELD,
+            )
         out[name] = from_float64(values, dtype)
     return out

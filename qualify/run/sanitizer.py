@@ -27,23 +27,45 @@ def find_sanitizer() -> str:
     for c in candidates:
         if c and Path(c).is_file() and os.access(c, os.X_OK):
             return c
-    raise ToolError("compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin); "
-                    "install the CUDA toolkit or remove acceptance.sanitizer from the plan")  # fmt: skip
+    raise ToolError(
+        "compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin); "
+        "install the CUDA toolkit or remove acceptance.sanitizer from the plan"
+    )
 
 
-def command(tool: str, plan: Path, case: str, side: str, ordinal: int, sanitizer: str,
-            library: Path | None = None) -> list[str]:
-    cmd = [sanitizer, "--tool", tool, "--error-exitcode", str(FINDINGS_EXIT), "--print-limit", "20",
-           "--ignore-getprocaddress-notfound"]  # fmt: skip
+def command(
+    tool: str, plan: Path, case: str, side: str, ordinal: int, sanitizer: str, library: Path | None = None
+) -> list[str]:
+    cmd = [
+        sanitizer,
+        "--tool",
+        tool,
+        "--error-exitcode",
+        str(FINDINGS_EXIT),
+        "--print-limit",
+        "20",
+        "--ignore-getprocaddress-notfound",
+    ]
     if tool == "memcheck":
         cmd += ["--leak-check", "full"]
-    cmd += [sys.executable, "-m", "qualify.run.worker", str(plan), "--case", case, "--side", side,
-            "--device", str(ordinal)]  # fmt: skip
+    cmd += [
+        sys.executable,
+        "-m",
+        "qualify.run.worker",
+        str(plan),
+        "--case",
+        case,
+        "--side",
+        side,
+        "--device",
+        str(ordinal),
+    ]
     return cmd + (["--library", str(library)] if library is not None else [])
 
 
-def run_check(tool: str, plan: Path, case: str, side: str, timeout: float, ordinal: int = 0,
-              library: Path | None = None) -> SanitizerResult:
+def run_check(
+    tool: str, plan: Path, case: str, side: str, timeout: float, ordinal: int = 0, library: Path | None = None
+) -> SanitizerResult:
     cmd = command(tool, plan, case, side, ordinal, find_sanitizer(), library)
     start = time.monotonic()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

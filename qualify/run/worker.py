@@ -23,9 +23,9 @@ from qualify.build.arms import kernel_spec
 from qualify.build.nvrtc import compile_kernel
 from qualify.errors import QualifyError
 from qualify.plan.load import load_plan
+from qualify.plan.model import ARM_SIDES, LibraryArm
 from qualify.run import golden_stage
 from qualify.run.arms import ArmExec
-from qualify.plan.model import ARM_SIDES, LibraryArm
 from qualify.run.device import CudaDevice, KernelFault
 from qualify.run.library import EntryPointFailed, load_library
 

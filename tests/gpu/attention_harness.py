@@ -60,7 +60,9 @@ def build_libraries(build_dir: Path) -> dict[str, Path]:
 def find_sanitizer() -> str | None:
     for candidate in (
         shutil.which("compute-sanitizer"),
-        os.path.join(os.environ.get("CUDA_HOME", ""), "bin", "compute-sanitizer") if os.environ.get("CUDA_HOME") else None,
+        os.path.join(os.environ.get("CUDA_HOME", ""), "bin", "compute-sanitizer")
+        if os.environ.get("CUDA_HOME")
+        else None,
         "/usr/local/cuda/bin/compute-sanitizer",
     ):
         if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
@@ -227,25 +229,35 @@ class DeviceCase:
     def gated(self, lib: AttentionLib) -> np.ndarray:
         c, d = self.case, self.device
         self._fresh_out(self.out)
-        self._expect_ok(lib, lib.gated(self.q, self.k, self.v, c.ldv, self.gate, self.out, c.T, c.Hq, c.Hk,
-                                       c.scale, d.stream), "attention_gated")
+        self._expect_ok(
+            lib,
+            lib.gated(self.q, self.k, self.v, c.ldv, self.gate, self.out, c.T, c.Hq, c.Hk, c.scale, d.stream),
+            "attention_gated",
+        )
         return d.download(self.out, self._shape())
 
     def ungated(self, lib: AttentionLib) -> np.ndarray:
         c, d = self.case, self.device
         self._fresh_out(self.out)
-        self._expect_ok(lib, lib.ungated(self.q, self.k, self.v, c.ldv, self.out, c.T, c.Hq, c.Hk, c.scale,
-                                         d.stream), "attention_ungated")
+        self._expect_ok(
+            lib,
+            lib.ungated(self.q, self.k, self.v, c.ldv, self.out, c.T, c.Hq, c.Hk, c.scale, d.stream),
+            "attention_ungated",
+        )
         return d.download(self.out, self._shape())
 
     def ungated_then_gate(self, lib: AttentionLib) -> np.ndarray:
         c, d = self.case, self.device
         self._fresh_out(self.tmp)
         self._fresh_out(self.out)
-        self._expect_ok(lib, lib.ungated(self.q, self.k, self.v, c.ldv, self.tmp, c.T, c.Hq, c.Hk, c.scale,
-                                         d.stream), "attention_ungated")
-        self._expect_ok(lib, lib.sigmoid_gate(self.tmp, self.gate, self.out, c.out_elems, d.stream),
-                        "attention_sigmoid_gate")
+        self._expect_ok(
+            lib,
+            lib.ungated(self.q, self.k, self.v, c.ldv, self.tmp, c.T, c.Hq, c.Hk, c.scale, d.stream),
+            "attention_ungated",
+        )
+        self._expect_ok(
+            lib, lib.sigmoid_gate(self.tmp, self.gate, self.out, c.out_elems, d.stream), "attention_sigmoid_gate"
+        )
         return d.download(self.out, self._shape())
 
     def gated_prefix(self, lib: AttentionLib, q_base: int) -> np.ndarray:
@@ -255,9 +267,24 @@ class DeviceCase:
         row_bytes = c.Hq * HEAD_DIM * 2
         off = q_base * row_bytes
         self._fresh_out(self.out)
-        self._expect_ok(lib, lib.gated_prefix(self.q + off, self.k, self.v, c.ldv, self.gate + off, self.out + off,
-                                              c.T, c.Hq, c.Hk, c.scale, q_base, d.stream),
-                        "attention_gated_prefix")
+        self._expect_ok(
+            lib,
+            lib.gated_prefix(
+                self.q + off,
+                self.k,
+                self.v,
+                c.ldv,
+                self.gate + off,
+                self.out + off,
+                c.T,
+                c.Hq,
+                c.Hk,
+                c.scale,
+                q_base,
+                d.stream,
+            ),
+            "attention_gated_prefix",
+        )
         return d.download(self.out, self._shape())
 
 

@@ -169,8 +169,19 @@ def test_argument_validation(runs, libs, device):
     c, s = dc.case, device.stream
     inval = ah.CUDA_ERROR_INVALID_VALUE
     for lib in libs.values():
-        good = dict(q=dc.q, k=dc.k, v=dc.v, ldv=c.ldv, gate=dc.gate, out=dc.tmp, T=c.T, Hq=c.Hq, Hk=c.Hk,
-                    scale=c.scale, stream=s)
+        good = dict(
+            q=dc.q,
+            k=dc.k,
+            v=dc.v,
+            ldv=c.ldv,
+            gate=dc.gate,
+            out=dc.tmp,
+            T=c.T,
+            Hq=c.Hq,
+            Hk=c.Hk,
+            scale=c.scale,
+            stream=s,
+        )
 
         def gated(**kw):
             return lib.gated(**{**good, **kw})

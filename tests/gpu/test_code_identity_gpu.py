@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from plans import make_repo
 
 pytestmark = pytest.mark.gpu
@@ -52,9 +51,25 @@ def build(tmp_path: Path, name: str, comment: bool) -> Path:
     text = (HERE / "planted" / "escape.cu").read_text()
     src.write_text(("// moves every line, changes no instruction\n" if comment else "") + text)
     out = tmp_path / f"lib{name}.so"
-    subprocess.run([nvcc(), "-O2", "-lineinfo", "-shared", "-Xcompiler", "-fPIC", "-DESCAPE=0",
-                    "-Xlinker", f"--build-id=0x{1 + comment:02x}",
-                    "-gencode", "arch=compute_90,code=sm_90", str(src), "-o", str(out)], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            nvcc(),
+            "-O2",
+            "-lineinfo",
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            "-DESCAPE=0",
+            "-Xlinker",
+            f"--build-id=0x{1 + comment:02x}",
+            "-gencode",
+            "arch=compute_90,code=sm_90",
+            str(src),
+            "-o",
+            str(out),
+        ],
+        check=True,
+    )
     return out
 
 
@@ -66,8 +81,13 @@ def test_compare_of_byte_different_builds_states_identical_code(tmp_path):
     path = make_repo(tmp_path / "repo", copy.deepcopy(PLAN), files={}, freeze=True)
     base, cand = build(tmp_path, "one", False), build(tmp_path, "two", True)
     assert base.read_bytes() != cand.read_bytes()
-    outcome = run_plan(load_frozen(path), tmp_path / "record", lambda: CudaDevice(0), Telemetry,
-                       libraries={"base": base, "candidate": cand})  # fmt: skip
+    outcome = run_plan(
+        load_frozen(path),
+        tmp_path / "record",
+        lambda: CudaDevice(0),
+        Telemetry,
+        libraries={"base": base, "candidate": cand},
+    )
     (trial,) = outcome.trials
     assert trial.status == "complete", trial.failures
     code = trial.code

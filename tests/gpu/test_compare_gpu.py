@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from plans import make_repo
 
 pytestmark = pytest.mark.gpu
@@ -24,9 +23,22 @@ def nvcc() -> str:
 
 def build(tmp_path: Path, escape: int) -> Path:
     out = tmp_path / f"libscale_escape{escape}.so"
-    subprocess.run([nvcc(), "-O2", "-shared", "-Xcompiler", "-fPIC", f"-DESCAPE={escape}",
-                    "-gencode", "arch=compute_90,code=sm_90", str(HERE / "planted" / "escape.cu"),
-                    "-o", str(out)], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            nvcc(),
+            "-O2",
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            f"-DESCAPE={escape}",
+            "-gencode",
+            "arch=compute_90,code=sm_90",
+            str(HERE / "planted" / "escape.cu"),
+            "-o",
+            str(out),
+        ],
+        check=True,
+    )
     return out
 
 
@@ -64,12 +76,22 @@ def test_work_on_another_stream_is_flagged(tmp_path):
 
     path = make_repo(tmp_path / "repo", copy.deepcopy(PLAN), files={}, freeze=True)
     honest, escaping = build(tmp_path, 0), build(tmp_path, 1)
-    outcome = run_plan(load_frozen(path), tmp_path / "record", lambda: CudaDevice(0), Telemetry,
-                       libraries={"base": honest, "candidate": escaping})  # fmt: skip
+    outcome = run_plan(
+        load_frozen(path),
+        tmp_path / "record",
+        lambda: CudaDevice(0),
+        Telemetry,
+        libraries={"base": honest, "candidate": escaping},
+    )
     (trial,) = outcome.trials
     (case,) = trial.cases
-    print("escape waits (ns):", case.stream_escape_ns, "medians:", case.timing["base"].median_ns,
-          case.timing["candidate"].median_ns)  # fmt: skip
+    print(
+        "escape waits (ns):",
+        case.stream_escape_ns,
+        "medians:",
+        case.timing["base"].median_ns,
+        case.timing["candidate"].median_ns,
+    )
     assert case.stream_escape_ns["base"] < 50_000
     assert case.stream_escape_ns["candidate"] > 50_000
     assert any("escaped" in f.message and f.side == "candidate" for f in trial.failures)

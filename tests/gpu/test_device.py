@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from plans import make_repo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,8 +59,10 @@ def test_vecload_trial_on_the_gpu(tmp_path):
     plan["workload"]["cases"] = [{"N": 16777216}, {"N": 16777219}]
     plan["schedule"].update(samples_per_block=5, blocks=4, trials=1)
     plan["stop"]["min_blocks"] = 4
-    plan["acceptance"] = {"gates": [{"name": "faster", "min_speedup_pct": 1.0}],
-                          "fidelity": {"mode": "bytes", "against": "base"}}
+    plan["acceptance"] = {
+        "gates": [{"name": "faster", "min_speedup_pct": 1.0}],
+        "fidelity": {"mode": "bytes", "against": "base"},
+    }
     plan["controls"]["negative"][1]["cases"] = ["N=16777219"]
     plan["hardware"]["devices"] = [{"compute_capability": "9.0"}, {"name": "*"}]
     repo = tmp_path / "repo"

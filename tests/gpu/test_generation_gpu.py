@@ -24,8 +24,12 @@ def installed_stack():
     from qualify.generation import CudaStack, CudaVersion, header_version
     from qualify.run.device import driver_cuda_version
 
-    return CudaStack(driver=CudaVersion.parse(driver_cuda_version()), bindings=_package_version("cuda-bindings"),
-                     nvrtc=CudaVersion.parse(nvrtc_version()), headers=header_version(toolkit_include_dir()))  # fmt: skip
+    return CudaStack(
+        driver=CudaVersion.parse(driver_cuda_version()),
+        bindings=_package_version("cuda-bindings"),
+        nvrtc=CudaVersion.parse(nvrtc_version()),
+        headers=header_version(toolkit_include_dir()),
+    )
 
 
 def test_the_installed_stack_is_one_generation_the_driver_runs():
@@ -92,8 +96,9 @@ def test_a_cubin_the_driver_cannot_load_is_refused_in_one_line(monkeypatch, caps
 
 
 def test_doctor_shows_the_generation_on_its_cuda_line():
-    done = subprocess.run([sys.executable, "-m", "qualify", "doctor", "--json"], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "qualify", "doctor", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
     report = json.loads(done.stdout)
     stack = installed_stack()
     assert report["doctor_version"] == 2

@@ -15,7 +15,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from plans import make_repo
 
 pytestmark = pytest.mark.gpu
@@ -44,8 +43,7 @@ def nvcc() -> str:
 @pytest.fixture(scope="module")
 def attention_libraries(tmp_path_factory) -> dict[str, Path]:
     build = tmp_path_factory.mktemp("attention-build")
-    subprocess.run(["make", "-C", str(ROOT / "kernels" / "attention"), f"BUILD={build}", f"NVCC={nvcc()}"],
-                   check=True)  # fmt: skip
+    subprocess.run(["make", "-C", str(ROOT / "kernels" / "attention"), f"BUILD={build}", f"NVCC={nvcc()}"], check=True)
     return {"base": build / "libattention_base.so", "candidate": build / "libattention_cand.so"}
 
 
@@ -71,8 +69,9 @@ def test_attention_pair_inventory_attribution_and_second_timer(tmp_path, attenti
     from qualify.run.telemetry import Telemetry
 
     path = make_repo(tmp_path / "repo", entry_plan(), files={}, freeze=True)
-    outcome = run_plan(load_frozen(path), tmp_path / "record", lambda: CudaDevice(0), Telemetry,
-                       libraries=attention_libraries)  # fmt: skip
+    outcome = run_plan(
+        load_frozen(path), tmp_path / "record", lambda: CudaDevice(0), Telemetry, libraries=attention_libraries
+    )
     (trial,) = outcome.trials
     assert trial.status == "complete", trial.failures
     assert trial.kernel_trace.tool.startswith("cupti-python 13.")
@@ -94,7 +93,9 @@ def test_attention_pair_inventory_attribution_and_second_timer(tmp_path, attenti
         change = next(c for c in case.kernels.attribution if c.name == "attention_gated_fwd<64>")
         assert change.candidate_name == "attention_gated_fwd<128>" and change.candidate_ns > 0
     readme = (tmp_path / "record" / "README.md").read_text()
-    assert "## Kernels each call launches" in readme and "`attention_gated_fwd<64> → attention_gated_fwd<128>`" in readme
+    assert (
+        "## Kernels each call launches" in readme and "`attention_gated_fwd<64> → attention_gated_fwd<128>`" in readme
+    )
     assert check_record(tmp_path / "record") == []
 
 

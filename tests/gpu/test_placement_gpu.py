@@ -21,8 +21,10 @@ def test_a_pool_of_eight_placements_on_the_device(device):
     from qualify.run.placement import PlacementPool
 
     n = 1 << 20
-    arms = {side: [ResolvedBuffer("x", "f32", (n,), "input"), ResolvedBuffer("out", "f32", (n,), "output")]
-            for side in ("base", "candidate")}  # fmt: skip
+    arms = {
+        side: [ResolvedBuffer("x", "f32", (n,), "input"), ResolvedBuffer("out", "f32", (n,), "output")]
+        for side in ("base", "candidate")
+    }
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     before = device.free_memory()
     allocations = len(device._buffers)

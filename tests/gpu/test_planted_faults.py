@@ -19,7 +19,6 @@ import copy
 from pathlib import Path
 
 import pytest
-
 from plans import make_repo
 
 pytestmark = pytest.mark.gpu
@@ -45,7 +44,8 @@ PLAN = {
             {"name": "out", "dtype": "f32", "shape": ["N"], "role": "output"},
         ],
         "launch": {
-            "grid": ["cdiv(N, THREADS)"], "block": ["THREADS"],
+            "grid": ["cdiv(N, THREADS)"],
+            "block": ["THREADS"],
             "args": [{"kind": "buffer", "name": "x"}, {"kind": "buffer", "name": "out"}, {"kind": "i32", "value": "N"}],
         },
     },
@@ -59,8 +59,7 @@ PLAN = {
 def planted_plan(tmp_path: Path, kernel: str) -> Path:
     plan = copy.deepcopy(PLAN)
     plan["arms"]["candidate"]["kernel"] = kernel
-    return make_repo(tmp_path / "repo", plan, files={"kernels/faults.cu": HERE / "planted" / "faults.cu"},
-                     freeze=True)  # fmt: skip
+    return make_repo(tmp_path / "repo", plan, files={"kernels/faults.cu": HERE / "planted" / "faults.cu"}, freeze=True)
 
 
 @pytest.mark.parametrize(
@@ -100,8 +99,13 @@ def test_trial_goes_on_after_a_trap(tmp_path):
 
     path = planted_plan(tmp_path, "trap_at_end")
     loaded = load_frozen(path)
-    outcome = run_plan(loaded, tmp_path / "record", lambda: CudaDevice(0), Telemetry,
-                       preflight=lambda side, cases: preflight(path, side, cases, case_timeout=15))
+    outcome = run_plan(
+        loaded,
+        tmp_path / "record",
+        lambda: CudaDevice(0),
+        Telemetry,
+        preflight=lambda side, cases: preflight(path, side, cases, case_timeout=15),
+    )
     (trial,) = outcome.trials
     kinds = {(f.kind, f.case, f.side) for f in trial.failures}
     print(kinds)
@@ -151,8 +155,12 @@ def test_watchdog_in_the_timing_process(tmp_path):
     import time
 
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", HANG_SCRIPT, str(HERE / "planted" / "faults.cu")],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", HANG_SCRIPT, str(HERE / "planted" / "faults.cu")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     print(done.stdout, done.stderr[-500:], f"total {time.monotonic() - start:.1f} s")
     assert "HANG after" in done.stdout and "the launch hangs" in done.stdout
     assert "CLOSED" in done.stdout

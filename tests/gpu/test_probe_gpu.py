@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from plans import make_repo
+
 from qualify.cli import main
 
 pytestmark = pytest.mark.gpu

@@ -18,11 +18,11 @@ import pytest
 
 from qualify.build.arms import kernel_spec
 from qualify.build.nvrtc import compile_kernel
+from qualify.evaluate.tolerance_gate import judge_case, passes
 from qualify.plan.golden import load_golden
 from qualify.plan.load import load_plan
 from qualify.run.arms import ArmExec
 from qualify.run.golden_stage import case_inputs
-from qualify.evaluate.tolerance_gate import judge_case, passes
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,10 +79,13 @@ def test_gpu_within_each_cases_bound_of_the_golden(gpu_outputs):
         actual = out[case.id]["candidate"]
         expected = {n: golden.expected(case.id, n) for n in actual}
         params = {**loaded.plan.workload.params, **case.values}
-        for c in judge_case(loaded.plan.acceptance.fidelity, case.id, params, {n: "bf16" for n in actual},
-                            expected, actual):  # fmt: skip
-            print(f"{case.id} {c.output}: {c.identical}/{c.elements} bit-identical, worst bound fraction "
-                  f"{c.worst_bound_fraction}")  # fmt: skip
+        for c in judge_case(
+            loaded.plan.acceptance.fidelity, case.id, params, {n: "bf16" for n in actual}, expected, actual
+        ):
+            print(
+                f"{case.id} {c.output}: {c.identical}/{c.elements} bit-identical, worst bound fraction "
+                f"{c.worst_bound_fraction}"
+            )
             assert passes(c), (case.id, c)
             if case.id in SHORT:
                 assert c.identical == c.elements, (case.id, c.output)

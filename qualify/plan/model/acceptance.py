@@ -16,17 +16,16 @@ class CaseSelector(Strict):
     where: ExprText | None = Field(default=None, description="Expression over parameters ('T >= 640').")
 
 
-
 class SpeedGate(CaseSelector):
     name: Identifier
     min_speedup_pct: float | None = Field(
-        default=None, ge=0, lt=100,
+        default=None,
+        ge=0,
+        lt=100,
         description="Candidate at least this much faster (median ratio). 0 to below 100: a negative "
         "bound would be a regression allowance (max_regression_pct says that), 100 % needs zero time.",
     )
-    max_regression_pct: float | None = Field(
-        default=None, ge=0, description="Candidate at most this much slower."
-    )
+    max_regression_pct: float | None = Field(default=None, ge=0, description="Candidate at most this much slower.")
     every_trial: bool = Field(default=True, description="The gate must hold in each trial.")
 
     @model_validator(mode="after")
@@ -121,8 +120,7 @@ class Fidelity(AddedFields):
             raise ValueError(f"mode {self.mode!r} needs a bound")
         if (self.against == "golden") != (self.golden is not None):
             raise ValueError("golden is required with against 'golden' and only then")
-        if self.against != "golden" and (self.mode == "tolerance" or self.exact or self.calibration
-                                         or self.tolerances):  # fmt: skip
+        if self.against != "golden" and (self.mode == "tolerance" or self.exact or self.calibration or self.tolerances):
             # the base-arm comparison has no counts to judge them by: they would pass vacuously
             raise ValueError("mode 'tolerance', exact, tolerances and calibration need against 'golden'")
         if self.tolerances and self.mode != "tolerance":

@@ -9,7 +9,6 @@ from pydantic import Field
 from qualify.plan.model.fields import Identifier, PathText, Strict
 from qualify.plan.model.nvrtc_options import DefineValue, NvrtcOption
 
-
 # the two sides of every comparison, in the order results and records list them
 ARM_SIDES = ("base", "candidate")
 

@@ -21,7 +21,6 @@ class Mutation(AddedFields):
     length: Expr = Field(default=0, description="swap: elements in each slice.")
 
 
-
 class Expectation(CaseSelector, AddedFields):
     """What a control must do to the fidelity gate in the selected cases (and outputs)."""
 

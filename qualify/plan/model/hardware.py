@@ -8,7 +8,6 @@ from pydantic import Field, field_validator, model_validator
 
 from qualify.plan.model.fields import PlainText, Strict
 
-
 # Opt-in dynamic shared memory per block, by architecture (CUDA C++ Programming Guide,
 # "Technical Specifications per Compute Capability"). An architecture missing here is refused:
 # qualify cannot say whether a launch fits it.
@@ -32,9 +31,7 @@ class DeviceSpec(Strict):
         default=None,
         description="fnmatch pattern for the device name as CUDA reports it ('NVIDIA H200*').",
     )
-    compute_capability: str | None = Field(
-        default=None, pattern=r"^\d{1,2}\.\d$", description="'9.0' for sm_90."
-    )
+    compute_capability: str | None = Field(default=None, pattern=r"^\d{1,2}\.\d$", description="'9.0' for sm_90.")
 
     @model_validator(mode="after")
     def _one_needed(self) -> DeviceSpec:

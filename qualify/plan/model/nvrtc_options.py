@@ -9,7 +9,6 @@ from pydantic import AfterValidator, Field
 
 from qualify.plan.model.fields import PlainText
 
-
 # NVRTC options a plan may add, by canonical name (two dashes). The list is closed on purpose:
 # every option left out either names a file NVRTC reads (headers, precompiled headers) or writes
 # (timing reports, traces, PCH files), or is set by qualify itself (architecture, include paths,
@@ -32,9 +31,18 @@ _OPTION_VALUES: dict[str, object] = {
     "diag-error": "numbers",
     "diag-warn": "numbers",
     "std": ("c++11", "c++14", "c++17", "c++20"),
-    "ptxas-options": ("-v", "-O0", "-O1", "-O2", "-O3", "--warn-on-spills", "--warn-on-local-memory-usage",
-                      "--allow-expensive-optimizations=true", "--allow-expensive-optimizations=false"),
-}  # fmt: skip
+    "ptxas-options": (
+        "-v",
+        "-O0",
+        "-O1",
+        "-O2",
+        "-O3",
+        "--warn-on-spills",
+        "--warn-on-local-memory-usage",
+        "--allow-expensive-optimizations=true",
+        "--allow-expensive-optimizations=false",
+    ),
+}
 # Short spellings NVRTC accepts for the options above (one dash or two reach the same name).
 _OPTION_ALIASES = {"w": "disable-warnings", "Xptxas": "ptxas-options"}
 _OPTION_SHAPE = re.compile(r"^--?([A-Za-z][A-Za-z0-9_+\-]*)(?:=(.*))?$", re.DOTALL)
@@ -62,8 +70,10 @@ def normalize_option(text: str) -> str:
         # NVRTC would read that header from anywhere on the host, outside the lock
         raise ValueError(f"{text!r}: a pre-included header is not frozen; #include it in the source")
     if name not in _OPTION_VALUES:
-        raise ValueError(f"{text!r} is not among the NVRTC options a plan may set (docs/plan.md lists "
-                         "them); none that reads or writes a file is allowed")
+        raise ValueError(
+            f"{text!r} is not among the NVRTC options a plan may set (docs/plan.md lists "
+            "them); none that reads or writes a file is allowed"
+        )
     rule = _OPTION_VALUES[name]
     if rule is None:
         if value is not None:

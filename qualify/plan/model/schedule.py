@@ -8,7 +8,6 @@ from pydantic import Field, model_serializer, model_validator
 
 from qualify.plan.model.fields import AddedFields, Strict
 
-
 MAX_WARMUP = 10_000  # warm-up settles clocks and caches within tens of launches; more is a typo
 MAX_PLACEMENTS = 1_000
 
@@ -31,7 +30,10 @@ class Placement(Strict):
         "mean log-ratios, never over blocks that share one. 1 is one fixed set of buffers.",
     )
     granularity_bytes: int = Field(
-        default=256, ge=256, le=1 << 20, multiple_of=256,
+        default=256,
+        ge=256,
+        le=1 << 20,
+        multiple_of=256,
         description="Offsets inside a placement's allocations are multiples of this (below 2 MiB); "
         "256 keeps every alignment cuMemAlloc guarantees.",
     )
@@ -47,7 +49,9 @@ class Schedule(AddedFields):
     _added = frozenset({"traced_calls"})
 
     warmup: int = Field(
-        default=10, ge=0, le=MAX_WARMUP,
+        default=10,
+        ge=0,
+        le=MAX_WARMUP,
         description="Excluded launches per arm and case; they count against budget.max_wall_seconds.",
     )
     iterations_per_sample: int = Field(default=1, ge=1, le=10_000)
@@ -63,7 +67,9 @@ class Schedule(AddedFields):
         "against ncu and kept out (benchmarks/timer).",
     )
     traced_calls: int = Field(
-        default=5, ge=0, le=100,
+        default=5,
+        ge=0,
+        le=100,
         description="Calls per arm and case traced with CUPTI after the case's timing (kernel "
         "inventory and the second timer); 0 disables tracing.",
     )
@@ -98,7 +104,8 @@ class Stop(Strict):
     )
     min_blocks: int = Field(default=2, ge=1, description="precision: blocks before the target may stop a case.")
     max_case_seconds: float | None = Field(
-        default=None, gt=0,
+        default=None,
+        gt=0,
         description="precision: wall seconds one case's timing (the comparison, or the A/A) may "
         "take; reaching it stops that case with 'wall cap' (not a failure).",
     )

@@ -48,9 +48,7 @@ class GoldenInit(Strict):
     kind: Literal["golden"]
 
 
-Init = Annotated[
-    Union[NormalInit, UniformInit, ConstantInit, ZerosInit, GoldenInit], Field(discriminator="kind")
-]
+Init = Annotated[Union[NormalInit, UniformInit, ConstantInit, ZerosInit, GoldenInit], Field(discriminator="kind")]
 
 
 class Buffer(Strict):
@@ -62,7 +60,6 @@ class Buffer(Strict):
         default=None,
         description="Inputs: required. Outputs and scratch are poisoned before every launch.",
     )
-
 
     @model_validator(mode="after")
     def _init_for_inputs(self) -> Buffer:
@@ -79,11 +76,9 @@ class BufferArg(Strict):
     offset: Expr = Field(default=0, description="Offset in elements from the buffer's start.")
 
 
-
 class ScalarArg(Strict):
     kind: ScalarType
     value: FloatExpr
-
 
 
 Arg = Annotated[Union[BufferArg, ScalarArg], Field(discriminator="kind")]
@@ -96,7 +91,6 @@ class Launch(Strict):
     args: list[Arg] = Field(min_length=1)
 
 
-
 class Workload(Strict):
     params: dict[Identifier, Union[int, float]] = Field(
         default_factory=dict, description="Parameters fixed for every case."
@@ -105,9 +99,7 @@ class Workload(Strict):
         min_length=1, description="Each case sets parameters ({'T': 512}); ids are 'T=512'."
     )
     buffers: list[Buffer] = Field(min_length=1)
-    launch: Launch | None = Field(
-        default=None, description="Kernel launch of CUDA arms (arms may override params)."
-    )
+    launch: Launch | None = Field(default=None, description="Kernel launch of CUDA arms (arms may override params).")
     call: list[Arg] | None = Field(
         default=None,
         description="Arguments of shared-library entry points, the stream excluded (it goes last).",

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qualify.errors import DeviceError, FrozenInputChanged
+from qualify.evaluate.device_match import device_matches
 from qualify.plan.load import LoadedPlan
 from qualify.results.model import DeviceInfo
 from qualify.results.store import Record
-from qualify.evaluate.device_match import device_matches
 from qualify.run.stages import libraries
 
 

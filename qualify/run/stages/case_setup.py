@@ -10,7 +10,6 @@ placement a timed block draws.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -123,7 +122,11 @@ class Placing:
 
 
 def set_up(
-    case: ResolvedCase, inputs: HostInputs, kernels: Mapping[str, object], memory: CaseMemory, device,
+    case: ResolvedCase,
+    inputs: HostInputs,
+    kernels: Mapping[str, object],
+    memory: CaseMemory,
+    device,
     placing: Placing,
 ) -> CaseSetup:
     """Allocate the case's pool of placements in `memory`, upload the inputs into each and bind

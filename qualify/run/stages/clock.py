@@ -11,7 +11,16 @@ from contextlib import contextmanager
 # the timed launches' outputs) and "telemetry" (NVML) are counted apart from it. "inventory" is
 # the CUPTI trace of a few calls per arm, taken after a case's timing.
 STAGES = (
-    "build", "preflight", "inputs", "fidelity", "controls", "timing", "readback", "telemetry", "inventory", "sanitizer"
+    "build",
+    "preflight",
+    "inputs",
+    "fidelity",
+    "controls",
+    "timing",
+    "readback",
+    "telemetry",
+    "inventory",
+    "sanitizer",
 )
 
 

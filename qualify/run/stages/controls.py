@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from qualify.build.arms import kernel_spec
 from qualify.build.nvrtc import compile_kernel
+from qualify.evaluate.fidelity import compare
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.plan.golden import Golden
 from qualify.plan.load import LoadedPlan
@@ -18,7 +19,6 @@ from qualify.results.tolerance import ControlOutcome
 from qualify.run import golden_stage
 from qualify.run.arms import ArmExec
 from qualify.run.controls import mutate
-from qualify.evaluate.fidelity import compare
 from qualify.run.stages.case_setup import CaseSetup
 from qualify.run.stages.fidelity import Reference
 from qualify.run.stages.where import watch
@@ -72,13 +72,19 @@ def run_controls(
         if golden is not None:
             outcome = golden_stage.control(plan, golden, case, control, out, ref.dtypes)
             # `caught` reads "behaved as declared" here: a control declared to pass must pass
-            result = ControlResult(name=control.name, kind=control.kind, case=case.id, caught=outcome.as_declared,
-                                   differing_elements=differing)
+            result = ControlResult(
+                name=control.name,
+                kind=control.kind,
+                case=case.id,
+                caught=outcome.as_declared,
+                differing_elements=differing,
+            )
             yield ControlFound(result, outcome, golden_stage.control_problem(outcome))
             continue
         caught = not fidelity_passes(parity, plan.acceptance.fidelity)
-        result = ControlResult(name=control.name, kind=control.kind, case=case.id, caught=caught,
-                               differing_elements=differing)
+        result = ControlResult(
+            name=control.name, kind=control.kind, case=case.id, caught=caught, differing_elements=differing
+        )
         yield ControlFound(result, None, None)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from qualify.evaluate.fidelity import compare
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.plan.golden import Golden
 from qualify.plan.model import Plan
@@ -18,7 +19,6 @@ from qualify.results.model import Failure
 from qualify.results.tolerance import CaseTolerance
 from qualify.run import golden_stage
 from qualify.run.arms import ArmExec
-from qualify.evaluate.fidelity import compare
 from qualify.run.stages.case_setup import CaseSetup
 from qualify.run.stages.where import watch
 
@@ -82,9 +82,15 @@ def reference_outputs(case: ResolvedCase, setup: CaseSetup, device) -> Reference
     parity = [compare(n, dtypes[n], reference["base"][n], reference["candidate"][n]) for n in outputs]
     escape_ns = {side: _escape_wait(ex, device) for side, ex in execs.items()}
     escaped = tuple(
-        Failure(kind="fault", case=case.id, side=side, message=(
-            f"work escaped qualify's stream: the device stayed busy {waited / 1e3:.1f} µs after "
-            "the stream finished (an entry point launching on a stream of its own?)"))
+        Failure(
+            kind="fault",
+            case=case.id,
+            side=side,
+            message=(
+                f"work escaped qualify's stream: the device stayed busy {waited / 1e3:.1f} µs after "
+                "the stream finished (an entry point launching on a stream of its own?)"
+            ),
+        )
         for side, waited in escape_ns.items()
         if waited > ESCAPE_MIN_NS
     )

@@ -7,13 +7,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qualify.build.nvrtc import nvrtc_version
-from qualify.results import samples as samples_io
 from qualify.evaluate.recompute import derived_fields, kernel_fields
-from qualify.results.samples import TrialSamples
 from qualify.evaluate.summarize import floor_ns, has_series
 from qualify.plan.digest import lock_path, sha256_bytes
 from qualify.plan.load import LoadedPlan
 from qualify.plan.model import ARM_SIDES
+from qualify.results import samples as samples_io
 from qualify.results.model import (
     CaseTrial,
     CodeIdentity,
@@ -25,6 +24,7 @@ from qualify.results.model import (
     Trial,
     TrialCost,
 )
+from qualify.results.samples import TrialSamples
 from qualify.results.store import Record, now_iso
 from qualify.run import code_identity, provenance
 from qualify.run.device import MAX_BATCH

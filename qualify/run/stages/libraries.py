@@ -43,9 +43,7 @@ def check_binding(loaded: LoadedPlan, record: Record, given: Mapping[str, Path])
                 )
 
 
-def load(
-    loaded: LoadedPlan, side: str, arm: LibraryArm, given: Mapping[str, Path]
-) -> tuple[LibraryEntry, LibraryInfo]:
+def load(loaded: LoadedPlan, side: str, arm: LibraryArm, given: Mapping[str, Path]) -> tuple[LibraryEntry, LibraryInfo]:
     """The side's entry point, opened and its ABI called, and the facts the trial keeps of it."""
     path = _required_path(loaded, side, given)
     entry = load_library(side, path, arm, f"arms.{side}.library")

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qualify.results.samples import TrialSamples, key
 from qualify.evaluate.stopping import stop_reason
 from qualify.plan.checks import warmup_launches
 from qualify.plan.model import ARM_SIDES, Plan
 from qualify.plan.resolve import ResolvedCase
-from qualify.results.model import Failure
-from qualify.run.device import MAX_BATCH, DeviceBuffer
 from qualify.plan.schedule import AA, block_halves, block_plan
+from qualify.results.model import Failure
+from qualify.results.samples import TrialSamples, key
+from qualify.run.device import MAX_BATCH, DeviceBuffer
 from qualify.run.stages.case_setup import CaseSetup
 from qualify.run.stages.clock import StageClock
 from qualify.run.stages.fidelity import CaseFacts
