@@ -116,6 +116,34 @@ def test_one_placement_draws_no_spacer_and_keeps_one_flush_buffer(tmp_path):
     assert trial.status == "complete"
     assert all(case.placements["used"] == 1 and case.placement_spread_pct is None for case in trial.cases)
     assert not any(c[0] == "flush_slots" for c in device.calls)
+    from qualify.results import samples
+
+    arrays = samples.load(tmp_path / "record" / trial.samples_file)
+    # the samples file of the fixed design is the one it always was: no placement, no drawn half
+    assert not any(k.endswith(("/placement", "/half")) for k in arrays)
+
+
+def test_each_arms_warm_ups_are_kept_under_its_case_and_side(tmp_path):
+    from qualify.results import samples
+
+    loaded = frozen(tmp_path)
+    trial = run_trial(loaded, fake(), tmp_path)
+    arrays = samples.load(tmp_path / "record" / trial.samples_file)
+    for case in trial.cases:
+        for side in ("base", "candidate"):
+            assert arrays[f"{case.case}/{side}/warmup_ns"].size == 2  # the plan's two warm-up launches
+
+
+def test_a_warm_up_the_wall_budget_cannot_hold_stops_the_trial_naming_the_arm(tmp_path):
+    plan = small_plan()
+    plan["schedule"] |= {"warmup": 5}
+    plan["budget"]["max_wall_seconds"] = 60
+    loaded = frozen(tmp_path, plan)
+    trial = run_trial(loaded, fake(base_ns=20e9), tmp_path)  # a 20 s launch: two fit in 60 s, not five
+    assert trial.status == "failed"
+    (failure,) = [f for f in trial.failures if f.kind == "budget"]
+    assert (failure.case, failure.side) == (loaded.cases[0].id, "base")
+    assert "spent during warm-up" in failure.message and "of 5 launches" in failure.message
 
 
 def test_floor_and_warmup_come_before_timing_and_outside_the_blocking_kernel(tmp_path):

@@ -110,8 +110,9 @@ def test_eight_placements_sit_apart_at_offsets_of_the_granularity(granularity):
         assert len({b.ptr for p in range(8) for side in ARMS for b in pool.buffers(p, side).values()}) == 8 * 5
         for layout in pool.facts.placements:
             for b in layout.buffers:
-                assert b.offset_bytes % granularity == 0 and 0 <= b.offset_bytes < OFFSET_LIMIT
+                assert b.offset_bytes % granularity == 0 and 0 <= b.offset_bytes < 2 * 1024 * 1024
             assert (layout.spacer_bytes > 0) == (layout.index > 0)
+            assert layout.spacer_bytes <= 64 * 1024 * 1024  # a spacer is at most 64 MiB
         assert any(b.offset_bytes for layout in pool.facts.placements for b in layout.buffers)
         for p in range(8):
             for side, specs in ARMS.items():

@@ -235,3 +235,17 @@ def test_devices_are_never_pooled_together(measured):
     assert ratios == [round(math.exp(0.0005), 3)] * len(base.cases) + [round(math.exp(0.0505), 3)] * len(base.cases)
     judged, _ = judge_gates(plan, here + there)
     assert sorted(g.passed for g in judged) == [False] * len(base.cases) + [True] * len(base.cases)
+
+
+def test_a_trial_recorded_before_its_moments_without_an_interval_has_no_sd():
+    one_block = CaseStats(
+        ratio=0.97,
+        ci_low=None,
+        ci_high=None,
+        delta_pct=-3.0,
+        case_class="cant_tell",
+        reason="1 block with a ratio on both arms: no interval (needs two)",
+        blocks=1,
+    )
+    m = trial_moments(one_block)
+    assert (m.mean, m.sd, m.blocks) == (math.log(0.97), None, 1)

@@ -59,3 +59,23 @@ def test_a_fault_while_timing_names_the_arm_of_that_half(tmp_path):
     (failure,) = trial.failures
     # block 1 runs B A A B: its first half is the candidate's
     assert (failure.kind, failure.case, failure.side) == ("fault", trial.cases[0].case, "candidate")
+
+
+def test_a_fault_during_warm_up_names_the_case_and_the_arm(tmp_path):
+    class FaultsInTheFirstWarmUp(type(fake())):
+        unblocked = 0
+
+        def time_sample(self, enqueue, cold, block_stream=True, *args, **kw):
+            if not block_stream:
+                self.unblocked += 1
+                # the first case's stream-escape check takes three calls per arm, unblocked;
+                # the base arm's first warm-up is the next unblocked call
+                if self.unblocked == 7:
+                    raise KernelFault("illegal address", 700)
+            return super().time_sample(enqueue, cold, block_stream, *args, **kw)
+
+    device = FaultsInTheFirstWarmUp({"axpy": fakes.axpy}, durations={"base": 10_000.0, "candidate": 8_000.0})
+    loaded = frozen(tmp_path)
+    trial = run_trial(loaded, device, tmp_path)
+    faults = [f for f in trial.failures if f.kind == "fault"]
+    assert [(f.case, f.side) for f in faults] == [(loaded.cases[0].id, "base")]

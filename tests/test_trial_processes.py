@@ -52,7 +52,7 @@ def test_a_worker_that_did_not_keep_its_trial_ends_the_run(code):
 def test_an_interrupted_parent_gives_the_worker_its_grace_then_ends_as_interrupted():
     patient = Scripted(130, raises=[KeyboardInterrupt()])
     assert run_each_in_a_process(2, lambda n: patient) == [130]
-    assert patient.waits == [None, GRACE_S] and not patient.terminated
+    assert patient.waits == [None, 15.0] and not patient.terminated  # 15 s to keep its trial
     stuck = Scripted(130, raises=[KeyboardInterrupt(), subprocess.TimeoutExpired("qualify", GRACE_S)])
     assert run_each_in_a_process(2, lambda n: stuck) == [130]
     assert stuck.terminated  # asked to stop (SIGTERM), then waited for
@@ -131,3 +131,12 @@ def test_trials_from_separate_processes_are_judged_with_the_spread_between_them(
         own = [c.stats for t in trials for c in t.cases if c.case == cid]
         # the processes' spread widens the interval beyond any one process's own
         assert pooled.ci_high - pooled.ci_low > max(s.ci_high - s.ci_low for s in own)
+
+
+def test_without_a_workdir_the_preflight_runs_once_per_invocation_and_keeps_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    shared = PreflightShared(lambda side, cases: calls.append(side) or [], None)
+    assert shared("base", ["N=4"]) == [] and not shared.reused
+    assert shared("base", ["N=4"]) == [] and shared.reused
+    assert calls == ["base"] and list(tmp_path.iterdir()) == []
