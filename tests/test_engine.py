@@ -58,6 +58,8 @@ def test_samples_follow_abba_then_baab_order_exactly(tmp_path):
     per_case = abba + baab + (aa * blocks)
     assert [c[1] for c in timed] == [(label,) for label in per_case * 2]  # two cases
     assert all(c[2] is True for c in timed)  # cold: each sample flushes
+    # each pair's timing says why it stopped, the A/A's under its own name
+    assert all(set(case.stopped) == {"comparison", "aa"} for case in trial.cases)
 
 
 def test_seeded_blocks_follow_the_block_plan_on_the_placement_each_block_drew(tmp_path):
@@ -354,3 +356,34 @@ def test_a_build_failure_mid_trial_keeps_the_trial_and_closes_the_ledger(tmp_pat
     assert trial.status == "failed" and "module rejected" in trial.failures[0].message
     assert trial.failures[0].side == "candidate"
     assert [t.status for t in record.trials_in_ledger()] == ["failed"]
+
+
+def test_one_timed_output_that_differs_among_several_is_enough(tmp_path):
+    plan = small_plan()
+    plan["workload"]["buffers"].append({"name": "spare", "dtype": "f32", "shape": ["N"], "role": "output"})
+    loaded = frozen(tmp_path, plan)
+
+    class FirstOutputDiffers(type(fake())):
+        def differs(self, a, b):
+            super().differs(a, b)
+            # as if "out" (written) came out wrong while "spare" (never written: all 0xFF) matched
+            return not (self.memory.view(b.ptr, b.nbytes) == 0xFF).all()
+
+    device = FirstOutputDiffers({"axpy": fakes.axpy}, durations={"base": 10_000.0, "candidate": 8_000.0})
+    trial = run_trial(loaded, device, tmp_path)
+    assert trial.cases and not any(case.timed_outputs_match for case in trial.cases)
+
+
+def test_the_wall_cap_of_a_case_counts_from_the_cases_own_start(tmp_path, monkeypatch):
+    from qualify.run.stages.clock import StageClock
+
+    real = StageClock.elapsed
+    monkeypatch.setattr(StageClock, "elapsed", lambda self: real(self) + 1000.0)  # a trial 1000 s old
+    plan = small_plan()
+    plan["schedule"] |= {"blocks": 4}
+    plan["budget"] |= {"max_samples": 24, "max_wall_seconds": 5000}
+    plan["stop"] = {"rule": "precision", "target_ci_pct": 1e-6, "min_blocks": 3, "max_case_seconds": 100}
+    trial = run_trial(frozen(tmp_path, plan), fake(), tmp_path)
+    assert trial.status == "complete"
+    # the cases take milliseconds: none reaches its 100 s cap, however long the trial ran before
+    assert all(case.stopped["comparison"] == "block cap" for case in trial.cases)

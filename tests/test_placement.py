@@ -287,3 +287,40 @@ def test_the_device_spaces_its_flush_slots_apart():
 
     spacers = [flush_spacer_bytes(s) for s in range(1, FLUSH_SLOTS)]
     assert len(set(spacers)) == len(spacers) and all(s % 256 == 0 for s in spacers)
+
+
+def test_the_memory_cap_keeps_exactly_the_leading_placements_that_fit():
+    from qualify.run.placement import PlacementLayout, fitting
+
+    layouts = [PlacementLayout(p, size, ()) for p, size in enumerate((0, 100, 50, 400, 10))]
+    assert fitting(layouts, 1000) == (5, None)
+    used, why = fitting(layouts, 250)  # placements 0-2 take 150 B; the fourth would bring 550
+    assert used == 3 and why is not None and "3" in why
+
+
+def test_an_input_that_differs_in_one_placement_is_named_with_that_placement():
+    dev = Recording()
+    with PlacementPool(dev, ARMS, inputs(), 4, np.random.default_rng(1)) as pool:
+        assert pool.differing_inputs() == []
+        wrong = inputs()["base"]["y"].copy()
+        wrong[5] += 1.0
+        dev.upload(pool.buffers(2, "candidate")["y"], wrong)
+        assert pool.differing_inputs() == [(2, "y")]
+
+
+def test_each_input_is_hashed_once_however_many_placements(monkeypatch):
+    import qualify.run.placement as placement
+
+    hashed = []
+    real = placement.hashlib.sha256
+
+    class Counting:
+        @staticmethod
+        def sha256(data):
+            hashed.append(len(data))
+            return real(data)
+
+    monkeypatch.setattr(placement, "hashlib", Counting)
+    with PlacementPool(Recording(), ARMS, inputs(), 6, np.random.default_rng(1)) as pool:
+        assert pool.count == 6
+    assert len(hashed) == 2  # x and y, whichever arm and placement uploads them

@@ -249,3 +249,67 @@ def test_a_trial_recorded_before_its_moments_without_an_interval_has_no_sd():
     )
     m = trial_moments(one_block)
     assert (m.mean, m.sd, m.blocks) == (math.log(0.97), None, 1)
+
+
+def test_a_two_block_trial_keeps_its_recorded_sd():
+    two = CaseStats(
+        ratio=0.97,
+        ci_low=0.9,
+        ci_high=1.05,
+        delta_pct=-3.0,
+        case_class="cant_tell",
+        reason="r",
+        blocks=2,
+        log_mean=math.log(0.97),
+        log_sd=0.02,
+    )
+    assert trial_moments(two).sd == 0.02
+
+
+def test_without_a_pooled_interval_the_change_is_the_pooled_ratio_in_percent():
+    short = CaseStats(
+        ratio=0.98,
+        ci_low=None,
+        ci_high=None,
+        delta_pct=-2.0,
+        case_class="cant_tell",
+        reason="r",
+        blocks=1,
+        log_mean=math.log(0.98),
+        log_sd=None,
+    )
+    full = CaseStats(
+        ratio=0.96,
+        ci_low=0.95,
+        ci_high=0.97,
+        delta_pct=-4.0,
+        case_class="faster",
+        reason="r",
+        blocks=10,
+        log_mean=math.log(0.96),
+        log_sd=0.01,
+    )
+    p = pool([short, full])
+    assert p.ci_low is None and p.case_class == "cant_tell"
+    assert p.ratio == pytest.approx(math.sqrt(0.98 * 0.96), rel=1e-12)
+    assert p.delta_pct == pytest.approx((p.ratio - 1.0) * 100.0, rel=1e-12)
+
+
+def test_the_pooled_change_is_the_pooled_ratio_in_percent():
+    trials = [
+        CaseStats(
+            ratio=r,
+            ci_low=r - 0.01,
+            ci_high=r + 0.01,
+            delta_pct=(r - 1) * 100,
+            case_class="faster",
+            reason="r",
+            blocks=10,
+            log_mean=math.log(r),
+            log_sd=0.01,
+        )
+        for r in (0.96, 0.98)
+    ]
+    p = pool(trials)
+    assert p.ci_low is not None
+    assert p.delta_pct == pytest.approx((p.ratio - 1.0) * 100.0, rel=1e-12)
