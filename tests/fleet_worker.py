@@ -53,7 +53,6 @@ def one_trial_on_fake_device(plan_path: str, record: str, workdir: str, process:
     import fakes
 
     from qualify.commands.pipeline import run_plan
-    from qualify.commands.trial_processes import PreflightShared
     from qualify.plan.load import load_plan
     from qualify.run.fake import FakeDevice, FakeTelemetry
 
@@ -63,7 +62,6 @@ def one_trial_on_fake_device(plan_path: str, record: str, workdir: str, process:
         durations={"base": 300_000.0, "candidate": 270_000.0 * (1 + slower_pct / 100)},
         seed=process,
     )
-    preflight = PreflightShared(lambda side, cases: [], Path(workdir))
     run_plan(
         loaded,
         Path(record),
@@ -71,6 +69,6 @@ def one_trial_on_fake_device(plan_path: str, record: str, workdir: str, process:
         lambda uuid: FakeTelemetry(),
         trials=1,
         render=False,
-        preflight=preflight,
+        preflight=lambda side, cases: [],  # shared between the trial processes through workdir
         workdir=Path(workdir),
     )

@@ -274,6 +274,11 @@ CORE = (
     "qualify/generation.py",
     "qualify/run/code_identity.py",
     "qualify/dtypes.py",
+    # issue 24: the two-level interval, the placement pool, the timing stage, trials as processes
+    "qualify/evaluate/pooled.py",
+    "qualify/run/placement.py",
+    "qualify/run/stages/timing.py",
+    "qualify/commands/trial_processes.py",
 )
 
 

@@ -140,3 +140,24 @@ def test_without_a_workdir_the_preflight_runs_once_per_invocation_and_keeps_noth
     assert shared("base", ["N=4"]) == [] and not shared.reused
     assert shared("base", ["N=4"]) == [] and shared.reused
     assert calls == ["base"] and list(tmp_path.iterdir()) == []
+
+
+def test_both_arms_asked_at_once_are_both_kept_in_the_shared_file(tmp_path):
+    import json
+    import threading
+    import time
+
+    def slow(side, cases):
+        time.sleep(0.05)
+        return [CaseOutcome(case=c, side=side, status="ok") for c in cases]
+
+    shared = PreflightShared(slow, tmp_path)
+    threads = [threading.Thread(target=shared, args=(side, ["N=4"])) for side in ("base", "candidate")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    kept = json.loads((tmp_path / "preflight.json").read_text())
+    assert sorted(json.loads(k)[0] for k in kept) == ["base", "candidate"]
+    later = PreflightShared(lambda side, cases: pytest.fail("ran again"), tmp_path)
+    assert [o.side for o in later("candidate", ["N=4"])] == ["candidate"] and later.reused

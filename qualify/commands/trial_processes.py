@@ -17,10 +17,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Callable, Protocol
 
 from qualify.errors import ExitCode
+from qualify.io import atomic_write_text
 
 PREFLIGHT_FILE = "preflight.json"
 # A trial process exits 0 once its trial is kept, whatever the trial found: a kernel that faulted
@@ -118,6 +120,8 @@ class PreflightShared:
         self._preflight = preflight
         self._file = None if workdir is None else Path(workdir) / PREFLIGHT_FILE
         self._outcomes: dict[str, list] = self._read()
+        # the engine asks for both arms at once, from two threads: one writes the file at a time
+        self._lock = threading.Lock()
         self.reused = False
 
     def _read(self) -> dict[str, list]:
@@ -130,10 +134,15 @@ class PreflightShared:
 
     def __call__(self, side: str, cases: list[str]):
         key = json.dumps([side, list(cases)])
-        self.reused = key in self._outcomes
-        if not self.reused:
-            self._outcomes[key] = self._preflight(side, cases)
+        with self._lock:
+            known = self._outcomes.get(key)
+        if known is not None:
+            self.reused = True
+            return known
+        outcomes = self._preflight(side, cases)  # the arms' workers run at the same time
+        with self._lock:
+            self._outcomes[key] = outcomes
             if self._file is not None:
                 data = {k: [vars(o) for o in v] for k, v in self._outcomes.items()}
-                self._file.write_text(json.dumps(data), encoding="utf-8")
-        return self._outcomes[key]
+                atomic_write_text(self._file, json.dumps(data))
+        return outcomes
