@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qualify.evaluate.stats import block_log_ratios
+from qualify.evaluate.stats import block_logs
 from qualify.evaluate.summarize import series_ns
 from qualify.results.samples import key
 
@@ -57,18 +57,12 @@ def placement_deltas(
                 f"{case}: block {block} ran {a} on placement {where_a[block]} and {b} on placement {where_b[block]}"
             )
     a_ns, b_ns = series_ns(arrays, case, a, floor, iterations), series_ns(arrays, case, b, floor, iterations)
-    a_block, b_block = arrays[key(case, a, "block")], arrays[key(case, b, "block")]
+    ratios = block_logs(a_ns, arrays[key(case, a, "block")], b_ns, arrays[key(case, b, "block")])
     out = []
     for p in sorted(set(where_a.values()) | set(where_b.values())):
-        blocks = [blk for blk in sorted(where_a.keys() & where_b.keys()) if where_a[blk] == p]
-        kept, logs = [], []
-        for blk in blocks:  # one at a time: a block without a ratio (a zero median) drops out alone
-            ratio = block_log_ratios(
-                a_ns[a_block == blk], a_block[a_block == blk], b_ns[b_block == blk], b_block[b_block == blk]
-            )
-            if ratio.size:
-                kept.append(blk)
-                logs.append(float(ratio[0]))
+        # a block without a ratio (a zero median) drops out alone
+        kept = [blk for blk in sorted(where_a.keys() & where_b.keys()) if where_a[blk] == p and blk in ratios]
+        logs = [ratios[blk] for blk in kept]
         if not logs:
             continue
         mean = float(np.mean(logs))

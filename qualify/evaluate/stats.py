@@ -127,20 +127,26 @@ def t_quantile(p: float, df: float) -> float:
 # per-block paired log-ratios
 
 
-def block_log_ratios(base_ns, base_block, cand_ns, cand_block) -> np.ndarray:
-    """log(candidate's block median / base's block median), one per block both arms measured.
+def block_logs(base_ns, base_block, cand_ns, cand_block) -> dict[int, float]:
+    """block -> log(candidate's block median / base's block median), for each block both arms
+    measured, in block order.
 
     A block where either arm's median is not positive (a floor-corrected duration of zero: the
     kernel is shorter than the timer resolves) has no ratio and is left out.
     """
     base_ns, cand_ns = np.asarray(base_ns, np.float64), np.asarray(cand_ns, np.float64)
     base_block, cand_block = np.asarray(base_block), np.asarray(cand_block)
-    out = []
+    out: dict[int, float] = {}
     for b in np.intersect1d(np.unique(base_block), np.unique(cand_block)):
         mb, mc = np.median(base_ns[base_block == b]), np.median(cand_ns[cand_block == b])
         if mb > 0 and mc > 0:
-            out.append(math.log(mc / mb))
-    return np.asarray(out, dtype=np.float64)
+            out[int(b)] = math.log(mc / mb)
+    return out
+
+
+def block_log_ratios(base_ns, base_block, cand_ns, cand_block) -> np.ndarray:
+    """The block log-ratios of `block_logs`, in block order."""
+    return np.asarray(list(block_logs(base_ns, base_block, cand_ns, cand_block).values()), dtype=np.float64)
 
 
 def unit_log_ratios(base_ns, base_block, cand_ns, cand_block, placement=None, placement_block=None) -> np.ndarray:
@@ -154,14 +160,7 @@ def unit_log_ratios(base_ns, base_block, cand_ns, cand_block, placement=None, pl
     arm's arrays suffice: both arms of a block run on the same placement); without them, or when
     no placement serves two blocks, the blocks are the units.
     """
-    base_ns, cand_ns = np.asarray(base_ns, np.float64), np.asarray(cand_ns, np.float64)
-    base_block, cand_block = np.asarray(base_block), np.asarray(cand_block)
-    blocks = np.intersect1d(np.unique(base_block), np.unique(cand_block))
-    logs: dict[int, float] = {}
-    for b in blocks:
-        mb, mc = np.median(base_ns[base_block == b]), np.median(cand_ns[cand_block == b])
-        if mb > 0 and mc > 0:
-            logs[int(b)] = math.log(mc / mb)
+    logs = block_logs(base_ns, base_block, cand_ns, cand_block)
     if placement is None or placement_block is None or len(placement) == 0:
         return np.asarray(list(logs.values()), dtype=np.float64)
     where = {int(b): int(p) for b, p in zip(np.asarray(placement_block), np.asarray(placement))}
