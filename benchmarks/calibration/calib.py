@@ -446,8 +446,9 @@ def render(result: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def load_result(path: Path) -> dict:
+def load_result(path: Path, version: int = JSON_VERSION) -> dict:
+    """A calibration JSON of the given format version (each benchmark versions its own format)."""
     data = json.loads(Path(path).read_text())
-    if data.get("version") != JSON_VERSION:
-        raise ValueError(f"{path}: calibration JSON version {data.get('version')!r}, expected {JSON_VERSION}")
+    if data.get("version") != version:
+        raise ValueError(f"{path}: calibration JSON version {data.get('version')!r}, expected {version}")
     return data

@@ -25,7 +25,6 @@ ci_low and ci_high are ratios (candidate / base), as in a record's CaseStats.
 from __future__ import annotations
 
 import copy
-import json
 import math
 import random
 import statistics
@@ -402,7 +401,4 @@ def render(result: dict) -> str:
 
 
 def load_result(path: Path) -> dict:
-    data = json.loads(Path(path).read_text())
-    if data.get("version") != JSON_VERSION:
-        raise ValueError(f"{path}: calibration JSON version {data.get('version')!r}, expected {JSON_VERSION}")
-    return data
+    return calib.load_result(path, JSON_VERSION)
