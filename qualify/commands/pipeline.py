@@ -18,7 +18,8 @@ from qualify.results.store import Record
 
 
 def load_frozen(plan_path: Path) -> LoadedPlan:
-    """The plan, refused unless frozen and unchanged since: results bind to a pre-registered plan."""
+    """The plan, refused unless frozen, unchanged since and still passing every check of `plan
+    check`: results bind to a pre-registered plan that can run."""
     loaded = load_plan(plan_path)
     if loaded.lock is None:
         raise FrozenInputChanged("the plan is not frozen; run `qualify plan freeze` before measuring", file=loaded.path)
@@ -28,6 +29,11 @@ def load_frozen(plan_path: Path) -> LoadedPlan:
         from qualify.commands.refreeze import with_remedy
 
         raise with_remedy(exc) from None
+    # a plan `plan check` now refuses (a stricter qualify, another NVRTC) is refused before any
+    # trial counts against budget.max_trials
+    from qualify.commands.check import refuse_unchecked
+
+    refuse_unchecked(loaded)
     return loaded
 
 
