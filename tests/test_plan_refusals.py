@@ -12,7 +12,6 @@ from test_golden import setup
 
 from qualify.build.arms import headers_read
 from qualify.cli import main
-from qualify.commands.check import check_plan
 from qualify.commands.pipeline import load_frozen
 from qualify.errors import PlanError
 from qualify.plan.digest import compute_freeze, freeze, lock_path
@@ -49,7 +48,9 @@ def freeze_unchecked(path):
     """A lock written as an older qualify (or a hand) would: without running the checks."""
     loaded = load_plan(path)
     every = {**loaded.files.files, **headers_read(loaded)}
-    freeze(loaded.path, compute_freeze(loaded.plan, PlanFiles(root=loaded.files.root, files=dict(sorted(every.items())))))
+    freeze(
+        loaded.path, compute_freeze(loaded.plan, PlanFiles(root=loaded.files.root, files=dict(sorted(every.items()))))
+    )
 
 
 # 1. freeze enforces check
@@ -157,6 +158,8 @@ def control(**mutation):
             "controls.negative[0].mutation.length",
             "not two separate slices",
         ),
+        (lambda p: p["controls"]["negative"][0].update(cases=[]), "controls.negative[0].cases", "never run"),
+        (lambda p: p["acceptance"]["gates"][0].update(cases=[], where=None), "acceptance.gates[0].cases", "no case"),
         (
             lambda p: p["controls"]["negative"][0].update(expect=[{"outputs": ["nope"], "outcome": "fail"}]),
             "controls.negative[0].expect[0].outputs[0]",
@@ -327,3 +330,18 @@ def test_check_takes_several_plans_and_exits_with_the_worst(tmp_path, capsys):
     assert [line.split(": ")[0] for line in lines[1:]] == [str(broken)] * 2
     assert out.count("digest") == 2  # the two plans that load are shown
     assert run_cli(["plan", "check", "--no-compile", good, good], capsys)[0] == 0
+
+
+def test_plan_new_fits_the_block_to_the_launch_bounds(tmp_path, capsys):
+    source = tmp_path / "kernels" / "k.cu"
+    source.parent.mkdir(parents=True)
+    (tmp_path / ".git").mkdir()
+    source.write_text(
+        "__global__ void __launch_bounds__(128) scale(const float* x, float* y, float a, int n) {\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i];\n}\n"
+    )
+    path = tmp_path / "protocols" / "scale" / "plan.json"
+    got, _, err = run_cli(["plan", "new", path, "--cuda", source, "--kernel", "scale"], capsys)
+    assert got == 0, err
+    assert json.loads(path.read_text())["workload"]["params"]["THREADS"] == 128
+    assert check_lines(path, capsys) == (0, [])  # compiled: the bound is checked

@@ -57,8 +57,14 @@ def promise_problems(plan: Plan, cases: list[ResolvedCase], path: Path) -> list[
         field = f"acceptance.fidelity.exact[{i}]"
         _selection(sel, plan, known, known, field, fail)
         _outputs(sel.outputs, outputs, field, fail)
+    for i, gate in enumerate(plan.acceptance.gates):
+        _selection(gate, plan, known, known, f"acceptance.gates[{i}]", fail)
+    for i, rule in enumerate(fid.tolerances):
+        _selection(rule, plan, known, known, f"acceptance.fidelity.tolerances[{i}]", fail)
     for i, control in enumerate(plan.controls.negative):
         field = f"controls.negative[{i}]"
+        if control.cases == []:
+            fail(f"{field}.cases", "an empty list selects no case: the control would never run")
         applies = known if control.cases is None else [c for c in known if c in control.cases]
         for j, entry in enumerate(control.expect):
             _selection(entry, plan, known, applies, f"{field}.expect[{j}]", fail)
