@@ -345,3 +345,31 @@ def test_plan_new_fits_the_block_to_the_launch_bounds(tmp_path, capsys):
     assert got == 0, err
     assert json.loads(path.read_text())["workload"]["params"]["THREADS"] == 128
     assert check_lines(path, capsys) == (0, [])  # compiled: the bound is checked
+
+
+def test_compare_refuses_a_frozen_plan_check_refuses_before_any_trial(tmp_path, capsys, monkeypatch):
+    import copy
+    import shutil
+
+    import qualify.run.device
+
+    if shutil.which("gcc") is None:
+        pytest.skip("needs a C compiler")
+    from test_compare import PLAN, build
+
+    plan = copy.deepcopy(PLAN)
+    plan["controls"]["negative"] = [
+        {"kind": "input", "name": "flip", "buffer": "x", "mutation": {"op": "flip_bit", "index": 0, "bit": 40}}
+    ]
+    path = make_repo(tmp_path, plan)
+    freeze_unchecked(path)
+    lib = build(tmp_path, "v1")
+
+    def no_device(*args, **kwargs):
+        raise AssertionError("the device opened for a plan check refuses")
+
+    monkeypatch.setattr(qualify.run.device, "CudaDevice", no_device)
+    got, _, err = run_cli(["compare", lib, lib, "--plan", path, "--record", tmp_path / "rec"], capsys)
+    assert got == 2
+    assert errors(err) == [f"{path}: controls.negative[0].mutation.bit: bit 40 is past the 32 bits of a f32 element"]
+    assert not (tmp_path / "rec").exists()
