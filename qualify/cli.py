@@ -59,25 +59,32 @@ def plan() -> None:
 
 
 @plan.command("check")
-@click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+@click.argument("plan_paths", metavar="PLAN...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--arch", "archs", multiple=True, help="Compile only these of the plan's architectures.")
 @click.option(
     "--no-compile", is_flag=True, help="Validate and resolve only (no compilation, no launch or library checks)."
 )
-def plan_check(plan_path: Path, archs: tuple[str, ...], no_compile: bool) -> None:
-    """Validate PLAN, print its digest, resolve every case and compile both arms."""
+def plan_check(plan_paths: tuple[Path, ...], archs: tuple[str, ...], no_compile: bool) -> None:
+    """Validate each PLAN, print its digest, resolve every case and compile both arms.
+
+    Every plan is checked; the exit code is the highest of theirs (0 when all pass)."""
     from qualify.commands.check import check_plan
-    from qualify.commands.refreeze import with_remedy
-    from qualify.errors import FrozenInputChanged
+    from qualify.errors import all_of
     from qualify.render.terminal import plan_check as render
 
-    try:
-        result = check_plan(plan_path, list(archs) or None, compile=not no_compile)
-    except FrozenInputChanged as exc:
-        raise with_remedy(exc) from None
-    out.print(render(result))
-    if not result.ok:
-        raise SystemExit(ExitCode.BUILD)
+    codes = []
+    for plan_path in plan_paths:
+        try:
+            result = check_plan(plan_path, list(archs) or None, compile=not no_compile)
+            out.print(render(result))
+            problems = result.problems()
+            if problems:
+                raise all_of(problems)
+        except QualifyError as exc:
+            _report(exc)
+            codes.append(int(exc.exit_code))
+    if codes:
+        raise SystemExit(max(codes))
 
 
 @plan.command("freeze")
@@ -103,7 +110,12 @@ def plan_freeze(plan_path: Path, replace: bool, records: tuple[Path, ...]) -> No
     from qualify.plan.load import load_plan
 
     if replace:
+        from dataclasses import replace as unlocked
+
+        from qualify.commands.check import refuse_unchecked
+
         loaded = load_plan(plan_path)
+        refuse_unchecked(unlocked(loaded, lock=None))  # before the old lock is touched
         path, old = replace_lock(loaded, list(records))
         digest = json.loads(path.read_text())["digest"]
         state = (
@@ -451,8 +463,14 @@ def changed_cmd(base: str | None, head: str, paths: tuple[str, ...], sources: tu
     """List the protocols a change touches: their plans, frozen files, the files they use now."""
     from qualify.commands.changed import ChangedReport, changed_paths, git_root, parse_sources, touched_protocols
 
-    if (base is None) == (not paths):
-        raise UsageError("give --base REV or one or more --path PATH, not both", field="--base")
+    if base is None and not paths:
+        raise UsageError(
+            "say what changed: --base REV (the revision a pull request starts from, e.g. origin/main) "
+            "or --path PATH for each changed file",
+            field="--base",
+        )
+    if base is not None and paths:
+        raise UsageError("--base and --path do not combine: give the revision to diff from, or the changed paths")
     if base is not None:
         root = git_root(Path.cwd())
         changed = changed_paths(root, base, head)
@@ -467,6 +485,8 @@ def changed_cmd(base: str | None, head: str, paths: tuple[str, ...], sources: tu
     else:
         for t in touched:
             click.echo(t.plan)
+        if not touched:  # on stderr: stdout stays the (empty) list of plans a script reads
+            click.echo(f"qualify: no protocol is touched by the {len(changed)} changed path(s)", err=True)
 
 
 @cli.command("doctor")
@@ -564,6 +584,15 @@ def _shown_path(file: str | None) -> str | None:
         return file
 
 
+def _report(exc: QualifyError) -> None:
+    """Every error found, one `qualify: error:` line each, in the order to fix them."""
+    for each in exc.each():
+        each.file = _shown_path(each.file)
+        _fail_line(f"qualify: error: {each.one_line()}")
+        if isinstance(each, BuildError) and each.log:
+            _fail_line(each.log)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and turn every outcome into a documented exit code."""
     verbose = "-v" in (argv or sys.argv[1:]) or "--verbose" in (argv or sys.argv[1:])
@@ -578,10 +607,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail_line(f"qualify: error: {exc.format_message()}")
         sys.exit(ExitCode.BAD_INPUT)
     except QualifyError as exc:
-        exc.file = _shown_path(exc.file)
-        _fail_line(f"qualify: error: {exc.one_line()}")
-        if isinstance(exc, BuildError) and exc.log:
-            _fail_line(exc.log)
+        _report(exc)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         _fail_line("qualify: interrupted")

@@ -39,9 +39,33 @@ class QualifyError(Exception):
         parts.append(printable(" ".join(self.message.split())))
         return ": ".join(parts)
 
+    def each(self) -> list[QualifyError]:
+        """The failures this error stands for, one line each (several for `Problems`)."""
+        return [self]
+
 
 class PlanError(QualifyError):
     """The plan (or a file it names) is malformed or inconsistent."""
+
+
+class Problems(PlanError):
+    """Every failure found at once (all errors of a plan, or a plan's own problem and then its
+    lock's mismatch), in the order they are to be fixed; the first stands for the group as a
+    PlanError, and the exit code is the highest of theirs."""
+
+    def __init__(self, errors: list[QualifyError]):
+        first = errors[0]
+        super().__init__(first.message, file=first.file, field=first.field)
+        self.errors = [e for error in errors for e in error.each()]
+        self.exit_code = max(e.exit_code for e in self.errors)
+
+    def each(self) -> list[QualifyError]:
+        return list(self.errors)
+
+
+def all_of(errors: list[QualifyError]) -> QualifyError:
+    """One error for `errors` (at least one): itself when alone, else `Problems`."""
+    return errors[0] if len(errors) == 1 else Problems(errors)
 
 
 class UsageError(QualifyError):

@@ -188,13 +188,19 @@ def test_cli_lists_plan_paths_one_per_line(git_repo, capsys, monkeypatch):
     assert (code, out) == (0, "protocols/other/plan.json\nprotocols/tiny/plan.json\n")
 
 
+def test_cli_says_when_no_protocol_is_touched(git_repo, capsys, monkeypatch):
+    code, out, err = run_cli(["changed", "--path", "docs/unrelated.md"], capsys, git_repo, monkeypatch)
+    assert (code, out) == (0, "")
+    assert err == "qualify: no protocol is touched by the 1 changed path(s)\n"
+
+
 @needs_git
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["changed", "--base", "no-such-branch"], "--base: git cannot diff no-such-branch...HEAD"),
-        (["changed"], "give --base REV or one or more --path PATH"),
-        (["changed", "--base", "main", "--path", "x"], "give --base REV or one or more --path PATH"),
+        (["changed"], "--base: say what changed: --base REV (the revision a pull request starts from"),
+        (["changed", "--base", "main", "--path", "x"], "--base and --path do not combine"),
         (["changed", "--path", "x", "--sources", "tiny"], "--sources: expected NAME=PATH"),
     ],
 )

@@ -67,7 +67,9 @@ def assert_cli_answers(path: Path, outcome: str) -> None:
     assert code in DOCUMENTED_EXITS, err
     assert "Traceback" not in err and "internal error" not in err, err
     if outcome == "refused":
-        assert code == 2 and err.count("\n") == 1 and err.startswith(f"qualify: error: {path}"), err
+        # one line per field at fault, each naming the file
+        lines = err.splitlines()
+        assert code == 2 and lines and all(line.startswith(f"qualify: error: {path}: ") for line in lines), err
     else:
         assert code == 0, err
 

@@ -38,12 +38,14 @@ def run_cli(argv, capsys):
 
 
 def refused(capsys, argv, code: int, *fragments: str) -> str:
-    """Run the CLI; assert the exit code and one error line holding every fragment."""
+    """Run the CLI; assert the exit code and one error line per error (a plan whose base and
+    candidate share a fault gets one for each), the first holding every fragment."""
     got, out, err = run_cli(argv, capsys)
     assert "Traceback" not in err + out
     lines = err.splitlines()
     assert got == code, err
-    assert len(lines) == 1, err
+    assert lines and all(line.startswith(lines[0][:15]) for line in lines), err
+    assert len(lines) == 1 or lines[0].startswith("qualify: error: "), err
     assert lines[0].startswith(("qualify: error: ", "qualify: check: ")), lines[0]
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])

@@ -6,18 +6,20 @@ compiles both arms for every declared architecture. Returns data; `qualify.rende
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from qualify.build.arms import FitRow, compile_arms, headers_read, shared_memory_fit
 from qualify.build.nvrtc import CompiledKernel, nvrtc_version
 from qualify.build.params import check_launches
+from qualify.commands.kernel_match import check_compiled_kernels
 from qualify.commands.libcheck import check_plan_libraries
-from qualify.errors import PlanError
+from qualify.errors import BuildError, FrozenInputChanged, PlanError, QualifyError, all_of
 from qualify.plan.digest import compute_freeze, freeze, verify_frozen
 from qualify.plan.files import PlanFiles
 from qualify.plan.golden import load_golden
 from qualify.plan.load import LoadedPlan, load_plan
+from qualify.plan.promises import check_promises
 
 
 @dataclass(frozen=True)
@@ -33,14 +35,66 @@ class PlanCheck:
     def ok(self) -> bool:
         return all(row.fits for row in self.fits)
 
+    def problems(self) -> list[QualifyError]:
+        """What the check refuses once the plan is read and compiled: each arm and architecture
+        whose launch needs more shared memory than a block may have (exit 4), one line each."""
+        worst: dict[tuple[str, str], list[FitRow]] = {}
+        for row in self.fits:
+            if not row.fits:
+                worst.setdefault((row.side, row.arch), []).append(row)
+        out: list[QualifyError] = []
+        for (side, arch), rows in worst.items():
+            big = max(rows, key=lambda r: r.total_shared_bytes)
+            cases = ", ".join(r.case for r in rows)
+            out.append(
+                BuildError(
+                    f"the {side} arm's launch does not fit on {arch}: {big.total_shared_bytes:,} bytes of shared "
+                    f"memory per block (dynamic {big.dynamic_shared_bytes:,} plus static) exceed the "
+                    f"{big.limit_bytes:,} a block may have, in case(s) {cases}; lower shared_bytes or the "
+                    "kernel's static shared memory",
+                    file=self.loaded.path,
+                    field="workload.launch.shared_bytes",
+                )
+            )
+        return out
+
 
 def check_plan(path: str | Path, archs: list[str] | None = None, compile: bool = True) -> PlanCheck:
+    """`qualify plan check`. The plan's own problems come first; a frozen plan that changed since
+    its lock is reported after them (so an edit's real error is never hidden by "changed")."""
+    from qualify.commands.refreeze import with_remedy
+
     loaded = load_plan(path)
+    lock_problem: FrozenInputChanged | None = None
     if loaded.lock is not None:
-        verify_frozen(loaded.path, loaded.freeze, loaded.lock)
+        try:
+            verify_frozen(loaded.path, loaded.freeze, loaded.lock)
+        except FrozenInputChanged as exc:
+            lock_problem = with_remedy(exc)
+    try:
+        try:
+            # a plan that no longer matches its lock is checked as it stands, unlocked
+            result = check_loaded(loaded if lock_problem is None else replace(loaded, lock=None), archs, compile)
+        except FrozenInputChanged as exc:
+            if lock_problem is not None or loaded.lock is None:
+                raise
+            lock_problem = with_remedy(exc)  # NVRTC read a header other than the frozen one
+            result = check_loaded(replace(loaded, lock=None), archs, compile)
+    except QualifyError as exc:
+        raise all_of([*exc.each(), *([lock_problem] if lock_problem else [])]) from None
+    if lock_problem is not None:
+        raise all_of([*result.problems(), lock_problem])
+    return result
+
+
+def check_loaded(loaded: LoadedPlan, archs: list[str] | None = None, compile: bool = True) -> PlanCheck:
+    """Every check of `plan check` but the lock's, on a loaded plan: raises the first refusal
+    (several at once where they are found together); launches that do not fit are returned in
+    the PlanCheck (`problems()`), so the check can show them in its table first."""
     if loaded.plan.acceptance.fidelity.golden is not None:
         # provenance and every tensor are checked on the CPU, before any device is involved
         load_golden(loaded.plan, loaded.path, loaded.files.root, loaded.cases)
+    check_promises(loaded)
     declared = loaded.plan.hardware.architectures
     chosen = archs or declared
     for arch in chosen:
@@ -52,6 +106,7 @@ def check_plan(path: str | Path, archs: list[str] | None = None, compile: bool =
             )
     compiled = compile_arms(loaded, chosen) if compile else {}
     check_launches(loaded, compiled)
+    check_compiled_kernels(loaded, compiled)
     if compile:  # --no-compile validates the plan alone; the artifacts' checks come with the build
         check_plan_libraries(loaded)
     return PlanCheck(
@@ -64,15 +119,26 @@ def check_plan(path: str | Path, archs: list[str] | None = None, compile: bool =
     )
 
 
+def refuse_unchecked(loaded: LoadedPlan) -> None:
+    """Refuse a plan that `plan check` would refuse (the lock aside): `plan freeze` and
+    `--replace` before they write a lock, `run` and `compare` before any trial counts."""
+    problems = check_loaded(loaded).problems()
+    if problems:
+        raise all_of(problems)
+
+
 def freeze_plan(path: str | Path) -> tuple[LoadedPlan, Path, bool, str]:
     """`qualify plan freeze`: write the lock; returns (loaded, lock path, written, digest).
 
-    The lock binds what NVRTC reads, not what a scan of the sources guesses: every CUDA arm is
-    compiled for every declared architecture (and the candidate under each build control) and
-    each header NVRTC reports inside the repository joins the plan's files. An existing lock is
-    verified, never overwritten.
+    Only a plan that passes every check of `plan check` is frozen: the checks run first, as on
+    the repository (unlocked), and an existing lock is verified after them. The lock binds what
+    NVRTC reads, not what a scan of the sources guesses: every CUDA arm is compiled for every
+    declared architecture (and the candidate under each build control) and each header NVRTC
+    reports inside the repository joins the plan's files. An existing lock is verified, never
+    overwritten.
     """
     loaded = load_plan(path)
+    refuse_unchecked(replace(loaded, lock=None))
     if loaded.lock is not None:
         lock_file, written = freeze(loaded.path, loaded.freeze)
         return loaded, lock_file, written, loaded.digest

@@ -17,8 +17,9 @@ from qualify.results.model import Results, Trial
 from qualify.results.store import Record
 
 
-def load_frozen(plan_path: Path) -> LoadedPlan:
-    """The plan, refused unless frozen and unchanged since: results bind to a pre-registered plan."""
+def load_frozen(plan_path: Path, checked: bool = True) -> LoadedPlan:
+    """The plan, refused unless frozen, unchanged since and still passing every check of `plan
+    check`: results bind to a pre-registered plan that can run."""
     loaded = load_plan(plan_path)
     if loaded.lock is None:
         raise FrozenInputChanged("the plan is not frozen; run `qualify plan freeze` before measuring", file=loaded.path)
@@ -28,6 +29,13 @@ def load_frozen(plan_path: Path) -> LoadedPlan:
         from qualify.commands.refreeze import with_remedy
 
         raise with_remedy(exc) from None
+    # a plan `plan check` now refuses (a stricter qualify, another NVRTC) is refused before any
+    # trial counts against budget.max_trials
+    # (checked=False: a trial process, whose parent invocation has checked the same frozen plan)
+    from qualify.commands.check import refuse_unchecked
+
+    if checked:
+        refuse_unchecked(loaded)
     return loaded
 
 
@@ -201,7 +209,7 @@ def execute(
     from qualify.commands.trial_processes import child_command, run_each_in_a_process, spawn
     from qualify.run.device import CudaDevice
 
-    loaded = load_frozen(plan_path)
+    loaded = load_frozen(plan_path, checked=trial_process is None)
     if libraries is not None:
         libraries = bind_libraries(loaded, libraries)  # a frozen build cannot be swapped (exit 3)
     check_libraries(loaded, libraries)  # before the driver: a wrong file is named as such

@@ -208,9 +208,10 @@ def kernel_skeleton(
     archs: list[str],
     fidelity: str,
     bound: float | None,
+    threads: int = 256,
 ) -> Skeleton:
     """A plan for two CUDA arms whose kernel takes `params` (read from the source, checked
-    against `sizes`, the compiled byte sizes)."""
+    against `sizes`, the compiled byte sizes), launched with blocks of `threads`."""
     from qualify.build.params import ARG_BYTES
 
     todo: list[str] = []
@@ -250,7 +251,7 @@ def kernel_skeleton(
     for side, (source, kernel) in (("base", base), ("candidate", candidate)):
         plan["arms"][side] = {"kind": "cuda", "source": _relative(source, folder), "kernel": kernel}
     plan["workload"] = {
-        "params": {"THREADS": 256},
+        "params": {"THREADS": threads},
         "cases": [{"N": 4096}, {"N": 1048576}],
         "buffers": _buffers_and_controls(pointers, plan, todo),
         "launch": {"grid": ["cdiv(N, THREADS)"], "block": ["THREADS"], "shared_bytes": 0, "args": args},
@@ -334,6 +335,19 @@ def compiled_sizes(source: Path, kernel: str, arch: str) -> tuple[list[int], str
         return [p.size for p in kernel_params(compiled.cubin, compiled.lowered_name)], compiled.lowered_name
     except ElfProblem as exc:
         raise ToolError(f"cannot read {kernel}'s parameter list from its CUBIN: {exc}", file=source) from None
+
+
+def compiled_max_threads(source: Path, kernel: str, arch: str) -> int | None:
+    """Threads per block the kernel is compiled for (`__launch_bounds__`), None when unbounded."""
+    from qualify.build.elf import ElfProblem
+    from qualify.build.launch_bounds import launch_bounds
+    from qualify.build.nvrtc import KernelSpec, compile_kernel
+
+    compiled = compile_kernel(KernelSpec(Path(source).resolve(), kernel, arch))
+    try:
+        return launch_bounds(compiled.cubin, compiled.lowered_name).max_per_block
+    except ElfProblem:
+        return None  # the plan check that follows names the problem
 
 
 def default_name(plan_path: Path) -> str:
@@ -422,6 +436,24 @@ def skeleton_from_options(
         params = declared_params(Path(source).read_text(encoding="utf-8", errors="replace"), kernel)
         if params is None:
             raise UsageError(f"no __global__ declaration of {kernel.split('<')[0]} found", file=source)
+        # the block must fit both kernels' __launch_bounds__ on every architecture `plan check` compiles
+        threads = min(
+            [256]
+            + [
+                compiled_max_threads(s, k, arch) or 256
+                for s, k in ((source, kernel), (cand_source, cand_kernel))
+                for arch in archs
+            ]
+        )
         return kernel_skeleton(
-            plan_path, name, (source, kernel), (cand_source, cand_kernel), params, sizes, archs, fidelity, bound
+            plan_path,
+            name,
+            (source, kernel),
+            (cand_source, cand_kernel),
+            params,
+            sizes,
+            archs,
+            fidelity,
+            bound,
+            threads,
         )

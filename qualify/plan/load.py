@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from qualify import strict_json
-from qualify.errors import PlanError
+from qualify.errors import PlanError, Problems
 from qualify.io import MAX_PLAN_BYTES, UnreadableFile, read_limited
 from qualify.plan.checks import cross_check
 from qualify.plan.digest import Freeze, compute_freeze, read_lock
@@ -86,20 +86,25 @@ _MESSAGES = {
 
 
 def plan_error_from_validation(exc: ValidationError, data: object, path: Path) -> PlanError:
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    field = field_path(first["loc"], data)
-    message = _MESSAGES.get(first["type"], first["msg"].removeprefix("Value error, "))
-    if first["type"] == "union_tag_invalid":
-        message = first["msg"]
-    elif first["type"] not in ("missing", "extra_forbidden") and "input" in first:
-        shown = json.dumps(first["input"], default=str)
+    """Every field pydantic refused, one PlanError each (one per field, in the plan's order)."""
+    found: dict[str, PlanError] = {}
+    for error in exc.errors(include_url=False):
+        field = field_path(error["loc"], data) or "(top level)"
+        if field not in found:
+            found[field] = PlanError(_validation_message(error), file=path, field=field)
+    errors = list(found.values())
+    return errors[0] if len(errors) == 1 else Problems(errors)
+
+
+def _validation_message(error: dict) -> str:
+    message = _MESSAGES.get(error["type"], error["msg"].removeprefix("Value error, "))
+    if error["type"] == "union_tag_invalid":
+        message = error["msg"]
+    elif error["type"] not in ("missing", "extra_forbidden") and "input" in error:
+        shown = json.dumps(error["input"], default=str)
         if len(shown) <= 60:
             message = f"{message} (got {shown})"
-    others = len({field_path(e["loc"], data) for e in errors} - {field})
-    if others:
-        message += f" (+{others} more field{'s' if others > 1 else ''} with errors)"
-    return PlanError(message, file=path, field=field or "(top level)")
+    return message
 
 
 def field_path(loc: tuple, data: object) -> str:

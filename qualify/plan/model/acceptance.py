@@ -16,8 +16,12 @@ class CaseSelector(Strict):
     where: ExprText | None = Field(default=None, description="Expression over parameters ('T >= 640').")
 
 
+# Gate names read as labels, as plan names do: letters, digits, '_' and '-' ("p50-speedup").
+GateName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$", max_length=64)]
+
+
 class SpeedGate(CaseSelector):
-    name: Identifier
+    name: GateName
     min_speedup_pct: float | None = Field(
         default=None,
         ge=0,

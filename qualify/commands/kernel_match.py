@@ -1,0 +1,112 @@
+"""`plan check` against what the compiled kernel and its declaration say: argument kinds and the
+block size.
+
+The CUBIN gives each parameter's size (`qualify.build.params`, checked before this), not its kind:
+an `f32` passed where the kernel takes `int`, an `i32` for an `unsigned`, a `u64` for a pointer
+all have the right size. The declaration says the kind; it is read as `plan new` reads it
+(`qualify.commands.scaffold.declared_params`), and a parameter whose type qualify cannot map (a
+template parameter, a typedef it does not know) is left to the size check. The block is compared
+with the bounds compiled for each architecture (`qualify.build.launch_bounds`). Every mismatch is
+reported, naming the argument, the parameter and the arm.
+"""
+
+from __future__ import annotations
+
+import math
+
+from qualify.build.elf import ElfProblem
+from qualify.build.launch_bounds import launch_bounds
+from qualify.commands.scaffold import SCALAR_TYPES, declared_params
+from qualify.errors import PlanError, ToolError, all_of
+from qualify.plan.model import BufferArg, CudaArm
+
+
+def check_compiled_kernels(loaded, compiled) -> None:
+    """Refuse argument kinds that differ from the declared parameters' and blocks the compiled
+    launch bounds do not allow; several problems are reported together."""
+    problems = kind_problems(loaded) + bounds_problems(loaded, compiled)
+    if problems:
+        raise all_of(problems)
+
+
+def _kind(arg) -> str:
+    return "buffer" if isinstance(arg, BufferArg) else arg.kind
+
+
+def kind_problems(loaded) -> list[PlanError]:
+    launch = loaded.plan.workload.launch
+    if launch is None:
+        return []
+    out: list[PlanError] = []
+    for side in ("base", "candidate"):
+        arm = loaded.plan.arm(side)
+        if not isinstance(arm, CudaArm):
+            continue
+        try:
+            text = (loaded.path.parent / arm.source).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue  # the compile reports an unreadable source
+        params = declared_params(text, arm.kernel)
+        if params is None or len(params) != len(launch.args):
+            continue  # a declaration not found here (a macro, a header) or a count the size check refuses
+        for k, (arg, param) in enumerate(zip(launch.args, params)):
+            kind = _kind(arg)
+            if param.pointer:
+                expected = "buffer"
+            else:
+                expected = SCALAR_TYPES.get(param.ctype)
+                if expected is None:
+                    continue
+            if kind != expected:
+                fix = "a buffer argument" if expected == "buffer" else f"kind {expected!r}"
+                out.append(
+                    PlanError(
+                        f"{kind!r} passed for parameter {param.name!r} ({param.ctype}) of {arm.kernel} "
+                        f"({side} arm, declared in {arm.source}); pass {fix}",
+                        file=loaded.path,
+                        field=f"workload.launch.args[{k}]",
+                    )
+                )
+    return out
+
+
+def bounds_problems(loaded, compiled) -> list[PlanError]:
+    out: list[PlanError] = []
+    for (side, arch), kernel in sorted(compiled.items()):
+        try:
+            bounds = launch_bounds(kernel.cubin, kernel.lowered_name)
+        except ElfProblem as exc:
+            raise ToolError(
+                f"cannot read {kernel.spec.kernel}'s launch bounds from its {arch} CUBIN: {exc}",
+                file=loaded.path,
+                field=f"arms.{side}.kernel",
+            ) from None
+        for case in loaded.cases:
+            launch = case.arms[side].launch
+            if launch is None:
+                continue
+            block = tuple(launch.block) + (1,) * (3 - len(launch.block))
+            threads = math.prod(block)
+            where = f"{kernel.spec.kernel} ({side} arm, {arch})"
+            if bounds.max_per_block is not None and threads > bounds.max_per_block:
+                out.append(
+                    PlanError(
+                        f"case {case.id}: a block of {threads} threads exceeds the {bounds.max_per_block} "
+                        f"that {where} is compiled for (__launch_bounds__, .maxntid "
+                        f"{','.join(map(str, bounds.max_threads))}); the launch would fail",
+                        file=loaded.path,
+                        field="workload.launch.block",
+                    )
+                )
+                break
+            if bounds.required is not None and block != bounds.required:
+                out.append(
+                    PlanError(
+                        f"case {case.id}: block {'x'.join(map(str, block))} is not the "
+                        f"{'x'.join(map(str, bounds.required))} that {where} requires (.reqntid)",
+                        file=loaded.path,
+                        field="workload.launch.block",
+                    )
+                )
+                break
+    return out
