@@ -4,7 +4,8 @@ Each worker is a whole `qualify run` (or `compare`) on one device: its own proce
 budget and trials. They share the record folder safely because a trial index is taken under the
 record's lock and every trial writes files of its own (`qualify.results.store`). A device that
 faults or hangs ends its own worker; the others go on. The caller re-renders the record once all
-have ended.
+have ended, after closing as interrupted any trial a worker that died left open (no live process
+owns its device any more: `Record.close_dead_trials`).
 """
 
 from __future__ import annotations
@@ -98,8 +99,9 @@ def run_devices(ordinals: list[int], start: Callable[[int], Worker]) -> list[Dev
 
 
 def combined_exit_code(outcomes: list[DeviceOutcome], verdict_code: int | None) -> int:
-    """The most severe worker code that is not a verdict; else the re-derived record's verdict."""
-    codes = {o.exit_code for o in outcomes}
+    """The most severe worker code that is not a verdict; else the re-derived record's verdict.
+    A worker killed by a signal (a negative code) was interrupted: its trial is closed as such."""
+    codes = {int(ExitCode.INTERRUPTED) if o.exit_code < 0 else o.exit_code for o in outcomes}
     for code in SEVERITY:
         if int(code) in codes and code not in (ExitCode.INCOMPLETE, ExitCode.NOT_QUALIFIED, ExitCode.QUALIFIED):
             return int(code)
@@ -149,10 +151,12 @@ def run_on_devices(
         )
 
     outcomes = run_devices(ordinals, start)
+    record = Record(folder)
+    if record.ledger_path.exists():
+        record.close_dead_trials()  # a worker that died mid-trial left it open: interrupted
     for o in outcomes:
         tail = (logs / f"device-{o.ordinal}.log").read_text(errors="replace").strip().splitlines()[-1:]
         say(f"device {o.ordinal}: exit {o.exit_code}" + (f": {tail[0]}" if tail else ""))
-    record = Record(folder)
     verdict = None
     if record.trials():
         with record.locked():

@@ -93,11 +93,13 @@ def _sequence(events: list[dict]) -> tuple[dict[int, dict], dict[int, dict], lis
         out.append(
             Problem(f"{LEDGER}: trials start in the order {order[:8]}; qualify numbers them 1, 2, 3… as they start")
         )
-    # a trial never ended: the process died. Qualify closes it before the next trial starts, so
-    # only the last trial of each run (each source of a merge) may still be open.
-    last_start = {_origin(started[index]): index for index in order}
+    # a trial never ended: the process died. What a crash can leave and nothing more: a device's
+    # next trial (one run owns a device in a record at a time) closes its open trial first, so only
+    # the last trial of each device (in each source of a merge) may still be open; workers on
+    # other devices may have started trials since.
+    last_start = {(_origin(started[index]), started[index].get("device_uuid")): index for index in order}
     for index, event in sorted(started.items()):
-        if index not in ended and last_start.get(_origin(event)) != index:
+        if index not in ended and last_start.get((_origin(event), event.get("device_uuid"))) != index:
             out.append(
                 Problem(
                     f"{LEDGER}: trial {index} never ended, yet a later trial started: "
