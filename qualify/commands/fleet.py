@@ -54,7 +54,7 @@ def parse_devices(text: str, count: int) -> list[int]:
     ordinals = []
     for part in text.split(","):
         part = part.strip()
-        if not part.isdigit():
+        if not (part.isascii() and part.isdigit()):  # '²' is a digit to str.isdigit, not to int()
             raise UsageError(f"{part!r} is not a device ordinal (use 'all' or e.g. 0,2,5)", field="--devices")
         n = int(part)
         if n >= count:
@@ -128,7 +128,7 @@ def run_on_devices(
     import sys
     import tempfile
 
-    from qualify.commands.pipeline import bind_libraries, check_libraries, default_record_dir, exit_code, load_frozen
+    from qualify.commands.pipeline import bind_libraries, check_libraries, exit_code, load_frozen, record_folder
     from qualify.record.assemble import write_record
     from qualify.results.store import Record
     from qualify.run.device import device_count
@@ -137,8 +137,8 @@ def run_on_devices(
     if libraries is not None:
         bind_libraries(loaded, libraries)
     check_libraries(loaded, libraries)
+    folder = record_folder(loaded, record_dir)  # before any device is counted or worker started
     ordinals = parse_devices(devices, device_count())
-    folder = Path(record_dir or default_record_dir(loaded))
     extra = (["--trials", str(trials)] if trials else []) + (["--exploratory"] if exploratory else [])
     logs = Path(tempfile.mkdtemp(prefix="qualify-devices-"))
 

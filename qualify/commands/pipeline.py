@@ -78,6 +78,15 @@ def check_libraries(loaded: LoadedPlan, libraries: dict[str, Path] | None) -> No
         check_plan_libraries(loaded)
 
 
+def record_folder(loaded: LoadedPlan, record_dir: Path | None) -> Path:
+    """The record folder a run writes: --record, or the default; an existing path that is not a
+    folder is refused before any device or worker starts."""
+    folder = Path(record_dir or default_record_dir(loaded))
+    if folder.exists() and not folder.is_dir():
+        raise UsageError("not a folder: a record is a folder of trials", file=folder, field="--record")
+    return folder
+
+
 def default_record_dir(loaded: LoadedPlan) -> Path:
     return loaded.files.root / "records" / loaded.plan.name
 
@@ -206,7 +215,7 @@ def execute(
     if libraries is not None:
         libraries = bind_libraries(loaded, libraries)  # a frozen build cannot be swapped (exit 3)
     check_libraries(loaded, libraries)  # before the driver: a wrong file is named as such
-    folder = Path(record_dir or default_record_dir(loaded))
+    folder = record_folder(loaded, record_dir)
     device = CudaDevice(ordinal)  # before any output: no GPU is a one-line error, exit 5
     if trial_process is not None:
         return Executed(
