@@ -147,3 +147,31 @@ def _plan_and_lock(record: Path):
     from qualify.record.assemble import read_record_plan
 
     return read_record_plan(record)
+
+
+CLAIM = """
+import sys
+from pathlib import Path
+from qualify.results.store import DeviceBusy, Record
+try:
+    with Record(Path(sys.argv[1])).owned(sys.argv[2]):
+        print("owned")
+except DeviceBusy as exc:
+    print(exc.one_line())
+"""
+
+
+def test_the_owners_trial_processes_run_under_its_ownership_and_no_one_else(tmp_path):
+    """`qualify run` owns the device and starts one process per trial: each runs under its
+    parent's ownership. A process the owner did not start (here: one started by that child) is
+    refused."""
+    import subprocess
+    import sys
+
+    record = tmp_path / "rec"
+    child = [sys.executable, "-c", CLAIM, str(record), FAKE_UUID]
+    with Record(record).owned(FAKE_UUID):
+        assert subprocess.run(child, capture_output=True, text=True, timeout=60).stdout.strip() == "owned"
+        nested = f"import subprocess, sys; print(subprocess.run({child!r}, capture_output=True, text=True).stdout)"
+        out = subprocess.run([sys.executable, "-c", nested], capture_output=True, text=True, timeout=60).stdout
+        assert f"pid {os.getpid()} on {socket.gethostname()}" in out and "one run per device per record" in out
