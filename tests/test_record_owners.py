@@ -175,3 +175,36 @@ def test_the_owners_trial_processes_run_under_its_ownership_and_no_one_else(tmp_
         nested = f"import subprocess, sys; print(subprocess.run({child!r}, capture_output=True, text=True).stdout)"
         out = subprocess.run([sys.executable, "-c", nested], capture_output=True, text=True, timeout=60).stdout
         assert f"pid {os.getpid()} on {socket.gethostname()}" in out and "one run per device per record" in out
+
+
+KILLED_OWNER = """
+import os, subprocess, sys
+from pathlib import Path
+from qualify.results.store import Record
+with Record(Path(sys.argv[1])).owned(sys.argv[2]) as fd:
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    child = subprocess.Popen(sleeper, pass_fds=(fd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(child.pid, flush=True)
+    os._exit(9)  # the owner dies as SIGKILL kills it: nothing released, its trial process lives on
+"""
+
+
+def test_a_trial_process_that_outlives_its_killed_owner_keeps_the_device_owned(tmp_path):
+    import subprocess
+    import sys
+
+    record = tmp_path / "rec"
+    Record(record).append({"event": "trial_started", "trial": 1, "device_uuid": FAKE_UUID, "digest": "d"})
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_OWNER, str(record), FAKE_UUID], capture_output=True, text=True, timeout=60
+    )
+    orphan = int(done.stdout.split()[0])
+    try:
+        assert Record(record).has_live_owner(FAKE_UUID)
+        assert Record(record).close_dead_trials() == []  # its trial may still be written
+    finally:
+        os.kill(orphan, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while Record(record).has_live_owner(FAKE_UUID) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert Record(record).close_dead_trials() == [1]

@@ -232,9 +232,10 @@ def execute(
     before = {t.index for t in record.trials()}
     # this process owns the device's trials in the record while its trial processes run: a second
     # run on the device is refused, and a trial a dead trial process left open is closed here
-    with record.owned(uuid), tempfile.TemporaryDirectory(prefix="qualify-trials-") as workdir:
+    with record.owned(uuid) as owner, tempfile.TemporaryDirectory(prefix="qualify-trials-") as workdir:
+        held = (owner,) if owner is not None else ()
         codes = run_each_in_a_process(
-            wanted, lambda n: spawn(child_command(command, folder, ordinal, Path(workdir), exploratory))
+            wanted, lambda n: spawn(child_command(command, folder, ordinal, Path(workdir), exploratory), held)
         )
         if record.ledger_path.exists():
             record.close_dead_trials()

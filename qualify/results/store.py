@@ -167,7 +167,10 @@ class Record:
         """This process owns `device_uuid`'s trials in the record while the block runs.
 
         Refused (DeviceBusy, naming the owner) while another live run owns them; a process started
-        by the owner (a trial process of the same `qualify run`) runs under its parent's ownership."""
+        by the owner (a trial process of the same `qualify run`) runs under its parent's ownership.
+        Yields the descriptor that holds the lock (None under a parent's ownership): handed to the
+        processes the owner starts, it keeps the device owned while any of them lives, so a trial
+        process that outlives a killed parent is never taken for dead."""
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.owner_path(device_uuid)
         with open(path, "a+b") as f:
@@ -177,7 +180,7 @@ class Record:
                 owner = _read_owner(path)
                 here = socket.gethostname()
                 if owner.get("host") == here and owner.get("pid") in (os.getpid(), os.getppid()):
-                    yield  # the owning run itself, or one of its trial processes
+                    yield None  # the owning run itself, or one of its trial processes
                     return
                 raise DeviceBusy(
                     f"device {device_uuid} is running trials into this record in another process "
@@ -196,7 +199,7 @@ class Record:
                 }
                 f.write((json.dumps(owner, sort_keys=True) + "\n").encode())
                 f.flush()
-                yield
+                yield f.fileno()
             finally:
                 if not self.ledger_path.exists():  # no trial started: a refused run leaves no record behind
                     path.unlink(missing_ok=True)
