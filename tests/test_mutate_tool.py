@@ -236,6 +236,9 @@ def test_a_run_classifies_every_mutant_and_reports_survivors(tmp_path, capsys):
     assert killer == "tests/test_small.py::test_add"
     assert (root / "pkg" / "small.py").read_text() == RUN  # the project itself is never touched
     markdown = (out / "report.md").read_text()
+    assert (
+        report["timeouts"] == "set aside" and "Score = killed / (sampled − equivalent − errors − timeouts)" in markdown
+    )
     assert "-    return x > 0\n+    return x > 1" in markdown  # a survivor's diff
     assert "stands in for an equivalent mutant" in markdown
     assert "return x >= 0" not in markdown.split("equivalent, line 11")[0]  # listed, not shown as a survivor

@@ -34,6 +34,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPORT_FORMAT = "qualify-mutation/1"
+# How a report's score treats timeouts: reports written since issue 25 say "set aside" (never a
+# kill); one without the key scored a timeout as a kill and is rendered with the rule it used.
+TIMEOUTS = "set aside"
 CONFIG = Path(__file__).with_name("mutation.json")
 NO_MUTATE = "pragma: no mutate"
 # Outside git, these are left out of the scratch copy: slow to copy (.venv), or wrong to import
@@ -587,7 +590,11 @@ def format_markdown(report: dict) -> list[str]:
         "# Mutation report",
         "",
         f"Seed {report['seed']}, up to {report['sample']} mutants per module, code: {report['commit']}. "
-        "Score = killed / (sampled − equivalent − errors − timeouts).",
+        + (
+            "Score = killed / (sampled − equivalent − errors − timeouts)."
+            if report.get("timeouts") == TIMEOUTS
+            else "Score = (killed + timeout) / (sampled − equivalent − errors)."
+        ),
         "",
         "| module | mutants | sampled | killed | timeout | survived | equivalent | errors | score | raw |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -761,6 +768,7 @@ def _main(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "sample": args.sample,
         "commit": args.label or _commit(root),
+        "timeouts": TIMEOUTS,
         "modules": [],
     }
     with tempfile.TemporaryDirectory(prefix="qualify-mutate-") as tmp:
@@ -860,7 +868,7 @@ def _recheck(args: argparse.Namespace) -> int:
                 outcomes.append(outcome)
             modules.append(summarize(module, tests, again["mutants_total"], again["baseline_seconds"], outcomes))
     commit = args.label or f"{earlier['commit']}, survivors re-run on {_commit(root)}"
-    return _finish({**earlier, "commit": commit, "modules": modules}, args)
+    return _finish({**earlier, "commit": commit, "timeouts": TIMEOUTS, "modules": modules}, args)
 
 
 def _merge(args: argparse.Namespace) -> int:
@@ -878,7 +886,7 @@ def _merge(args: argparse.Namespace) -> int:
         for o in outcomes:
             o.equivalent = _equivalence(config, o.key) if o.status == "survived" else None
         modules[m["module"]] = summarize(m["module"], m["tests"], m["mutants_total"], m["baseline_seconds"], outcomes)
-    return _finish({**reports[0], "commit": commit, "modules": list(modules.values())}, args)
+    return _finish({**reports[0], "commit": commit, "timeouts": TIMEOUTS, "modules": list(modules.values())}, args)
 
 
 if __name__ == "__main__":
