@@ -320,7 +320,7 @@ def _read_owner(path: Path) -> dict:
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read(MAX_OWNER_BYTES).decode("utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
