@@ -434,6 +434,9 @@ def summary_cmd(folder: Path, target: Path | None) -> None:
     from qualify.render.summary import render_summary
     from qualify.results.store import Record
 
+    if target is not None and target.exists() and not target.is_file():
+        # a FIFO would block the job until something reads it; a device or folder is no summary
+        raise UsageError("not a regular file; the summary is appended to files only", file=target, field="--append-to")
     results = Record(folder).results()
     markdown = render_summary(results, str(folder))
     if target is None:

@@ -216,3 +216,32 @@ def test_the_published_json_schema_is_current():
     python -c 'import json; from qualify.commands.changed import ChangedReport; print(json.dumps(ChangedReport.model_json_schema(), indent=2))' \\
       > qualify/schemas/changed.schema.json"""
     assert json.loads(SCHEMA.read_text()) == ChangedReport.model_json_schema()
+
+
+# -- hostile input (issue 25 item 8) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["plan.json", "plan.lock.json"])
+def test_a_symlinked_plan_or_lock_is_listed_with_the_link_as_its_problem(repo, tmp_path_factory, name):
+    """A plan or lock linked to a file outside the repository ended `changed` in exit 70 and listed
+    nothing; it is named by its own path, not followed, and the protocol stays listed."""
+    link = repo / "protocols" / "tiny" / name
+    outside = tmp_path_factory.mktemp("elsewhere") / name
+    outside.write_bytes(link.read_bytes())
+    link.unlink()
+    link.symlink_to(outside)
+    (touched,) = touched_protocols(repo, [f"protocols/tiny/{name}"])
+    assert touched.name == "tiny" and touched.reasons == [f"protocols/tiny/{name}"]
+    assert touched.problem and "symbolic link" in touched.problem and str(outside) not in touched.problem
+
+
+@needs_git
+@pytest.mark.parametrize("option", ["--base", "--head"])
+def test_a_revision_that_reads_as_an_option_is_refused_and_git_writes_nothing(
+    git_repo, tmp_path_factory, capsys, monkeypatch, option
+):
+    target = tmp_path_factory.mktemp("out") / "written"
+    argv = ["changed", "--base", "main"] if option == "--head" else ["changed"]
+    code, _, err = run_cli([*argv, f"{option}=--output={target}"], capsys, git_repo, monkeypatch)
+    assert code == 2 and err.count("\n") == 1 and f"{option}:" in err
+    assert not target.exists()

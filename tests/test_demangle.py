@@ -39,3 +39,20 @@ def test_cxxfilt_and_the_builtin_give_the_same_short_names():
 def test_short_name_drops_parameters_and_return_type():
     assert short_name("void flash<(Mode)1>(float const*, int)") == "flash<(Mode)1>"
     assert short_name("void ns::k<std::pair<int, int> >(int)") == "ns::k<std::pair<int, int> >"
+
+
+def _nested(depth: int) -> str:
+    """`k<A<A<...<int>...>>>(void)` with `depth` levels of A, mangled."""
+    return "_Z1kI" + "1AI" * depth + "i" + "E" * depth + "Evv"
+
+
+def test_a_deeply_nested_name_stays_as_launched_instead_of_exhausting_the_stack():
+    """Issue 25 item 7: one level of recursion per template level ended `run` in RecursionError
+    after timing, before the trial file was written. Past the depth bound the name stays mangled."""
+    deep = _nested(250)
+    assert builtin_demangle(deep) is None
+    assert demangle_all([deep], BUILTIN) == (BUILTIN, {deep: deep})
+
+
+def test_a_name_nested_within_the_bound_is_still_read():
+    assert builtin_demangle(_nested(30)) == "k<" + "A<" * 30 + "int" + ">" * 31

@@ -294,11 +294,16 @@ def _with_code(trial, **changes):
     return trial.model_copy(update={"code": trial.code.model_copy(update=changes)})
 
 
-def test_identical_code_with_identical_launches_is_a_consistent_free_aa(vecload):
+def test_a_free_aa_is_consistent_in_itself_but_vecloads_plan_and_trace_refute_it(vecload):
+    """The free A/A fact agrees with itself; what refutes it here is the plan (axpy<1> against
+    axpy<4>, VEC 1 against 4) and the trace (two kernels), as tests/test_code_facts.py shows."""
     plan, trial, arrays = vecload
     same = {"base": "a" * 64, "candidate": "a" * 64}
     free = _with_code(trial, status="identical", digests=same, launches_match=True, free_aa=True, differences=[])
-    assert evidence.trial_fact_problems(free, plan, arrays) == []
+    assert evidence.trial_fact_problems(free, plan, arrays) == [
+        "code.launches_match is True, but the plan launches the arms differently in case N=1048576",
+        "code.launches_match is True, but the kernel trace saw the arms launch different kernels",
+    ]
     claimed = _with_code(trial, status="identical", digests=same, launches_match=False, free_aa=True, differences=[])
     assert any(
         line.startswith("code.free_aa is True, but the code is identical and its launches_match is False")

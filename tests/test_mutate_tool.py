@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 _SPEC = importlib.util.spec_from_file_location(
     "qualify_tools_mutate", Path(__file__).resolve().parents[1] / "tools" / "mutate.py"
 )
@@ -234,6 +236,9 @@ def test_a_run_classifies_every_mutant_and_reports_survivors(tmp_path, capsys):
     assert killer == "tests/test_small.py::test_add"
     assert (root / "pkg" / "small.py").read_text() == RUN  # the project itself is never touched
     markdown = (out / "report.md").read_text()
+    assert (
+        report["timeouts"] == "set aside" and "Score = killed / (sampled − equivalent − errors − timeouts)" in markdown
+    )
     assert "-    return x > 0\n+    return x > 1" in markdown  # a survivor's diff
     assert "stands in for an equivalent mutant" in markdown
     assert "return x >= 0" not in markdown.split("equivalent, line 11")[0]  # listed, not shown as a survivor
@@ -294,13 +299,13 @@ def test_the_configuration_names_every_core_module_with_existing_tests():
         assert entry["reason"].strip() and (root / entry["module"]).is_file()
 
 
-def test_a_mutant_that_hangs_is_stopped_and_counted_as_detected(tmp_path):
+def test_a_mutant_that_hangs_is_stopped_and_reported_as_a_timeout(tmp_path):
     root, _ = _project(tmp_path, "import time\n\ndef test_hang():\n    time.sleep(120)\n")
     result, seconds, _ = mutate._pytest(root, ["tests/test_small.py"], timeout=3)
     assert result == "timeout" and seconds < 60
 
 
-def test_the_score_sets_equivalents_and_errors_aside_and_counts_timeouts_as_detected():
+def test_the_score_sets_equivalents_errors_and_timeouts_aside():
     def outcome(status, equivalent=None):
         return mutate.Outcome(status, 1.0, equivalent=equivalent)
 
@@ -321,7 +326,8 @@ def test_the_score_sets_equivalents_and_errors_aside_and_counts_timeouts_as_dete
         s["equivalent"],
         s["error"],
     ) == (9, 5, 1, 1, 2, 1, 1)
-    assert (s["score"], s["raw_score"]) == (66.7, 40.0)
+    # a timeout is no kill (issue 25 item 12): 1 killed of the 2 that a test decided
+    assert (s["score"], s["raw_score"]) == (50.0, 20.0)
 
 
 def test_merging_reports_applies_the_equivalence_list_as_it_stands(tmp_path, capsys):
@@ -466,3 +472,69 @@ def test_recheck_runs_only_the_survivors_again_and_keeps_the_rest_of_the_sample(
     }
     # the listed equivalent was killed: it no longer counts as one; LIMIT's 3 → 4 still survives
     assert (after["killed"], after["survived"], after["equivalent"], after["score"]) == (8, 1, 0, 88.9)
+
+
+# --- hostile or mistaken arguments (issue 25 item 12) -------------------------------------------
+
+
+def test_a_timeout_shorter_than_the_clean_run_is_refused_instead_of_scoring_every_mutant(tmp_path, capsys):
+    """`--timeout 0.01` timed every mutant out, scored 100 % and passed `--fail-under 100` with no
+    mutant tested."""
+    root, config = _project(tmp_path)
+    args = ["pkg/small.py", "--root", str(root), "--config", str(config), "--sample", "2", "--fail-under", "100"]
+    assert mutate.main([*args, "--timeout", "0.01"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--timeout 0.01 s is shorter than the clean run" in err
+
+
+def test_a_sample_whose_mutants_all_timed_out_has_no_score_and_fails_the_bar(tmp_path):
+    s = mutate.summarize("m.py", ["t.py"], 3, 1.0, [mutate.Outcome("timeout", 1.0)] * 3)
+    assert (s["timeout"], s["killed"], s["score"], s["raw_score"]) == (3, 0, None, 0.0)
+    args = mutate._Parser().parse_args([])
+    args.fail_under, args.out = 1.0, None
+    report = {"seed": 0, "sample": 3, "commit": "x", "modules": [s]}
+    assert mutate._finish(report, args) == 1
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--sample", "-1"], "--sample: -1 is negative"),
+        (["--sample", "many"], "argument --sample: invalid int value"),
+        (["--timeout", "-5"], "--timeout: -5.0 is not a positive number"),
+        (["--timeout", "nan"], "--timeout: nan is not a positive number"),
+        (["--fail-under", "150"], "--fail-under: 150.0 is not a percentage"),
+        (["--no-such-option"], "unrecognized arguments"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys, extra, message):
+    root, config = _project(tmp_path)
+    try:
+        code = mutate.main(["pkg/small.py", "--root", str(root), "--config", str(config), *extra])
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("mutate: error: ") and message in err, err
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("[]", "needs a JSON object"),
+        ('{"targets": {}, "equivalents": [1]}', "an entry is not an object"),
+    ],
+)
+def test_a_malformed_configuration_is_one_line(tmp_path, capsys, content, message):
+    root, config = _project(tmp_path)
+    config.write_text(content)
+    assert mutate.main(["pkg/small.py", "--root", str(root), "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+def test_a_malformed_report_to_merge_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "report.json"
+    bad.write_text(json.dumps({"format": mutate.REPORT_FORMAT, "seed": 0, "sample": 1, "commit": "x", "modules": [{}]}))
+    assert mutate.main(["--merge", str(bad), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "lacking its seed, sample, commit or modules" in err

@@ -21,6 +21,7 @@ import argparse
 import ast
 import difflib
 import json
+import math
 import os
 import random
 import shutil
@@ -33,6 +34,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPORT_FORMAT = "qualify-mutation/1"
+# How a report's score treats timeouts: reports written since issue 25 say "set aside" (never a
+# kill); one without the key scored a timeout as a kill and is rendered with the rule it used.
+TIMEOUTS = "set aside"
 CONFIG = Path(__file__).with_name("mutation.json")
 NO_MUTATE = "pragma: no mutate"
 # Outside git, these are left out of the scratch copy: slow to copy (.venv), or wrong to import
@@ -94,6 +98,14 @@ _BOOLEAN = (ast.Compare, ast.BoolOp)
 
 class ToolError(Exception):
     """A problem with the command line, the configuration or the unmutated test run."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, its errors one line like the tool's own (exit 2)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        print(f"mutate: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
 
 
 @dataclass(frozen=True)
@@ -511,6 +523,11 @@ def mutate_module(
     result, baseline, failing = _pytest(copy, tests, timeout=max(timeout or 0, 600))
     if result != "pass":
         raise ToolError(f"{module}: the tests fail without any mutant ({failing.strip()[:300]})")
+    if timeout is not None and timeout < baseline:
+        # every mutant would time out, and a timeout says nothing about the tests
+        raise ToolError(
+            f"{module}: --timeout {timeout:g} s is shorter than the clean run of its tests ({baseline:.1f} s)"
+        )
     # a mutant that makes the tests three times slower than the clean run has most likely made
     # them loop; an explicit --timeout is taken as given
     limit = timeout if timeout else 3 * baseline + 10
@@ -544,11 +561,13 @@ def mutate_module(
 
 
 def summarize(module: str, tests: list[str], total: int, baseline: float, outcomes: list[Outcome]) -> dict:
-    """Counts and the score. Timeouts count as killed; equivalent survivors and errors are set aside."""
+    """Counts and the score. Only a failing test kills a mutant: a timeout is counted apart and set
+    aside with equivalent survivors and errors (a limit too short, or a mutant that loops, cannot be
+    told apart), so a run whose mutants all time out has no score and fails any --fail-under."""
     count = {s: sum(o.status == s for o in outcomes) for s in ("killed", "timeout", "survived", "error")}
     equivalent = sum(o.equivalent is not None for o in outcomes)
-    detected = count["killed"] + count["timeout"]
-    scored = len(outcomes) - equivalent - count["error"]
+    detected = count["killed"]
+    scored = len(outcomes) - equivalent - count["error"] - count["timeout"]
     return {
         "module": module,
         "tests": tests,
@@ -571,7 +590,11 @@ def format_markdown(report: dict) -> list[str]:
         "# Mutation report",
         "",
         f"Seed {report['seed']}, up to {report['sample']} mutants per module, code: {report['commit']}. "
-        "Score = (killed + timeout) / (sampled − equivalent − errors).",
+        + (
+            "Score = killed / (sampled − equivalent − errors − timeouts)."
+            if report.get("timeouts") == TIMEOUTS
+            else "Score = (killed + timeout) / (sampled − equivalent − errors)."
+        ),
         "",
         "| module | mutants | sampled | killed | timeout | survived | equivalent | errors | score | raw |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -623,9 +646,13 @@ def load_config(path: Path) -> dict:
         return {"targets": {}, "equivalents": []}
     except (OSError, ValueError) as exc:
         raise ToolError(f"{path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ToolError(f"{path}: needs a JSON object with 'targets' and 'equivalents'")
     if not isinstance(data.get("targets"), dict) or not isinstance(data.get("equivalents", []), list):
         raise ToolError(f"{path}: needs 'targets' (module → test files) and 'equivalents' (a list)")
     for entry in data.get("equivalents", []):
+        if not isinstance(entry, dict):
+            raise ToolError(f"{path}: equivalents: an entry is not an object")
         missing = {"module", "description", "line", "mutated", "reason"} - set(entry)
         if missing:
             raise ToolError(f"{path}: equivalents: an entry lacks {', '.join(sorted(missing))}")
@@ -633,7 +660,7 @@ def load_config(path: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tools/mutate.py", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="tools/mutate.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help="repository-relative module paths, e.g. qualify/expr.py")
     parser.add_argument("--all-targets", action="store_true", help="every module in the configuration")
     parser.add_argument("--tests", nargs="+", help="test files to run (default: the configuration's)")
@@ -667,10 +694,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
+        check_arguments(args)
         return _main(args)
     except ToolError as exc:
         print(f"mutate: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a file the tool reads or writes: named, one line
+        print(f"mutate: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """What argparse's types cannot say: the ranges, and the folders that must be folders."""
+    if args.sample < 0:
+        raise ToolError(f"--sample: {args.sample} is negative (0 samples every mutant)")
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ToolError(f"--timeout: {args.timeout} is not a positive number of seconds")
+    if args.fail_under is not None and not (math.isfinite(args.fail_under) and 0 <= args.fail_under <= 100):
+        raise ToolError(f"--fail-under: {args.fail_under} is not a percentage from 0 to 100")
+    if not args.root.is_dir():
+        raise ToolError(f"--root: {args.root} is not a folder")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise ToolError(f"--out: {args.out} exists and is not a folder")
 
 
 def resolve_seed(value: str, root: Path) -> tuple[int, str]:
@@ -688,10 +733,11 @@ def resolve_seed(value: str, root: Path) -> tuple[int, str]:
 
 
 def _main(args: argparse.Namespace) -> int:
-    if args.merge:
-        return _merge(args)
-    if args.recheck:
-        return _recheck(args)
+    if args.merge or args.recheck:
+        try:
+            return _merge(args) if args.merge else _recheck(args)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ToolError(f"a report holds a module or mutant without its fields ({exc!r})") from None
     root = args.root.resolve()
     config = load_config(args.config)
     args.seed, origin = resolve_seed(str(args.seed), root)
@@ -722,6 +768,7 @@ def _main(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "sample": args.sample,
         "commit": args.label or _commit(root),
+        "timeouts": TIMEOUTS,
         "modules": [],
     }
     with tempfile.TemporaryDirectory(prefix="qualify-mutate-") as tmp:
@@ -761,8 +808,15 @@ def _read_report(path: Path) -> dict:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ToolError(f"{path}: {exc}") from None
-    if data.get("format") != REPORT_FORMAT:
+    if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT:
         raise ToolError(f"{path}: not a {REPORT_FORMAT} report")
+    modules = data.get("modules")
+    if not (
+        isinstance(modules, list)
+        and all(isinstance(m, dict) and isinstance(m.get("mutants"), list) for m in modules)
+        and {"seed", "sample", "commit"} <= set(data)
+    ):
+        raise ToolError(f"{path}: a {REPORT_FORMAT} report lacking its seed, sample, commit or modules")
     return data
 
 
@@ -814,7 +868,7 @@ def _recheck(args: argparse.Namespace) -> int:
                 outcomes.append(outcome)
             modules.append(summarize(module, tests, again["mutants_total"], again["baseline_seconds"], outcomes))
     commit = args.label or f"{earlier['commit']}, survivors re-run on {_commit(root)}"
-    return _finish({**earlier, "commit": commit, "modules": modules}, args)
+    return _finish({**earlier, "commit": commit, "timeouts": TIMEOUTS, "modules": modules}, args)
 
 
 def _merge(args: argparse.Namespace) -> int:
@@ -832,7 +886,7 @@ def _merge(args: argparse.Namespace) -> int:
         for o in outcomes:
             o.equivalent = _equivalence(config, o.key) if o.status == "survived" else None
         modules[m["module"]] = summarize(m["module"], m["tests"], m["mutants_total"], m["baseline_seconds"], outcomes)
-    return _finish({**reports[0], "commit": commit, "modules": list(modules.values())}, args)
+    return _finish({**reports[0], "commit": commit, "timeouts": TIMEOUTS, "modules": list(modules.values())}, args)
 
 
 if __name__ == "__main__":

@@ -85,6 +85,7 @@ def summary_of(report: dict, committed_at: int) -> dict:
         "sample": report["sample"],
         "commit": report["commit"],
         "committed_at": committed_at,
+        **({"timeouts": report["timeouts"]} if "timeouts" in report else {}),  # the score's rule
         "modules": modules,
     }
 

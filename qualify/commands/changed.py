@@ -54,13 +54,21 @@ def protocol_paths(plan_path: Path, root: Path) -> tuple[set[str], str | None]:
     """The repository-relative paths a protocol depends on, and why the plan failed to load (if it did).
 
     The lock is read as JSON without validating the plan, so a plan broken by the change still
-    counts as touched by its own edits and its frozen files.
+    counts as touched by its own edits and its frozen files. A plan or lock that is a symbolic link
+    is named by its own path and not read (qualify reads plans and locks as regular files only):
+    the protocol is still listed when the link itself changes, with the link as its problem.
     """
     from qualify import strict_json
     from qualify.plan.load import load_plan
 
-    paths = {_relative(plan_path, root), _relative(lock_path(plan_path), root)}
     lock = lock_path(plan_path)
+    paths = {_relative(plan_path, root), _relative(lock, root)}
+    linked = [p for p in (plan_path, lock) if p.is_symlink()]
+    if linked:
+        return (
+            paths,
+            f"{_relative(linked[0], root)}: a symbolic link; a plan and its lock are read only as regular files",
+        )
     if lock.is_file():
         try:
             data = strict_json.parse(lock.read_text(encoding="utf-8"))
@@ -109,7 +117,23 @@ def changed_paths(root: Path, base: str, head: str = "HEAD") -> list[str]:
     """Paths that differ between the merge base of `base` and `head`, and `head` (what a pull
     request changes, as GitHub shows it). Renames count as a deletion and an addition, so moving a
     header away from a kernel touches the protocols that used it."""
-    cmd = ["git", "-C", str(root), "diff", "--name-only", "--no-renames", "-z", f"{base}...{head}", "--"]
+    for option, rev in (("--base", base), ("--head", head)):
+        if not rev or rev.startswith("-"):
+            raise UsageError(f"{rev!r} is not a git revision (a revision never starts with '-')", field=option)
+    # --end-of-options: whatever the revisions say, git reads them as revisions, never as options
+    # (`--output=F` would make git write a file)
+    cmd = [
+        "git",
+        "-C",
+        str(root),
+        "diff",
+        "--name-only",
+        "--no-renames",
+        "-z",
+        "--end-of-options",
+        f"{base}...{head}",
+        "--",
+    ]
     try:
         done = subprocess.run(cmd, capture_output=True, timeout=120)
     except FileNotFoundError:
@@ -147,7 +171,8 @@ def parse_sources(items: list[str]) -> dict[str, list[str]]:
 
 
 def _relative(path: Path, root: Path) -> str:
-    return path.resolve().relative_to(root).as_posix()
+    """The path as found under root, links not followed (a link's target may lie anywhere)."""
+    return path.relative_to(root).as_posix()
 
 
 def _normalise(path: str) -> str:

@@ -4,7 +4,8 @@ Each worker is a whole `qualify run` (or `compare`) on one device: its own proce
 budget and trials. They share the record folder safely because a trial index is taken under the
 record's lock and every trial writes files of its own (`qualify.results.store`). A device that
 faults or hangs ends its own worker; the others go on. The caller re-renders the record once all
-have ended.
+have ended, after closing as interrupted any trial a worker that died left open (no live process
+owns its device any more: `Record.close_dead_trials`).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def parse_devices(text: str, count: int) -> list[int]:
     ordinals = []
     for part in text.split(","):
         part = part.strip()
-        if not part.isdigit():
+        if not (part.isascii() and part.isdigit()):  # '²' is a digit to str.isdigit, not to int()
             raise UsageError(f"{part!r} is not a device ordinal (use 'all' or e.g. 0,2,5)", field="--devices")
         n = int(part)
         if n >= count:
@@ -98,8 +99,9 @@ def run_devices(ordinals: list[int], start: Callable[[int], Worker]) -> list[Dev
 
 
 def combined_exit_code(outcomes: list[DeviceOutcome], verdict_code: int | None) -> int:
-    """The most severe worker code that is not a verdict; else the re-derived record's verdict."""
-    codes = {o.exit_code for o in outcomes}
+    """The most severe worker code that is not a verdict; else the re-derived record's verdict.
+    A worker killed by a signal (a negative code) was interrupted: its trial is closed as such."""
+    codes = {int(ExitCode.INTERRUPTED) if o.exit_code < 0 else o.exit_code for o in outcomes}
     for code in SEVERITY:
         if int(code) in codes and code not in (ExitCode.INCOMPLETE, ExitCode.NOT_QUALIFIED, ExitCode.QUALIFIED):
             return int(code)
@@ -126,7 +128,7 @@ def run_on_devices(
     import sys
     import tempfile
 
-    from qualify.commands.pipeline import bind_libraries, check_libraries, default_record_dir, exit_code, load_frozen
+    from qualify.commands.pipeline import bind_libraries, check_libraries, exit_code, load_frozen, record_folder
     from qualify.record.assemble import write_record
     from qualify.results.store import Record
     from qualify.run.device import device_count
@@ -135,8 +137,8 @@ def run_on_devices(
     if libraries is not None:
         bind_libraries(loaded, libraries)
     check_libraries(loaded, libraries)
+    folder = record_folder(loaded, record_dir)  # before any device is counted or worker started
     ordinals = parse_devices(devices, device_count())
-    folder = Path(record_dir or default_record_dir(loaded))
     extra = (["--trials", str(trials)] if trials else []) + (["--exploratory"] if exploratory else [])
     logs = Path(tempfile.mkdtemp(prefix="qualify-devices-"))
 
@@ -149,10 +151,12 @@ def run_on_devices(
         )
 
     outcomes = run_devices(ordinals, start)
+    record = Record(folder)
+    if record.ledger_path.exists():
+        record.close_dead_trials()  # a worker that died mid-trial left it open: interrupted
     for o in outcomes:
         tail = (logs / f"device-{o.ordinal}.log").read_text(errors="replace").strip().splitlines()[-1:]
         say(f"device {o.ordinal}: exit {o.exit_code}" + (f": {tail[0]}" if tail else ""))
-    record = Record(folder)
     verdict = None
     if record.trials():
         with record.locked():

@@ -86,6 +86,15 @@ def check_libraries(loaded: LoadedPlan, libraries: dict[str, Path] | None) -> No
         check_plan_libraries(loaded)
 
 
+def record_folder(loaded: LoadedPlan, record_dir: Path | None) -> Path:
+    """The record folder a run writes: --record, or the default; an existing path that is not a
+    folder is refused before any device or worker starts."""
+    folder = Path(record_dir or default_record_dir(loaded))
+    if folder.exists() and not folder.is_dir():
+        raise UsageError("not a folder: a record is a folder of trials", file=folder, field="--record")
+    return folder
+
+
 def default_record_dir(loaded: LoadedPlan) -> Path:
     return loaded.files.root / "records" / loaded.plan.name
 
@@ -138,13 +147,14 @@ def run_plan(
             preflight=PreflightShared(preflight, workdir) if preflight else None,
             libraries=libraries or {},
         )
-        for _ in range(max(wanted, 0)):
-            trial = TrialRunner(loaded, device, telemetry, options).run()
-            done.append(trial)
-            if trial.status == "interrupted":
-                break
-            if trial.status == "failed" and any(f.kind in ("fault", "timeout") for f in trial.failures):
-                break  # the CUDA context is lost (or a kernel still runs): a fresh process must continue
+        with record.owned(device.info.uuid):  # one run per device per record
+            for _ in range(max(wanted, 0)):
+                trial = TrialRunner(loaded, device, telemetry, options).run()
+                done.append(trial)
+                if trial.status == "interrupted":
+                    break
+                if trial.status == "failed" and any(f.kind in ("fault", "timeout") for f in trial.failures):
+                    break  # the CUDA context is lost (or a kernel still runs): a fresh process must continue
     except QualifyError as exc:
         failure = exc  # a trial already kept itself; the record is brought up to date first
     finally:
@@ -213,7 +223,7 @@ def execute(
     if libraries is not None:
         libraries = bind_libraries(loaded, libraries)  # a frozen build cannot be swapped (exit 3)
     check_libraries(loaded, libraries)  # before the driver: a wrong file is named as such
-    folder = Path(record_dir or default_record_dir(loaded))
+    folder = record_folder(loaded, record_dir)
     device = CudaDevice(ordinal)  # before any output: no GPU is a one-line error, exit 5
     if trial_process is not None:
         return Executed(
@@ -222,15 +232,21 @@ def execute(
             _one_trial(loaded, folder, device, ordinal, exploratory, libraries, progress, argv, trial_process),
         )
     try:
-        wanted, skipped = remaining_trials(loaded, Record(folder), device.info.uuid, trials)
+        uuid = device.info.uuid
+        wanted, skipped = remaining_trials(loaded, Record(folder), uuid, trials)
     finally:
         device.close()  # each trial opens the device afresh in its own process
-    before = {t.index for t in Record(folder).trials()}
-    with tempfile.TemporaryDirectory(prefix="qualify-trials-") as workdir:
-        codes = run_each_in_a_process(
-            wanted, lambda n: spawn(child_command(command, folder, ordinal, Path(workdir), exploratory))
-        )
     record = Record(folder)
+    before = {t.index for t in record.trials()}
+    # this process owns the device's trials in the record while its trial processes run: a second
+    # run on the device is refused, and a trial a dead trial process left open is closed here
+    with record.owned(uuid) as owner, tempfile.TemporaryDirectory(prefix="qualify-trials-") as workdir:
+        held = (owner,) if owner is not None else ()
+        codes = run_each_in_a_process(
+            wanted, lambda n: spawn(child_command(command, folder, ordinal, Path(workdir), exploratory), held)
+        )
+        if record.ledger_path.exists():
+            record.close_dead_trials()
     results = rederive(record, loaded)
     done = [t for t in record.trials() if t.index not in before]
     return Executed(loaded, folder, RunOutcome(done, results, skipped), tuple(codes))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qualify import strict_json
-from qualify.errors import FrozenInputChanged, QualifyError
+from qualify.errors import FrozenInputChanged, QualifyError, UsageError
 from qualify.plan.digest import lock_path, read_lock
 from qualify.plan.load import LoadedPlan
 from qualify.results.store import Record
@@ -81,6 +81,9 @@ def shown(path: Path, root: Path) -> str:
 def replace_lock(loaded: LoadedPlan, extra_records: list[Path] = ()) -> tuple[Path, str | None]:
     """Rewrite the plan's lock for its current content. Returns (lock path, the old digest, or
     None when there was no lock). Refused (exit 3) once a trial ran under the old digest."""
+    for folder in extra_records:  # a record named on the command line that cannot be searched
+        if not Path(folder).is_dir():
+            raise UsageError("not a record folder: its trials cannot be searched", file=folder, field="--record")
     path = lock_path(loaded.path)
     old = read_lock(loaded.path)
     if old is not None and old["digest"] != loaded.digest:

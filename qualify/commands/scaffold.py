@@ -365,6 +365,8 @@ def write_new_plan(plan_path: Path, skeleton: Skeleton) -> None:
     from qualify.errors import FrozenInputChanged, QualifyError
     from qualify.io import atomic_write_text
 
+    if plan_path.is_symlink():  # dangling or not: `plan new` writes a file of its own, never through a link
+        raise FrozenInputChanged("is a symbolic link; `plan new` writes a new file only", file=plan_path)
     if plan_path.exists():
         raise FrozenInputChanged("exists; `plan new` never overwrites a plan", file=plan_path)
     plan_path.parent.mkdir(parents=True, exist_ok=True)
@@ -374,6 +376,20 @@ def write_new_plan(plan_path: Path, skeleton: Skeleton) -> None:
     except QualifyError:
         plan_path.unlink()
         raise
+
+
+def check_architectures(archs: list[str]) -> None:
+    """The plan model's own architecture check (one list of what qualify supports), as a UsageError
+    naming --arch: an unknown architecture never reaches the compiler."""
+    from pydantic import ValidationError
+
+    from qualify.plan.model.hardware import Hardware
+
+    try:
+        Hardware.model_validate({"devices": [{"compute_capability": "0.0"}], "architectures": archs})
+    except ValidationError as exc:
+        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise UsageError(message, field="--arch") from None
 
 
 def skeleton_from_options(
@@ -398,6 +414,7 @@ def skeleton_from_options(
     """`plan new`'s options -> the skeleton they ask for; a missing or contradictory option is a UsageError."""
     name = name or default_name(plan_path)
     archs = list(dict.fromkeys(archs))
+    check_architectures(archs)  # before anything is compiled for them
     if library_pair == (source is not None):
         raise UsageError("give --cuda FILE --kernel NAME for a kernel pair, or --library for a library pair")
     if library_pair:

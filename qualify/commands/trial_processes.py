@@ -63,9 +63,10 @@ def child_command(command: list[str], folder: Path, ordinal: int, workdir: Path,
     return cmd + (["--exploratory"] if exploratory else [])
 
 
-def spawn(cmd: list[str]) -> Worker:
-    """The child shares the terminal: its progress bar is the trial's, Ctrl-C reaches it too."""
-    return subprocess.Popen(cmd)
+def spawn(cmd: list[str], keep_fds: tuple[int, ...] = ()) -> Worker:
+    """The child shares the terminal: its progress bar is the trial's, Ctrl-C reaches it too.
+    `keep_fds`: descriptors it inherits (the record's device ownership, held while it lives)."""
+    return subprocess.Popen(cmd, pass_fds=keep_fds)
 
 
 def run_each_in_a_process(wanted: int, start: Callable[[int], Worker]) -> list[int]:

@@ -98,6 +98,15 @@ def _check_tolerances(plan: Plan, known: set[str], roles: dict[str, str], fail) 
                 raise fail(f"{field}.outputs[{j}]", f"{name!r} is not an output buffer (outputs: {outputs})")
         if rule.outputs == []:
             raise fail(f"{field}.outputs", "an empty list selects no output")
+    # exact[] holds outputs bit for bit; an input named there would hold nothing, silently
+    for i, sel in enumerate(plan.acceptance.fidelity.exact):
+        for j, name in enumerate(sel.outputs or []):
+            if roles.get(name) != "output":
+                outputs = ", ".join(sorted(n for n, r in roles.items() if r == "output"))
+                raise fail(
+                    f"acceptance.fidelity.exact[{i}].outputs[{j}]",
+                    f"{name!r} is not an output buffer (outputs: {outputs})",
+                )
 
 
 def _first_repeat(items: list) -> tuple[int, int] | None:

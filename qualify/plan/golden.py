@@ -14,6 +14,15 @@ str → str map in the header) records:
 Provenance is checked before any comparison, and every problem is an error naming the golden and
 the tensor: a golden for another configuration (exit 3, the input it was frozen for changed), a
 missing, extra, misshapen, mistyped or non-finite tensor (exit 2). Nothing is skipped.
+
+A plan that compares against a golden names the script that wrote it (`golden_script`); without
+one no producer is accepted (exit 2), since any file claiming any producer would otherwise do.
+
+Reading is bounded by the plan, not by the file: names, dtypes and shapes come from the header
+alone, a tensor the plan has no use for is refused before any tensor is read, and each needed
+tensor is read only once its dtype and shape are the plan's (so its size is the plan's). The
+`dtypes` metadata is parsed by `strict_json` (nesting bounded). A host that cannot hold a needed
+tensor is an environment failure (exit 5), never a verdict's exit code.
 """
 
 from __future__ import annotations
@@ -24,8 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
+from qualify import strict_json
 from qualify.dtypes import FLOATS, SAFETENSORS, STORAGE, as_float64
-from qualify.errors import FrozenInputChanged, PlanError
+from qualify.errors import EnvironmentProblem, FrozenInputChanged, PlanError
 from qualify.plan.digest import canonical_json, sha256_bytes
 from qualify.plan.model import GoldenInit, Plan
 from qualify.plan.resolve import ResolvedCase
@@ -87,7 +97,13 @@ def load_golden(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCas
     fid = plan.acceptance.fidelity
     assert fid.golden is not None
     path = (plan_path.parent / fid.golden).resolve()
-    raw, metadata = _read(path)
+    with _Reader(path) as reader:
+        return _load(plan, plan_path, root, cases, path, reader)
+
+
+def _load(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCase], path: Path, reader) -> Golden:
+    fid = plan.acceptance.fidelity
+    metadata = reader.metadata()
 
     def fail(field: str, message: str, error=PlanError):
         return error(message, file=path, field=field)
@@ -102,11 +118,17 @@ def load_golden(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCas
     producer = metadata.get("producer")
     if not producer:
         raise fail("metadata.producer", "the golden does not say which script wrote it")
-    if fid.golden_script is not None:
-        script = (plan_path.parent / fid.golden_script).resolve()
-        declared = script.relative_to(root).as_posix() if script.is_relative_to(root) else str(script)
-        if producer != declared:
-            raise fail("metadata.producer", f"written by {producer!r}, but the plan's golden_script is {declared!r}")
+    if fid.golden_script is None:
+        raise PlanError(
+            f"the plan names no golden_script, so the golden's producer {producer!r} cannot be checked; "
+            "name the script that wrote it",
+            file=plan_path,
+            field="acceptance.fidelity.golden_script",
+        )
+    script = (plan_path.parent / fid.golden_script).resolve()
+    declared = script.relative_to(root).as_posix() if script.is_relative_to(root) else str(script)
+    if producer != declared:
+        raise fail("metadata.producer", f"written by {producer!r}, but the plan's golden_script is {declared!r}")
     wanted = config_digest(plan)
     if metadata.get("config_sha256") != wanted:
         raise fail(
@@ -116,10 +138,11 @@ def load_golden(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCas
             FrozenInputChanged,
         )
     try:
-        dtypes = json.loads(metadata.get("dtypes", ""))
-        assert isinstance(dtypes, dict)
-    except (ValueError, AssertionError):
-        raise fail("metadata.dtypes", "missing or not a JSON object of tensor → dtype") from None
+        dtypes = strict_json.parse(metadata.get("dtypes", ""))
+    except strict_json.JSONProblem:
+        dtypes = None
+    if not isinstance(dtypes, dict):
+        raise fail("metadata.dtypes", "missing or not a JSON object of tensor → dtype")
 
     needed: dict[str, tuple[str, tuple[int, ...], bool]] = {}  # name → (dtype, shape, is an output)
     golden_inputs = {b.name for b in plan.workload.buffers if isinstance(b.init, GoldenInit)}
@@ -127,21 +150,23 @@ def load_golden(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCas
         for buf in case.arms["candidate"].buffers:
             if buf.role == "output" or buf.name in golden_inputs:
                 needed[tensor_name(case.id, buf.name)] = (buf.dtype, buf.shape, buf.role == "output")
-    for name in raw:
+    names = reader.names()
+    for name in names:
         if name not in needed:
             raise fail(name, "a tensor the plan has no use for (a renamed buffer or case?)")
     tensors = {}
     for name, (dtype, shape, is_output) in needed.items():
-        if name not in raw:
+        if name not in names:
             kind = "expected output" if is_output else "golden input"
             raise fail(name, f"missing: the plan needs this {kind}")
-        stored_dtype, stored_shape, data = raw[name]
+        stored_dtype, stored_shape = reader.header(name)
         if dtypes.get(name) != dtype:
             raise fail(name, f"dtype {dtypes.get(name)!r}, the plan's buffer is {dtype!r}")
         if stored_dtype != SAFETENSORS[dtype]:
             raise fail(name, f"stored as {stored_dtype}, a {dtype} tensor is stored as {SAFETENSORS[dtype]}")
         if tuple(stored_shape) != tuple(shape):
             raise fail(name, f"shape {list(stored_shape)}, the plan's case needs {list(shape)}")
+        data = reader.tensor(name)  # only now: its size is the plan's
         if dtype in FLOATS:
             bad = np.flatnonzero(~np.isfinite(as_float64(data, dtype)))
             if bad.size:
@@ -150,25 +175,62 @@ def load_golden(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCas
     return Golden(path=path, producer=producer, config_sha256=wanted, tensors=tensors)
 
 
-def _read(path: Path) -> tuple[dict[str, tuple[str, list[int], np.ndarray]], dict[str, str]]:
-    """name → (stored dtype, shape, flat uint8 bytes), and the metadata; any unreadable file is one error."""
-    from safetensors import safe_open
+class _Reader:
+    """A safetensors file read one piece at a time; each failure of the library is one error.
 
-    try:
-        out = {}
-        with safe_open(str(path), framework="numpy") as f:
-            metadata = f.metadata() or {}
-            for name in f.keys():
-                piece = f.get_slice(name)
-                array = f.get_tensor(name)
-                out[name] = (
-                    piece.get_dtype(),
-                    list(piece.get_shape()),
-                    np.ascontiguousarray(array).reshape(-1).view(np.uint8),
-                )
-        return out, metadata
-    except FileNotFoundError:
-        raise PlanError("no such file", file=path, field="acceptance.fidelity.golden") from None
-    except Exception as exc:  # safetensors raises its own error types, and OSError, for a bad header
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise PlanError(f"not a readable safetensors file ({first})", file=path, field="header") from None
+    A header safetensors refuses is a bad golden (exit 2); a tensor the host has no memory for
+    (MemoryError, or a panic of the library's Rust code, which is not an Exception) is the
+    environment's failure (exit 5)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._file = None
+        self._names: list[str] | None = None
+
+    def __enter__(self) -> _Reader:
+        from safetensors import safe_open
+
+        self._file = self._call(lambda: safe_open(str(self.path), framework="numpy").__enter__(), "header")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._file is not None:
+            self._file.__exit__(None, None, None)
+
+    def metadata(self) -> dict[str, str]:
+        return self._call(lambda: self._file.metadata() or {}, "header")
+
+    def names(self) -> list[str]:
+        if self._names is None:
+            self._names = self._call(lambda: list(self._file.keys()), "header")
+        return self._names
+
+    def header(self, name: str) -> tuple[str, list[int]]:
+        """The stored dtype and shape, from the header alone."""
+        piece = self._call(lambda: self._file.get_slice(name), name)
+        return piece.get_dtype(), list(piece.get_shape())
+
+    def tensor(self, name: str) -> np.ndarray:
+        """The tensor's bytes, flat (uint8)."""
+        array = self._call(lambda: self._file.get_tensor(name), name, data=True)
+        return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+    def _call(self, read, field: str, data: bool = False):
+        """`data`: the call reads a tensor's values, where a failure to allocate can happen."""
+        try:
+            return read()
+        except FileNotFoundError:
+            raise PlanError("no such file", file=self.path, field="acceptance.fidelity.golden") from None
+        except MemoryError:
+            raise EnvironmentProblem(
+                "not enough host memory to read this tensor", file=self.path, field=field
+            ) from None
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException as exc:  # safetensors raises its own error types, OSError, and panics
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if data and not isinstance(exc, Exception):  # a Rust panic reading values: an allocation failed
+                raise EnvironmentProblem(
+                    f"the safetensors library failed reading this tensor ({first})", file=self.path, field=field
+                ) from None
+            raise PlanError(f"not a readable safetensors file ({first})", file=self.path, field="header") from None

@@ -23,7 +23,7 @@ Problems are data (`Problem`); what cannot be re-derived is listed in the README
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -35,8 +35,8 @@ from qualify.evaluate.tolerance_gate import passes as tolerance_passes
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.plan.digest import sha256_file
 from qualify.plan.model import ARM_SIDES, LibraryArm, Plan
-from qualify.plan.resolve import case_id
-from qualify.results.model import Trial
+from qualify.plan.resolve import case_id, resolve_cases
+from qualify.results.model import CodeIdentity, Trial
 from qualify.results.samples import key
 from qualify.results.store import LEDGER, Record
 
@@ -93,11 +93,13 @@ def _sequence(events: list[dict]) -> tuple[dict[int, dict], dict[int, dict], lis
         out.append(
             Problem(f"{LEDGER}: trials start in the order {order[:8]}; qualify numbers them 1, 2, 3… as they start")
         )
-    # a trial never ended: the process died. Qualify closes it before the next trial starts, so
-    # only the last trial of each run (each source of a merge) may still be open.
-    last_start = {_origin(started[index]): index for index in order}
+    # a trial never ended: the process died. What a crash can leave and nothing more: a device's
+    # next trial (one run owns a device in a record at a time) closes its open trial first, so only
+    # the last trial of each device (in each source of a merge) may still be open; workers on
+    # other devices may have started trials since.
+    last_start = {(_origin(started[index]), started[index].get("device_uuid")): index for index in order}
     for index, event in sorted(started.items()):
-        if index not in ended and last_start.get(_origin(event)) != index:
+        if index not in ended and last_start.get((_origin(event), event.get("device_uuid"))) != index:
             out.append(
                 Problem(
                     f"{LEDGER}: trial {index} never ended, yet a later trial started: "
@@ -281,6 +283,7 @@ def trial_fact_problems(trial: Trial, plan: Plan, arrays: dict[str, np.ndarray])
     out.extend(_control_problems(trial, plan))
     out.extend(_sanitizer_problems(trial, plan))
     out.extend(_code_problems(trial))
+    out.extend(_code_plan_problems(trial, plan))
     return out
 
 
@@ -307,6 +310,68 @@ def _code_problems(trial: Trial) -> list[str]:
         if traced is not None and code.launches_match != traced:
             out.append(f"code.launches_match is {code.launches_match}, but the kernel trace and outputs say {traced}")
     return out
+
+
+def _code_plan_problems(trial: Trial, plan: Plan) -> list[str]:
+    """The machine-code fact against the plan and the trial's device: the architecture compared is
+    the one the trial ran on, the kind of code the plan's arms', and NVRTC arms' `launches_match`
+    what the plan and the trace give."""
+    code = trial.code
+    if code is None:
+        return []
+    out = []
+    if code.arch != trial.provenance.device.arch:
+        out.append(f"code.arch is {code.arch!r}, but the trial ran on {trial.provenance.device.arch}")
+    kind = "library" if isinstance(plan.arms.base, LibraryArm) else "nvrtc"
+    if code.arms != kind:
+        out.append(f"code.arms is {code.arms!r}, but the plan's arms are {kind} arms")
+    elif kind == "nvrtc":
+        out.extend(_kernel_launch_problems(code, trial, plan))
+    return out
+
+
+def _kernel_launch_problems(code: CodeIdentity, trial: Trial, plan: Plan) -> list[str]:
+    """NVRTC arms: `launches_match` as the plan and the trace give it. The run compares the lowered
+    kernel names and every case's resolved launch (grid, block, shared memory, buffers, arguments,
+    parameters); the second comes from the plan alone, the first from the kernel names the trace
+    saw each arm launch."""
+    stated = code.launches_match
+    if code.status != "unknown" and stated is None:
+        return [f"code.launches_match is missing, but the {code.status} code of NVRTC arms always compares launches"]
+    if stated is not True:
+        # False is the cautious claim (the timing is judged as measured); it is still refused
+        # where the trace shows both arms launching the same kernels and the plan the same launch
+        if stated is False and _traced_kernel_names_match(trial) is True and _plan_launch_differs(plan) is None:
+            return [
+                "code.launches_match is False, but the plan launches both arms alike and the trace saw the same kernels"
+            ]
+        return []
+    out = []
+    differs = _plan_launch_differs(plan)
+    if differs is not None:
+        out.append(f"code.launches_match is True, but the plan launches the arms differently in case {differs}")
+    if _traced_kernel_names_match(trial) is False:
+        out.append("code.launches_match is True, but the kernel trace saw the arms launch different kernels")
+    return out
+
+
+def _plan_launch_differs(plan: Plan) -> str | None:
+    """The first case whose two arms the plan resolves to different launches; None if none does."""
+    for case in resolve_cases(plan):
+        if replace(case.arms["base"], side="") != replace(case.arms["candidate"], side=""):
+            return case.id
+    return None
+
+
+def _traced_kernel_names_match(trial: Trial) -> bool | None:
+    """Whether the traced calls of both arms launched kernels of the same names: False as soon as
+    one traced case says otherwise, True when every case was traced and agrees, None without a trace."""
+    traced = [c for c in trial.cases if c.trace and all(c.trace.get(side) for side in ARM_SIDES)]
+    for case in traced:
+        names = [{k.name for call in case.trace[side] for k in call.kernels} for side in ARM_SIDES]
+        if names[0] != names[1]:
+            return False
+    return True if traced and len(traced) == len(trial.cases) else None
 
 
 def _sample_budget_problems(arrays: dict[str, np.ndarray], plan: Plan, reported: set[str]) -> list[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from qualify.results.tolerance import CaseTolerance, ControlOutcome
 
@@ -346,6 +346,14 @@ class CodeIdentity(Model):
         description="identical code and identical launches: the candidate "
         "is the base by construction and the trial is an A/A",
     )
+
+    @model_validator(mode="after")
+    def _compared_code_names_both_digests(self) -> CodeIdentity:
+        """Code that was compared (identical or differs) was compared by its two digests: a
+        record without them states a comparison nothing in it supports."""
+        if self.status != "unknown" and set(self.digests) != {"base", "candidate"}:
+            raise ValueError(f"code {self.status!r} needs both arms' digests (base and candidate)")
+        return self
 
 
 class ControlResult(Model):

@@ -8,6 +8,13 @@
       trials/trial-<k>.npz        its raw samples
       results.json                every trial plus the verdict, derived from the files above
       README.md                   rendered from results.json alone
+      .lock, .owner-<device>      not evidence: the record's lock, and who runs trials on a device
+
+One owner per device per record: a run takes `.owner-<device uuid>` (an flock held while it runs,
+the file naming the device, process id and host) before its first trial, and a second run on
+the same device into the same record is refused naming the owner. The lock dies with its
+process, however it dies, so a trial left open by a device without a live owner was left by a
+crash and is closed as interrupted (`close_dead_trials`); an owner's trial is never closed by another.
 
 A trial is written whole or not at all (atomic writes), and written as soon as it ends, so a
 crash or Ctrl-C later keeps what was gathered. Nothing here is ever overwritten except the two
@@ -20,15 +27,17 @@ import datetime as dt
 import fcntl
 import json
 import os
+import re
 import shutil
-from contextlib import contextmanager
+import socket
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from qualify import strict_json
-from qualify.errors import FrozenInputChanged, PlanError
+from qualify.errors import DeviceError, FrozenInputChanged, PlanError
 from qualify.io import atomic_write_text
 from qualify.plan.digest import sha256_file
 from qualify.results.model import RESULTS_VERSION, Results, Trial
@@ -36,6 +45,13 @@ from qualify.results.model import RESULTS_VERSION, Results, Trial
 LEDGER = "ledger.jsonl"
 # Taken while a trial index is chosen or the record re-rendered; not part of the evidence.
 LOCK_FILE = ".lock"
+# Held by the run that owns a device's trials in this record (".owner-" + the device's uuid).
+OWNER_PREFIX = ".owner-"
+MAX_OWNER_BYTES = 4096  # an owner file holds one short JSON object
+
+
+class DeviceBusy(DeviceError):
+    """Another live run owns this device's trials in this record."""
 
 
 def now_iso() -> str:
@@ -141,6 +157,79 @@ class Record:
             finally:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
+    # -- owners: one run per device per record ---------------------------------------------------
+
+    def owner_path(self, device_uuid: str) -> Path:
+        return self.folder / (OWNER_PREFIX + re.sub(r"[^A-Za-z0-9._-]", "_", device_uuid))
+
+    @contextmanager
+    def owned(self, device_uuid: str):
+        """This process owns `device_uuid`'s trials in the record while the block runs.
+
+        Refused (DeviceBusy, naming the owner) while another live run owns them; a process started
+        by the owner (a trial process of the same `qualify run`) runs under its parent's ownership.
+        Yields the descriptor that holds the lock (None under a parent's ownership): handed to the
+        processes the owner starts, it keeps the device owned while any of them lives, so a trial
+        process that outlives a killed parent is never taken for dead."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.owner_path(device_uuid)
+        with open(path, "a+b") as f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = _read_owner(path)
+                here = socket.gethostname()
+                if owner.get("host") == here and owner.get("pid") in (os.getpid(), os.getppid()):
+                    yield None  # the owning run itself, or one of its trial processes
+                    return
+                raise DeviceBusy(
+                    f"device {device_uuid} is running trials into this record in another process "
+                    f"(pid {owner.get('pid', '?')} on {owner.get('host', '?')}, since {owner.get('since', '?')}); "
+                    "one run per device per record",
+                    file=self.folder,
+                ) from None
+            try:
+                f.seek(0)
+                f.truncate()
+                owner = {
+                    "device_uuid": device_uuid,
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "since": now_iso(),
+                }
+                f.write((json.dumps(owner, sort_keys=True) + "\n").encode())
+                f.flush()
+                yield f.fileno()
+            finally:
+                if not self.ledger_path.exists():  # no trial started: a refused run leaves no record behind
+                    path.unlink(missing_ok=True)
+                    with suppress(OSError):
+                        self.folder.rmdir()  # only if nothing else is in it
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def has_live_owner(self, device_uuid: str) -> bool:
+        """Whether a process other than this one holds the device's ownership now."""
+        path = self.owner_path(device_uuid)
+        if not path.is_file():
+            return False
+        with open(path, "rb") as f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return (
+                    _read_owner(path).get("pid") != os.getpid() or _read_owner(path).get("host") != socket.gethostname()
+                )
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        return False
+
+    def close_dead_trials(self) -> list[int]:
+        """Close, as interrupted, every open trial whose device no other live process owns: its
+        run died (a fleet worker killed, a trial process gone). Taken under the record's lock."""
+        with self.locked():
+            open_devices = {t.device_uuid for t in self.trials_in_ledger() if t.status is None}
+            dead = sorted(d for d in open_devices if not self.has_live_owner(d))
+            return [i for d in dead for i in self.close_dangling(d)]
+
     def close_dangling(self, device_uuid: str | None = None) -> list[int]:
         """Trials started but never ended (the process died) are marked interrupted, not dropped.
 
@@ -223,6 +312,17 @@ class Record:
 
     def results(self) -> Results:
         return load_model(Results, self.folder / "results.json")
+
+
+def _read_owner(path: Path) -> dict:
+    """What an owner file says (empty when it says nothing readable: the owner is still named
+    as unknown, never guessed)."""
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read(MAX_OWNER_BYTES).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def results_json(results: Results) -> str:

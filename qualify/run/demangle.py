@@ -3,7 +3,9 @@
 `c++filt` is used when it is on PATH (it knows the whole grammar). Without it a small builtin
 demangler reads the names kernels usually have — namespaces, templates with type and integer
 arguments, the back-references among them — and leaves any name it cannot read completely as it
-was launched; a half-demangled name would be worse than the mangled one. The trial records which
+was launched; a half-demangled name would be worse than the mangled one. Nesting is bounded
+(`MAX_DEPTH` steps down, each template argument list, type or name one step): a deeper name is
+left as it was launched, so no name can exhaust the reader's stack. The trial records which
 demangler ran and every name it gave (`KernelTrace`), so a record is re-derived from those names
 on any machine.
 """
@@ -39,6 +41,10 @@ _BASIC = {
 }
 _INTEGRAL = {"i", "j", "l", "m", "x", "y", "s", "t", "h", "a", "c"}
 _SUFFIX = {"j": "u", "m": "ul", "y": "ull", "l": "l", "x": "ll"}
+# Steps down the builtin reader follows (a template level is about three; each step two Python
+# frames): some 40 template levels, more than any kernel name a person writes, and a few hundred
+# frames, far below Python's recursion limit. A deeper name stays mangled (the stated fallback).
+MAX_DEPTH = 128
 
 
 class _Unreadable(Exception):
@@ -52,6 +58,13 @@ class _Reader:
         self.s, self.i = text, 0
         self.subs: list[str] = []  # substitution candidates (S_, S0_, ...)
         self.template_args: list[str] = []  # T_, T0_, ... refer to the outermost template's
+        self.depth = 0
+
+    def enter(self) -> None:
+        """One level deeper into the name; past MAX_DEPTH the name is unreadable."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise _Unreadable
 
     def peek(self, n: int = 1) -> str:
         return self.s[self.i : self.i + n]
@@ -90,6 +103,13 @@ class _Reader:
 
     def name(self) -> str:
         """<name>: a nested name N...E or an unscoped one, each with optional template args."""
+        self.enter()
+        try:
+            return self._name()
+        finally:
+            self.depth -= 1
+
+    def _name(self) -> str:
         if self.peek() == "N":
             self.take()
             while self.peek() in ("K", "V", "r"):
@@ -127,6 +147,13 @@ class _Reader:
         return self.subs[index]
 
     def template_args_list(self, outer: bool) -> str:
+        self.enter()
+        try:
+            return self._template_args_list(outer)
+        finally:
+            self.depth -= 1
+
+    def _template_args_list(self, outer: bool) -> str:
         self.take()  # I
         args = []
         while self.peek() != "E":
@@ -153,6 +180,13 @@ class _Reader:
         return self.type()
 
     def type(self) -> str:
+        self.enter()
+        try:
+            return self._type()
+        finally:
+            self.depth -= 1
+
+    def _type(self) -> str:
         c = self.peek()
         if c in _BASIC:
             self.take()
