@@ -30,6 +30,7 @@ from qualify.evaluate.inventory import inventory, keyed
 from qualify.evaluate.kernels import attribute, match_keys
 from qualify.evaluate.second_timer import sample_disagreement_text, sample_timer, span_ns
 from qualify.evaluate.stats import case_stats
+from qualify.plan.schedule import trace_plan
 from qualify.results.model import (
     CaseKernels,
     CaseStats,
@@ -39,6 +40,7 @@ from qualify.results.model import (
     TimerDelta,
     TimingSummary,
     TracedCall,
+    Trial,
 )
 
 FIXED_PCT = 1.0
@@ -173,4 +175,33 @@ def traced_disagreements(case: CaseTrial) -> list[str]:
     for side, t in (k.sample_timers or {}).items():
         if not t.agree:
             out.append(sample_disagreement_text(case.case, side, t))
+    return out
+
+
+def draw_problems(trial: Trial, seed: int, calls: int) -> list[str]:
+    """Trace version 2: each case's traced calls against the trace plan that the plan's seed, the
+    trial, the case, its placements and the flush slots draw (qualify.plan.schedule.trace_plan)."""
+    kt = trial.kernel_trace
+    if kt is None or kt.version == 1:
+        return []
+    out = []
+    for case in trial.cases:
+        if not case.trace:
+            continue
+        used = (case.placements or {}).get("used", 1)
+        want = trace_plan(seed, trial.index, case.case, calls, used, kt.flush_slots or 1)
+        expected = {side: [d for d in want if d.side == side] for side in ("base", "candidate")}
+        for side, traced in case.trace.items():
+            drawn = [(c.block, c.position, c.order, c.placement, c.flush_slot) for c in traced]
+            planned = [(d.block, d.position, d.order, d.placement, d.flush_slot) for d in expected.get(side, [])]
+            if drawn != planned:
+                first = next(
+                    (i for i, (a, b) in enumerate(zip(drawn, planned)) if a != b), min(len(drawn), len(planned))
+                )
+                out.append(
+                    f"cases {case.case}: the {side} arm's traced calls are not the trace plan's draws "
+                    f"(first at call {first + 1}: (block, position, order, placement, flush slot) "
+                    f"{drawn[first] if first < len(drawn) else 'none'}, the plan's "
+                    f"{planned[first] if first < len(planned) else 'none'})"
+                )
     return out

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qualify.evaluate.cupti_delta import draw_problems
 from qualify.evaluate.device_match import device_matches
 from qualify.evaluate.kernels import traced_launches_match
 from qualify.evaluate.sanitizer_output import parse
@@ -281,6 +282,7 @@ def trial_fact_problems(trial: Trial, plan: Plan, arrays: dict[str, np.ndarray])
     out.extend(_control_problems(trial, plan))
     out.extend(_sanitizer_problems(trial, plan))
     out.extend(_code_problems(trial))
+    out.extend(draw_problems(trial, plan.seeds.base, schedule.traced_calls))
     return out
 
 

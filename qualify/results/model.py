@@ -329,6 +329,9 @@ class KernelTrace(Model):
         "(ABBA/BAAB blocks, poisoned outputs, the case's placements and flush slots, each call's draw "
         "kept), CUPTI's change and spans against the timed samples",
     )
+    flush_slots: int | None = Field(
+        default=None, description="trace version 2: the flush buffers the traced calls drew from"
+    )
     null_calls: list[TracedCall] = Field(
         default_factory=list,
         description=(

@@ -35,6 +35,7 @@ class Tracer:
         self._device = device
         self.untraced: str | None = None  # why no (further) trace is taken; None: traced
         self._limits = None  # the device's occupancy limits, read at the first trace
+        self._flush_slots: int | None = None  # the flush buffers the traced calls draw from
         self._null_calls: list = []  # traced calls of qualify's one-thread kernel (the second timer's offset)
 
     def check_available(self) -> None:
@@ -53,6 +54,7 @@ class Tracer:
         device = self._device
         cold = self._plan.schedule.cache == "cold"
         calls = self._plan.schedule.traced_calls
+        self._flush_slots = flush_slots
         draws = trace_plan(self._plan.seeds.base, trial, case_id, calls, setup.placements, flush_slots)
         trace: dict[str, list[TracedCall]] = {side: [] for side in setup.arms}
         arms = {}  # placement -> both arms bound to it
@@ -101,4 +103,12 @@ class Tracer:
         if traced and self.untraced:
             tool = f"{tool}; {self.untraced}"
         limits, null_calls = (self._limits, self._null_calls) if traced else (None, [])
-        return KernelTrace(tool=tool, demangler=demangler, names=names, limits=limits, version=2, null_calls=null_calls)
+        return KernelTrace(
+            tool=tool,
+            demangler=demangler,
+            names=names,
+            limits=limits,
+            version=2,
+            flush_slots=self._flush_slots if traced else None,
+            null_calls=null_calls,
+        )
