@@ -221,3 +221,32 @@ def test_the_second_timer_allows_the_launch_overhead_above_and_its_allowance_bot
     assert (t.low_ns, t.high_ns) == (-1_300.0, 2_500.0) and t.agree is agree
     text = sample_disagreement_text("N=1", "base", t)
     assert text.startswith("timers disagree at N=1 (base): ") and "(launch overhead 1.200 µs)" in text
+
+
+def test_with_one_placement_the_traced_blocks_are_the_units(tmp_path):
+    plan = traced_plan()
+    plan["schedule"]["placement"] = {"count": 1}
+    loaded = frozen(tmp_path, plan)
+    trial = run_trial(loaded, fake(), tmp_path)
+    for case in trial.cases:
+        assert {c.placement for side in ("base", "candidate") for c in case.trace[side]} == {0}
+        assert case.kernels.timer_delta.cupti.blocks == 3 and case.kernels.timer_delta.agree is True
+        assert case.stats.blocks == 6  # the samples' units: blocks too
+
+
+def test_windows_of_several_launches_are_not_held_to_one_launch_traced(tmp_path):
+    plan = traced_plan()
+    plan["schedule"]["iterations_per_sample"] = 2
+    loaded = frozen(tmp_path, plan)
+    # CUPTI reads 40 % longer: against windows of two launches that would be no evidence of a fault
+    trial = run_trial(loaded, fake(trace_scale={"candidate": 1.4}), tmp_path)
+    lock = json.loads((tmp_path / "record" / "plan.lock.json").read_text())
+    results = write_record(Record(tmp_path / "record"), loaded.plan, lock)
+    for case in trial.cases:
+        assert case.kernels.timer_delta is None and case.kernels.sample_timers is None
+        assert case.kernels.deltas[0].stats.delta_pct == pytest.approx(12.0, abs=1.0)  # 8 µs × 1.4 against 10
+    assert not [r for r in results.verdict.reasons if "disagree" in r]
+    readme = (tmp_path / "record" / "README.md").read_text()
+    assert "A timed window holds 2 launches and a traced call one, so\nCUPTI is not held" in readme
+    assert "### Second timer" not in readme
+    assert check_record(tmp_path / "record") == []

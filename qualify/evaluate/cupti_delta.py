@@ -52,7 +52,8 @@ ALLOWANCE_TEXT = (
 
 def _paired(base: list[tuple[TracedCall, float]], cand: list[tuple[TracedCall, float]]) -> CaseStats:
     """CaseStats of the candidate's values against the base's, paired per traced block, the
-    placements as units where blocks share one."""
+    placements as units where blocks share one (a case with one placement records none in its
+    samples, whose blocks are then the units: so are the traced blocks)."""
 
     def arrays(rows):
         return (
@@ -63,6 +64,8 @@ def _paired(base: list[tuple[TracedCall, float]], cand: list[tuple[TracedCall, f
 
     b_ns, b_block, b_place = arrays(base)
     c_ns, c_block, _ = arrays(cand)
+    if len(set(b_place.tolist())) < 2:  # one placement: the blocks are the units, as for the samples
+        return case_stats(b_ns, b_block, c_ns, c_block)
     return case_stats(b_ns, b_block, c_ns, c_block, placement=b_place, placement_block=b_block)
 
 
@@ -147,14 +150,18 @@ def traced_like_samples(
     names: dict[str, str],
     limits: DeviceLimits | None,
     overhead_ns: float,
-    timing: dict[str, TimingSummary],
-    events: CaseStats,
+    samples: tuple[dict[str, TimingSummary], CaseStats] | None,
 ) -> CaseKernels:
     """Trace version 2: the inventory and attribution as in version 1, each kernel's CUPTI change
-    with its interval, the call's CUPTI change against the event samples', and each arm's CUPTI
-    spans against its timed samples (qualify.evaluate.cupti_delta, qualify.evaluate.second_timer)."""
+    with its interval, and, given the case's timing summaries and statistics (`samples`), the
+    call's CUPTI change against the event samples' and each arm's CUPTI spans against its timed
+    samples (qualify.evaluate.second_timer). Without them (windows of several launches against
+    traced calls of one) only CUPTI's side is derived."""
     rows = {side: inventory(calls, names, limits) for side, calls in trace.items()}
     attribution = attribute(rows["base"], rows["candidate"]) if {"base", "candidate"} <= rows.keys() else []
+    if samples is None:
+        return CaseKernels(inventory=rows, attribution=attribution, deltas=kernel_deltas(trace, names))
+    timing, events = samples
     return CaseKernels(
         inventory=rows,
         attribution=attribution,

@@ -41,6 +41,7 @@ def kernel_fields(
     floor: float,
     samples: dict | None = None,
     case: str = "",
+    iterations: int = 1,
 ) -> dict:
     """A case's kernel inventory, attribution and timer agreement, from its raw trace alone (the
     names as the trial's demangler gave them, the device limits the trial read).
@@ -56,7 +57,9 @@ def kernel_fields(
         return {"kernels": case_kernels(trace, names, limits, floor, offset)}
     if samples is None:
         raise ValueError(f"{case}: trace version 2 is derived with the case's timed samples")
-    return {"kernels": traced_like_samples(trace, names, limits, offset, samples["timing"], samples["stats"])}
+    # a traced call is one launch: against windows of several, CUPTI is not compared with the samples
+    compared = (samples["timing"], samples["stats"]) if iterations == 1 else None
+    return {"kernels": traced_like_samples(trace, names, limits, offset, compared)}
 
 
 def recompute_case(
@@ -64,7 +67,7 @@ def recompute_case(
 ) -> CaseTrial:
     update = derived_fields(arrays, case.case, iterations)
     if case.trace is not None or case.kernels is not None:  # trials made before tracing keep their shape
-        update.update(kernel_fields(case.trace, kernel_trace, floor_ns(arrays), update, case.case))
+        update.update(kernel_fields(case.trace, kernel_trace, floor_ns(arrays), update, case.case, iterations))
     return case.model_copy(update=update)
 
 

@@ -139,7 +139,7 @@ def _case_trial(
         trace=f.trace,
         placements=f.placements,
         **derived,
-        **kernel_fields(f.trace, kernel_trace, floor, derived, f.case),
+        **kernel_fields(f.trace, kernel_trace, floor, derived, f.case, iterations),
     )
 
 
