@@ -129,14 +129,18 @@ def test_report_check_holds_each_traced_call_to_its_draw(tmp_path):
     run_traced(tmp_path)
     path = tmp_path / "record" / "trials" / "trial-1.json"
     data = json.loads(path.read_text())
-    call = data["cases"][0]["trace"]["candidate"][0]
-    call["block"], call["placement"] = call["block"] + 1, call["placement"] + 1
+    calls = data["cases"][0]["trace"]["candidate"]
+    calls[0]["placement"] = (calls[0]["placement"] + 1) % 6  # one call moved to another placement
+    calls[1]["position"] = next(i for i, x in enumerate(calls[1]["order"]) if x == "A")  # the base arm's turn
+    calls[2]["placement"] = 6  # the case has six
     path.write_text(json.dumps(data, indent=1) + "\n")
     problems = check_record(tmp_path / "record")
+    where = "contradicts its evidence: cases N=1024"
     assert any(
-        "the candidate arm's traced calls are not the trace plan's draws (first at call 1" in p for p in problems
+        f"{where}: traced block {calls[0]['block']} ran on more than one order, placement" in p for p in problems
     )
-    assert any("differs from its raw samples" in p and "kernels.deltas[0].stats" in p for p in problems)
+    assert any(f"{where}: the candidate arm's traced call 2 ran at position" in p for p in problems)
+    assert any(f"{where}: the candidate arm's traced call 3 names placement 6 and flush slot" in p for p in problems)
 
 
 # ---------------------------------------------------------------------------------------------

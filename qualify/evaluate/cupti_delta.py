@@ -30,7 +30,6 @@ from qualify.evaluate.inventory import inventory, keyed
 from qualify.evaluate.kernels import attribute, match_keys
 from qualify.evaluate.second_timer import sample_disagreement_text, sample_timer, span_ns
 from qualify.evaluate.stats import case_stats
-from qualify.plan.schedule import trace_plan
 from qualify.results.model import (
     CaseKernels,
     CaseStats,
@@ -185,30 +184,37 @@ def traced_disagreements(case: CaseTrial) -> list[str]:
     return out
 
 
-def draw_problems(trial: Trial, seed: int, calls: int) -> list[str]:
-    """Trace version 2: each case's traced calls against the trace plan that the plan's seed, the
-    trial, the case, its placements and the flush slots draw (qualify.plan.schedule.trace_plan)."""
+def draw_problems(trial: Trial) -> list[str]:
+    """Trace version 2: each case's traced calls against the shape of a trace plan: the arm a call
+    ran is the one its block's order puts at its position (A: base), the calls of one block share
+    its order, placement and flush slot, and those lie within the case's placements and the
+    trial's flush slots. (The draws themselves follow the trial's index, which a merge renumbers.)"""
     kt = trial.kernel_trace
     if kt is None or kt.version == 1:
         return []
     out = []
     for case in trial.cases:
-        if not case.trace:
-            continue
         used = (case.placements or {}).get("used", 1)
-        want = trace_plan(seed, trial.index, case.case, calls, used, kt.flush_slots or 1)
-        expected = {side: [d for d in want if d.side == side] for side in ("base", "candidate")}
-        for side, traced in case.trace.items():
-            drawn = [(c.block, c.position, c.order, c.placement, c.flush_slot) for c in traced]
-            planned = [(d.block, d.position, d.order, d.placement, d.flush_slot) for d in expected.get(side, [])]
-            if drawn != planned:
-                first = next(
-                    (i for i, (a, b) in enumerate(zip(drawn, planned)) if a != b), min(len(drawn), len(planned))
-                )
-                out.append(
-                    f"cases {case.case}: the {side} arm's traced calls are not the trace plan's draws "
-                    f"(first at call {first + 1}: (block, position, order, placement, flush slot) "
-                    f"{drawn[first] if first < len(drawn) else 'none'}, the plan's "
-                    f"{planned[first] if first < len(planned) else 'none'})"
-                )
+        blocks: dict[int, set] = {}
+        for side, traced in (case.trace or {}).items():
+            for n, c in enumerate(traced, 1):
+                where = f"cases {case.case}: the {side} arm's traced call {n}"
+                if None in (c.block, c.position, c.order, c.placement, c.flush_slot):
+                    out.append(f"{where} lacks its draw (block, position, order, placement, flush slot)")
+                    continue
+                assert c.order is not None and c.position is not None and c.placement is not None
+                letter = "A" if side == "base" else "B"
+                if not 0 <= c.position < 4 or c.order[c.position] != letter:
+                    out.append(f"{where} ran at position {c.position} of a {c.order} block, where the other arm runs")
+                if not 0 <= c.placement < used or not 0 <= (c.flush_slot or 0) < (kt.flush_slots or 1):
+                    out.append(
+                        f"{where} names placement {c.placement} and flush slot {c.flush_slot}: the case has "
+                        f"{used} placements, the trial {kt.flush_slots or 1} flush slots"
+                    )
+                blocks.setdefault(c.block, set()).add((c.order, c.placement, c.flush_slot))
+        out.extend(
+            f"cases {case.case}: traced block {b} ran on more than one order, placement or flush slot"
+            for b, drawn in sorted(blocks.items())
+            if len(drawn) > 1
+        )
     return out

@@ -282,7 +282,7 @@ def trial_fact_problems(trial: Trial, plan: Plan, arrays: dict[str, np.ndarray])
     out.extend(_control_problems(trial, plan))
     out.extend(_sanitizer_problems(trial, plan))
     out.extend(_code_problems(trial))
-    out.extend(draw_problems(trial, plan.seeds.base, schedule.traced_calls))
+    out.extend(draw_problems(trial))
     return out
 
 
