@@ -249,4 +249,5 @@ def test_the_terminal_summary_attributes_the_change(tmp_path):
     text = out.getvalue()
     assert "kernels (traced calls, information only):" in text
     (line,) = [x for x in text.splitlines() if x.strip().startswith("trial 1, N=1000:")]
-    assert "prep: same; flash::kernel<128, true>: +12." in line and line.endswith("tail: only in candidate")
+    assert line.strip().startswith("trial 1, N=1000: prep: +0.") and "]; flash::kernel<128, true>: +12." in line
+    assert line.endswith("tail: only in candidate") and "% [+" in line  # each change with its interval
