@@ -42,22 +42,31 @@ def _change(r: KernelRow, c: KernelRow) -> KernelChange:
     )
 
 
-def attribute(base: list[KernelRow], candidate: list[KernelRow]) -> list[KernelChange]:
-    """Base's kernels in base's launch order, then the ones only the candidate launches."""
-    exact = {(r.name, r.occurrence): r for r in candidate}
-    matched: dict[int, KernelRow] = {}
-    for i, r in enumerate(base):
-        c = exact.pop((r.name, r.occurrence), None)
-        if c is not None:
-            matched[i] = c
-    leftover = [c for c in candidate if (c.name, c.occurrence) in exact]
-    for i, r in enumerate(base):
+def match_keys(base: list[tuple[str, int]], candidate: list[tuple[str, int]]) -> dict[int, int]:
+    """base index -> candidate index of each matched kernel, keys (name, occurrence) in launch
+    order: the same name and occurrence first, then the leftovers by their template's name."""
+    exact = {k: j for j, k in enumerate(candidate)}
+    matched: dict[int, int] = {}
+    for i, k in enumerate(base):
+        j = exact.pop(k, None)
+        if j is not None:
+            matched[i] = j
+    leftover = sorted(exact.values())
+    for i, k in enumerate(base):
         if i in matched:
             continue
-        c = next((c for c in leftover if template_name(c.name) == template_name(r.name)), None)
-        if c is not None:
-            leftover.remove(c)
-            matched[i] = c
+        j = next((j for j in leftover if template_name(candidate[j][0]) == template_name(k[0])), None)
+        if j is not None:
+            leftover.remove(j)
+            matched[i] = j
+    return matched
+
+
+def attribute(base: list[KernelRow], candidate: list[KernelRow]) -> list[KernelChange]:
+    """Base's kernels in base's launch order, then the ones only the candidate launches."""
+    pairs = match_keys([(r.name, r.occurrence) for r in base], [(c.name, c.occurrence) for c in candidate])
+    matched = {i: candidate[j] for i, j in pairs.items()}
+    leftover = [c for j, c in enumerate(candidate) if j not in pairs.values()]
     out = []
     for i, r in enumerate(base):
         if i in matched:

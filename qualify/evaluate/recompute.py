@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from qualify.evaluate.cupti_delta import traced_like_samples
 from qualify.evaluate.kernels import case_kernels
 from qualify.evaluate.placements import placement_deltas
 from qualify.evaluate.second_timer import traced_offset
@@ -34,15 +35,31 @@ def derived_fields(arrays: dict[str, np.ndarray], cid: str, iterations: int) -> 
     }
 
 
-def kernel_fields(trace: dict | None, kernel_trace: KernelTrace | None, floor: float) -> dict:
+def kernel_fields(
+    trace: dict | None,
+    kernel_trace: KernelTrace | None,
+    floor: float,
+    samples: dict | None = None,
+    case: str = "",
+    iterations: int = 1,
+) -> dict:
     """A case's kernel inventory, attribution and timer agreement, from its raw trace alone (the
-    names as the trial's demangler gave them, the device limits the trial read)."""
+    names as the trial's demangler gave them, the device limits the trial read).
+
+    Trace version 2 compares CUPTI with the timed samples: `samples` is the case's `derived_fields`
+    (timing and stats) then. Version 1 (records made before it) keeps its own derivation."""
     if not trace:
         return {"kernels": None}
     names = kernel_trace.names if kernel_trace is not None else {}
     limits = kernel_trace.limits if kernel_trace is not None else None
     offset = traced_offset(kernel_trace.null_calls, floor) if kernel_trace is not None else 0.0
-    return {"kernels": case_kernels(trace, names, limits, floor, offset)}
+    if kernel_trace is None or kernel_trace.version == 1:
+        return {"kernels": case_kernels(trace, names, limits, floor, offset)}
+    if samples is None:
+        raise ValueError(f"{case}: trace version 2 is derived with the case's timed samples")
+    # a traced call is one launch: against windows of several, CUPTI is not compared with the samples
+    compared = (samples["timing"], samples["stats"]) if iterations == 1 else None
+    return {"kernels": traced_like_samples(trace, names, limits, offset, compared)}
 
 
 def recompute_case(
@@ -50,7 +67,7 @@ def recompute_case(
 ) -> CaseTrial:
     update = derived_fields(arrays, case.case, iterations)
     if case.trace is not None or case.kernels is not None:  # trials made before tracing keep their shape
-        update.update(kernel_fields(case.trace, kernel_trace, floor_ns(arrays)))
+        update.update(kernel_fields(case.trace, kernel_trace, floor_ns(arrays), update, case.case, iterations))
     return case.model_copy(update=update)
 
 

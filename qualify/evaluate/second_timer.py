@@ -18,11 +18,23 @@ it read 0.9 µs above). That offset is measured, not assumed: each trial traces 
 qualify's one-thread kernel, queued like every traced call, and the median of their
 (events − floor − span) is subtracted too. A timer fault still moves a call by more than the
 bound; a traced window's fixed cost no longer does.
+
+That is trace version 1 (`agreement`): a traced call against itself, which cannot see traced
+calls taken otherwise than the samples. Trace version 2 traces the calls the way the samples are taken and holds
+CUPTI to the samples themselves (`sample_timer`): per arm, the median CUPTI span of its traced
+calls against the median timed sample less the floor (per launch). The event window also holds
+the launch overhead a span does not (about 1 µs on the H200: a fifth of a 5 µs kernel), so the
+gap events − CUPTI must lie in [−(1 µs + 3 %), overhead + 1 µs + 3 %] of the span, the overhead
+being the null calls' traced offset (CUPTI's cost included: an upper bound for an untraced
+window's). The record states the gap and the overhead, so where the timers differ it says by how
+much and why.
 """
 
 from __future__ import annotations
 
-from qualify.results.model import TimerAgreement, TracedCall
+import statistics
+
+from qualify.results.model import SampleTimer, TimerAgreement, TracedCall
 
 ABS_NS = 1000.0
 REL = 0.03
@@ -77,4 +89,36 @@ def disagreement_text(where: str, side: str, timers: TimerAgreement) -> str:
         f"timers disagree at {where} ({side}, traced call {i + 1}): events {timers.event_ns[i] / 1e3:.2f} µs "
         f"less a traced offset of {timers.offset_ns / 1e3:.2f} µs, CUPTI {timers.cupti_span_ns[i] / 1e3:.2f} µs "
         f"(bound {timers.bound})"
+    )
+
+
+SAMPLE_BOUND_TEXT = (
+    "−(1 µs + 3 % of the span) ≤ median sample − floor − median CUPTI span ≤ launch overhead + 1 µs + 3 % of the span"
+)
+
+
+def sample_timer(events_median_ns: float, calls: list[TracedCall], overhead_ns: float) -> SampleTimer:
+    """One arm's median CUPTI span against its timed samples' median (floor-corrected, per launch)."""
+    spans = [span_ns(c) for c in calls]
+    cupti = float(statistics.median(spans)) if spans else 0.0
+    allow = allowance(cupti)
+    gap = events_median_ns - cupti
+    low, high = -allow, max(overhead_ns, 0.0) + allow
+    return SampleTimer(
+        events_median_ns=events_median_ns,
+        cupti_median_ns=cupti,
+        overhead_ns=overhead_ns,
+        gap_ns=gap,
+        low_ns=low,
+        high_ns=high,
+        agree=low <= gap <= high,
+    )
+
+
+def sample_disagreement_text(where: str, side: str, t: SampleTimer) -> str:
+    return (
+        f"timers disagree at {where} ({side}): the timed samples' median less the floor is "
+        f"{t.events_median_ns / 1e3:.3f} µs, the traced calls' median CUPTI span {t.cupti_median_ns / 1e3:.3f} µs: "
+        f"a gap of {t.gap_ns / 1e3:+.3f} µs outside [{t.low_ns / 1e3:+.3f}, {t.high_ns / 1e3:+.3f}] µs "
+        f"(launch overhead {t.overhead_ns / 1e3:.3f} µs)"
     )

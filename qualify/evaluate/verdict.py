@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from qualify.evaluate.cupti_delta import traced_disagreements
 from qualify.evaluate.pooled import pool
 from qualify.evaluate.second_timer import disagreement_text
 from qualify.plan.checks import selected_cases
@@ -273,6 +274,7 @@ def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
             for side, timers in c.kernels.timers.items() if c.kernels is not None else ():
                 if not timers.agree:
                     unsure.append(f"trial {t.index}: {disagreement_text(c.case, side, timers)}")
+            unsure.extend(f"trial {t.index}: {line}" for line in traced_disagreements(c))
         for control in t.controls:
             # against a golden, a control that misbehaves is a fidelity failure naming what was
             # declared and what happened; "vacuous" would be wrong for one declared to pass

@@ -64,7 +64,10 @@ def block_halves(
 Order = Literal["ABBA", "BAAB"]
 # The first spawn-key word of each stream block_plan draws from (crc32 of its name): distinct from
 # the inputs' keys (qualify.run.inputs), which are two words long.
-_STREAMS = {name: zlib.crc32(name.encode()) for name in ("placement", "flush", "order")}
+_STREAMS = {
+    name: zlib.crc32(name.encode())
+    for name in ("placement", "flush", "order", "trace placement", "trace flush", "trace order")
+}
 
 
 @dataclass(frozen=True)
@@ -101,17 +104,61 @@ def block_plan(
     used equally often (±1) in every prefix; the blocks of every prefix of whole pairs are half
     ABBA and half BAAB (an odd count: one more of the order its last pair drew first).
     """
+    return _draw(seed, trial, case_id, blocks, placements, flush_slots, "")
+
+
+def _draw(
+    seed: int, trial: int, case_id: str, blocks: int, placements: int, flush_slots: int, streams: str
+) -> tuple[BlockDraw, ...]:
     if blocks < 0 or placements < 1 or flush_slots < 1 or trial < 0:
         raise ValueError(
             f"block plan of {blocks} blocks, {placements} placements, {flush_slots} flush slots, trial {trial}"
         )
-    where = _rounds(_stream(seed, trial, case_id, "placement"), placements, blocks)
-    flush = _rounds(_stream(seed, trial, case_id, "flush"), flush_slots, blocks)
-    orders_rng = _stream(seed, trial, case_id, "order")
+    where = _rounds(_stream(seed, trial, case_id, streams + "placement"), placements, blocks)
+    flush = _rounds(_stream(seed, trial, case_id, streams + "flush"), flush_slots, blocks)
+    orders_rng = _stream(seed, trial, case_id, streams + "order")
     orders: list[Order] = []
     for _ in range((blocks + 1) // 2):
         orders.extend(("ABBA", "BAAB") if orders_rng.integers(0, 2) == 0 else ("BAAB", "ABBA"))
     return tuple(BlockDraw(b, where[b], flush[b], orders[b]) for b in range(blocks))
+
+
+@dataclass(frozen=True)
+class TracedDraw:
+    """One traced call of a case: which arm runs it, in which block and at which position of the
+    block's order, on which placement and flush slot."""
+
+    block: int
+    position: int  # 0..3 within its block
+    side: str  # base / candidate
+    placement: int
+    flush_slot: int
+    order: Order
+
+
+def trace_plan(
+    seed: int, trial: int, case_id: str, calls: int, placements: int = 1, flush_slots: int = 1
+) -> tuple[TracedDraw, ...]:
+    """The traced calls of one case in one trial, in the order they run: `calls` per arm, as ABBA /
+    BAAB blocks of one call per half, each block on one placement and flush slot.
+
+    Drawn like `block_plan` (rounds over the pool's placements and the flush slots, one ABBA and one
+    BAAB per pair of blocks) from streams of its own, so the traced blocks never shift the timed
+    blocks' draws. An odd `calls` ends on half a block: the first two letters of its order, one
+    call per arm, so both arms always have `calls` calls.
+    """
+    if calls < 0:
+        raise ValueError(f"trace plan of {calls} calls per arm")
+    sides = {"A": "base", "B": "candidate"}
+    taken = dict.fromkeys(sides.values(), 0)
+    out = []
+    for d in _draw(seed, trial, case_id, (calls + 1) // 2, placements, flush_slots, "trace "):
+        for position, letter in enumerate(d.order):
+            side = sides[letter]
+            if taken[side] < calls:
+                taken[side] += 1
+                out.append(TracedDraw(d.block, position, side, d.placement, d.flush_slot, d.order))
+    return tuple(out)
 
 
 MAIN = (("base", "base"), ("candidate", "candidate"))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from qualify.evaluate.cupti_delta import draw_problems
 from qualify.evaluate.device_match import device_matches
 from qualify.evaluate.kernels import traced_launches_match
 from qualify.evaluate.sanitizer_output import parse
@@ -284,6 +285,7 @@ def trial_fact_problems(trial: Trial, plan: Plan, arrays: dict[str, np.ndarray])
     out.extend(_sanitizer_problems(trial, plan))
     out.extend(_code_problems(trial))
     out.extend(_code_plan_problems(trial, plan))
+    out.extend(draw_problems(trial))
     return out
 
 

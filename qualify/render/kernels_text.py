@@ -5,10 +5,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from qualify.evaluate.cupti_delta import ALLOWANCE_TEXT
 from qualify.evaluate.kernels import BAND_TEXT, change_text, label
-from qualify.evaluate.second_timer import BOUND_TEXT
+from qualify.evaluate.second_timer import BOUND_TEXT, SAMPLE_BOUND_TEXT
 from qualify.evaluate.verdict import device_label
-from qualify.results.model import CaseTrial, KernelChange, Results, TimerAgreement, Trial
+from qualify.results.model import (
+    CaseKernels,
+    CaseStats,
+    CaseTrial,
+    KernelChange,
+    Results,
+    SampleTimer,
+    TimerAgreement,
+    TimerDelta,
+    Trial,
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,67 @@ def timer_rows(results: Results) -> list[TimerRow]:
     ]
 
 
+def traced_version(trial: Trial) -> int:
+    """1: traced apart from the samples (records made before trace version 2); 2: like them."""
+    return trial.kernel_trace.version if trial.kernel_trace is not None else 1
+
+
+def change_ci(stats: CaseStats) -> str:
+    """'+12.10 % [+11.02, +13.20]': a change and its 95 % CI in %, or the change alone without one."""
+    if stats.ci_low is None or stats.ci_high is None:
+        return f"{stats.delta_pct:+.2f} % (no interval: {stats.blocks or 0} block)"
+    return f"{stats.delta_pct:+.2f} % [{(stats.ci_low - 1) * 100:+.2f}, {(stats.ci_high - 1) * 100:+.2f}]"
+
+
+def delta_parts(kernels: CaseKernels) -> list[tuple[str, str]]:
+    """(kernel label, CUPTI change with its CI) per kernel in the attribution's order, or 'only in
+    base' / 'only in candidate' (trace version 2)."""
+    deltas = {(d.name, d.occurrence): d for d in kernels.deltas or []}
+    out = []
+    for c in kernels.attribution:
+        d = deltas.get((c.name, c.occurrence)) if c.base_ns is not None else None
+        out.append((label(c), change_text(c) if d is None else change_ci(d.stats)))
+    return out
+
+
+@dataclass(frozen=True)
+class TimerDeltaRow:
+    trial: int
+    case: str
+    delta: TimerDelta
+
+
+@dataclass(frozen=True)
+class SampleTimerRow:
+    trial: int
+    case: str
+    side: str
+    timer: SampleTimer
+
+
+def timer_delta_rows(results: Results) -> list[TimerDeltaRow]:
+    return [
+        TimerDeltaRow(t.index, c.case, c.kernels.timer_delta)
+        for t in results.trials
+        for c in t.cases
+        if c.kernels is not None and c.kernels.timer_delta is not None
+    ]
+
+
+def sample_timer_rows(results: Results) -> list[SampleTimerRow]:
+    return [
+        SampleTimerRow(t.index, c.case, side, timer)
+        for t in results.trials
+        for c in t.cases
+        if c.kernels is not None
+        for side, timer in (c.kernels.sample_timers or {}).items()
+    ]
+
+
+def agree_text(agree: bool | None) -> str:
+    return "n/a (no interval)" if agree is None else ("yes" if agree else "no")
+
+
 def attribution_parts(changes: list[KernelChange]) -> list[tuple[str, str]]:
     """(kernel label, change) per kernel: ('flash<128>', '+12.1 %'), ('prep', 'same')."""
     return [(label(c), change_text(c)) for c in changes]
@@ -73,6 +145,21 @@ def dims(value: tuple[int, int, int]) -> str:
     return "×".join(str(v) for v in value)
 
 
-KERNEL_FUNCTIONS = (any_trace_info, traced_trials, untraced_notes, timer_rows, attribution_parts)
-KERNEL_FILTERS = {"dims": dims, "kernel_label": label}
-KERNEL_GLOBALS = {"attribution_band": BAND_TEXT, "timer_bound": BOUND_TEXT}
+KERNEL_FUNCTIONS = (
+    any_trace_info,
+    traced_trials,
+    untraced_notes,
+    timer_rows,
+    attribution_parts,
+    traced_version,
+    delta_parts,
+    timer_delta_rows,
+    sample_timer_rows,
+)
+KERNEL_FILTERS = {"dims": dims, "kernel_label": label, "change_ci": change_ci, "agree_text": agree_text}
+KERNEL_GLOBALS = {
+    "attribution_band": BAND_TEXT,
+    "timer_bound": BOUND_TEXT,
+    "sample_timer_bound": SAMPLE_BOUND_TEXT,
+    "timer_allowance": ALLOWANCE_TEXT,
+}

@@ -5,7 +5,9 @@ History of the format (bump RESULTS_VERSION on any incompatible change and say w
       verdict; raw samples live beside it in trials/<index>.npz. Optional fields added since,
       absent from trials made before them (results.json writes trials as their files hold them):
       a case's raw CUPTI `trace` and the `kernels` derived from it, the trial's `kernel_trace`,
-      a case's `log_mean` and `log_sd`, and the record's `pooled` two-level statistics.
+      a case's `log_mean` and `log_sd`, and the record's `pooled` two-level statistics; the
+      kernel trace's `version` 2 (traced calls placed like the samples, each call's draw kept, CUPTI
+      compared with the samples: `deltas`, `timer_delta`, `sample_timers`).
 
 Every statistic here is derived from the raw samples by `qualify.evaluate`; `qualify report
 --check` recomputes them and refuses a results.json or README that disagrees.
@@ -173,6 +175,13 @@ class TracedCall(Model):
 
     event_ns: float = Field(description="the call's event window (the empty-pair floor included)")
     kernels: list[KernelActivity]
+    # where the call ran (trace version 2; absent from calls traced before, and from null calls):
+    # qualify.plan.schedule.trace_plan's draw for it
+    block: int | None = Field(default=None, description="the traced block the call belongs to")
+    position: int | None = Field(default=None, description="its position (0..3) in the block's order")
+    order: Literal["ABBA", "BAAB"] | None = Field(default=None, description="the block's order (A: base)")
+    placement: int | None = Field(default=None, description="the case's buffer placement it ran on")
+    flush_slot: int | None = Field(default=None, description="the flush buffer flushed before it")
 
 
 class KernelRow(Model):
@@ -225,12 +234,68 @@ class TimerAgreement(Model):
     agree: bool
 
 
+class KernelDelta(Model):
+    """One kernel's change, from CUPTI durations paired per traced block (trace version 2): per
+    block the log of the candidate's median over the base's, a t-interval over the blocks (the
+    placements where blocks share one), as the event samples' statistics are taken."""
+
+    name: str
+    occurrence: int
+    candidate_name: str | None = Field(default=None, description="as in KernelChange")
+    stats: CaseStats
+
+
+class TimerDelta(Model):
+    """The call's change by its two timers (trace version 2): CUPTI spans paired per traced block
+    against the timed event samples. They disagree when their intervals lie further apart than the
+    allowance; a disagreement is a reason in the verdict."""
+
+    cupti: CaseStats = Field(description="the traced calls' CUPTI spans (first start to last end)")
+    events: CaseStats = Field(description="the case's timed event samples (the trial's `stats`)")
+    overhead_ns: float = Field(description="launch overhead inside an event window: the null calls' traced offset")
+    allowance_pct: float = Field(
+        description="how far apart the intervals may lie, in points: the launch overhead's pull of the "
+        "events' change toward 0 (|CUPTI change| x overhead / (base span + overhead)) plus a fixed "
+        "allowance for the timers' own differences"
+    )
+    gap_pct: float | None = Field(
+        description="how far apart the two intervals lie, in points (0: they overlap); None without both intervals"
+    )
+    agree: bool | None = Field(description="None when either timer has no interval")
+
+
+class SampleTimer(Model):
+    """The second timer of one arm (trace version 2): the median CUPTI span of its traced calls
+    against the median of its timed samples less the floor (per launch)."""
+
+    events_median_ns: float = Field(description="median timed sample, floor-corrected, per launch")
+    cupti_median_ns: float = Field(description="median CUPTI span over the arm's traced calls")
+    overhead_ns: float = Field(description="launch overhead inside an event window (the null calls' traced offset)")
+    gap_ns: float = Field(description="events - CUPTI")
+    low_ns: float = Field(description="the least gap the bound accepts")
+    high_ns: float = Field(description="the largest gap the bound accepts")
+    agree: bool
+
+
 class CaseKernels(Model):
     """What the traced calls of a case give: per arm the kernels, the attribution, the timers."""
 
     inventory: dict[Side, list[KernelRow]]
     attribution: list[KernelChange]
-    timers: dict[Side, TimerAgreement]
+    timers: dict[Side, TimerAgreement] = Field(
+        default_factory=dict,
+        description="trace version 1: each traced call's event window against its own CUPTI span",
+    )
+    deltas: list[KernelDelta] | None = Field(
+        default=None,
+        description="trace version 2: per kernel, the change from its CUPTI durations paired per traced block",
+    )
+    timer_delta: TimerDelta | None = Field(
+        default=None, description="trace version 2: the call's CUPTI change against the event samples' change"
+    )
+    sample_timers: dict[Side, SampleTimer] | None = Field(
+        default=None, description="trace version 2: per arm, the median CUPTI span against the timed samples"
+    )
 
 
 class DeviceLimits(Model):
@@ -257,6 +322,16 @@ class KernelTrace(Model):
     demangler: str = Field(description="c++filt, builtin, or none (names kept as launched)")
     names: dict[str, str] = Field(default_factory=dict, description="launched name -> demangled")
     limits: DeviceLimits | None = None
+    version: Literal[1, 2] = Field(
+        default=1,
+        description="1: traced_calls calls per arm after timing on the first placement, base's then "
+        "candidate's, each call's event window against its own CUPTI span; 2: traced like the samples "
+        "(ABBA/BAAB blocks, poisoned outputs, the case's placements and flush slots, each call's draw "
+        "kept), CUPTI's change and spans against the timed samples",
+    )
+    flush_slots: int | None = Field(
+        default=None, description="trace version 2: the flush buffers the traced calls drew from"
+    )
     null_calls: list[TracedCall] = Field(
         default_factory=list,
         description=(

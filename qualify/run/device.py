@@ -629,15 +629,24 @@ class CudaDevice:
         return cupti_tracer.version()
 
     def trace_calls(
-        self, enqueue: Callable[[], None], calls: int, label: str, cold: bool, timeout_s: float = SAMPLE_TIMEOUT_S
+        self,
+        enqueue: Callable[[], None],
+        calls: int,
+        label: str,
+        cold: bool,
+        timeout_s: float = SAMPLE_TIMEOUT_S,
+        flush_slot: int = 0,
+        before_each: Callable[[], None] | None = None,
     ) -> list[TracedCall]:
         """`calls` calls of enqueue() with CUPTI kernel activity on, each inside its own event pair.
 
-        Each call is queued as a sample is ([flush L2] → blocking kernel → start → enqueue() →
-        stop → release), then waited for and its activity flushed, so every call's kernels are its
-        own. qualify's helper kernels (the flush, the blocking kernel) are dropped from the records.
+        Each call is queued exactly as a timed sample is (time_samples, a batch of one: [reset
+        persisting L2] → blocking kernel → before_each() → [flush L2 with `flush_slot`] → start →
+        enqueue() → stop → release), then waited for and its activity flushed, so every call's
+        kernels are its own. qualify's helper kernels (the flush, the blocking kernel) are dropped
+        from the records.
         """
-        return self._traced(enqueue, calls, cold, self._helper_names(), timeout_s)
+        return self._traced(enqueue, calls, cold, self._helper_names(), timeout_s, flush_slot, before_each)
 
     def trace_null_calls(self, calls: int, cold: bool, timeout_s: float = SAMPLE_TIMEOUT_S) -> list[TracedCall]:
         """`calls` traced calls of qualify's one-thread settle kernel (asked to wait 0 ns), queued
@@ -657,7 +666,14 @@ class CudaDevice:
         }
 
     def _traced(
-        self, enqueue: Callable[[], None], calls: int, cold: bool, helpers: set[str], timeout_s: float
+        self,
+        enqueue: Callable[[], None],
+        calls: int,
+        cold: bool,
+        helpers: set[str],
+        timeout_s: float,
+        flush_slot: int = 0,
+        before_each: Callable[[], None] | None = None,
     ) -> list[TracedCall]:
         from qualify.run.cupti_tracer import Tracer
 
@@ -665,7 +681,10 @@ class CudaDevice:
         self.synchronize()
         with Tracer() as tracer:
             for _ in range(calls):
-                event_ns = self.time_sample(enqueue, cold, timeout_s=timeout_s)  # queued as a sample is
+                # queued as a timed sample is
+                (event_ns,) = self.time_samples(
+                    enqueue, 1, cold, before_each=before_each, timeout_s=timeout_s, flush_slot=flush_slot
+                )
                 self.check_idle()  # work the call sent elsewhere finishes before the flush
                 kernels = [k for k in tracer.take() if k.name not in helpers]
                 out.append(TracedCall(event_ns=event_ns, kernels=kernels))

@@ -185,7 +185,7 @@ class TrialRunner:
                 return False
             if self.tracer.untraced is None:
                 with self.clock.stage("inventory"):  # after the timing: tracing never touches a timed sample
-                    ref.facts.trace = self.tracer.trace_case(case.id, setup)
+                    ref.facts.trace = self.tracer.trace_case(case.id, setup, trial, bench.flush_slots)
         return True
 
     def _keep_control(self, case_id: str, control: ControlFound) -> None:

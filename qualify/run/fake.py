@@ -82,6 +82,14 @@ class _Memory:
         raise KernelFault(f"illegal address {ptr:#x} (+{nbytes})", 700)
 
 
+def _arm_side(enqueue) -> str | None:
+    """The side of the arm an enqueue callable is bound to (the stages bind it as `lambda ex=ex:
+    ex.enqueue(...)`), or None: how the fake times a library arm, whose entry point launches
+    nothing the fake can see, as long as `activity[side]` says its kernels run."""
+    bound = getattr(enqueue, "__defaults__", None) or (None,)
+    return getattr(bound[0], "side", None)
+
+
 class FakeDevice:
     def __init__(
         self,
@@ -97,6 +105,7 @@ class FakeDevice:
         trace_skew_ns: float = 0.0,
         trace_offset_ns: float = 0.0,
         free_bytes: int = FAKE_FREE_BYTES,
+        trace_scale: dict[str, float] | None = None,
     ):
         self.info = info
         self.kernels = kernels
@@ -120,6 +129,7 @@ class FakeDevice:
         self.cupti = cupti
         self.trace_skew_ns = trace_skew_ns  # added to every traced event window: a faulty timer
         self.trace_offset_ns = trace_offset_ns  # what tracing costs every traced window, null calls too
+        self.trace_scale = trace_scale or {}  # label -> factor on its traced kernels' durations
         self._clock = 1_000_000
         self._trace_rng = np.random.default_rng(seed + 1)  # tracing leaves the samples' noise as it was
         self._kernel_names: dict[str, str] = {}  # label -> name expression of kernels launched
@@ -217,6 +227,9 @@ class FakeDevice:
             launched, self._in_sample = self._in_sample, None
         self.calls.append(("sample", tuple(launched), cold, block_stream))
         ns = self.floor + sum(self.durations.get(label, 1000.0) for label in launched)
+        unseen = self.activity.get(_arm_side(enqueue)) if not launched else None
+        if unseen:  # a library arm: its kernels last inside a sample as long as in a traced call
+            ns += sum(t["ns"] for t in unseen) + TRACE_GAP_NS * (len(unseen) - 1)
         return float(ns * (1.0 + self.noise * self.rng.standard_normal()))
 
     def time_samples(
@@ -261,11 +274,27 @@ class FakeDevice:
     def trace_tool(self) -> str:
         return "cupti-python (fake)"
 
-    def trace_calls(self, enqueue, calls: int, label: str, cold: bool, timeout_s: float = 60.0) -> list[TracedCall]:
-        """CudaDevice.trace_calls: per call, the kernels `activity[label]` names (or those the
-        call launched through this device) back to back, and an event window around them."""
+    def trace_calls(
+        self,
+        enqueue,
+        calls: int,
+        label: str,
+        cold: bool,
+        timeout_s: float = 60.0,
+        flush_slot: int = 0,
+        before_each=None,
+    ) -> list[TracedCall]:
+        """CudaDevice.trace_calls: per call [before_each…] [(flush, slot)], then the kernels
+        `activity[label]` names (or those the call launched through this device) back to back, and
+        an event window around them. `trace_scale[label]` multiplies the traced durations (CUPTI
+        reading otherwise than the samples)."""
+        self._check_slot(flush_slot)
         out = []
         for _ in range(calls):
+            if before_each is not None:
+                before_each()
+            if cold:
+                self.calls.append(("flush", flush_slot))
             self._in_sample = []
             try:
                 enqueue()
@@ -276,8 +305,9 @@ class FakeDevice:
                 {"name": self._kernel_names[lb], "ns": self.durations.get(lb, 1000.0)} for lb in launched
             ]
             kernels, start = [], self._clock
+            scale = self.trace_scale.get(label, 1.0)
             for n, t in enumerate(templates):
-                ns = int(t["ns"] * (1.0 + self.noise * self._trace_rng.standard_normal()))
+                ns = int(t["ns"] * scale * (1.0 + self.noise * self._trace_rng.standard_normal()))
                 fields = {k: v for k, v in t.items() if k != "ns"}
                 fields.setdefault("grid", (1, 1, 1))
                 fields.setdefault("block", (128, 1, 1))

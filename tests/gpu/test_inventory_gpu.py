@@ -1,5 +1,6 @@
 """The kernel inventory on the GPU: CUPTI traces of the attention library pair, the second timer on
-real clocks, and the occupancy arithmetic against the driver's own calculator.
+real clocks, CUPTI's change against the timed samples' on the vecload pair, and the occupancy
+arithmetic against the driver's own calculator.
 
 Needs cupti-python (the cupti-cu13 extra). Without it these tests skip, unless
 QUALIFY_REQUIRE_CUPTI=1: then a missing CUPTI fails them, as QUALIFY_REQUIRE_GPU=1 does a GPU.
@@ -85,7 +86,7 @@ def test_attention_pair_inventory_attribution_and_second_timer(tmp_path, attenti
             assert fwd.registers > 0 and fwd.blocks_per_sm >= 1
             T = int(case.case.split("=")[1])
             assert fwd.grid == (-(-T // tile), 16, 1)  # ceil(T / tile) x Hq
-            timers = case.kernels.timers[side]
+            timers = case.kernels.sample_timers[side]  # CUPTI's median span against the timed samples'
             assert timers.agree, f"{case.case} {side}: {timers}"
             assert all(k.name for c in case.trace[side] for k in c.kernels)
             # none of qualify's own helper kernels (flush, blocking kernel) is counted as the arm's
@@ -96,6 +97,56 @@ def test_attention_pair_inventory_attribution_and_second_timer(tmp_path, attenti
     assert (
         "## Kernels each call launches" in readme and "`attention_gated_fwd<64> → attention_gated_fwd<128>`" in readme
     )
+    assert check_record(tmp_path / "record") == []
+
+
+def vecload_trace_plan(n: int) -> dict:
+    """The vecload protocol at one size, no gates or controls, traced in 8 blocks: the comparison of
+    the two timers, not the verdict."""
+    plan = json.loads((ROOT / "protocols" / "vecload" / "plan.json").read_text())
+    plan["name"] = "vecload-trace"
+    plan["hardware"]["devices"] = [{"name": "*"}]
+    plan["workload"]["cases"] = [{"N": n}]
+    plan["schedule"].update({"warmup": 10, "samples_per_block": 10, "blocks": 12, "trials": 1, "traced_calls": 16})
+    plan["budget"] = {"max_trials": 1, "max_samples": 240, "max_wall_seconds": 300}
+    plan["stop"] = {"rule": "fixed", "min_blocks": 2, "fail_fast": ["fidelity", "fault"]}
+    plan["controls"] = {"aa": False, "negative": []}
+    plan["acceptance"]["gates"] = []
+    plan["acceptance"]["sanitizer"] = []
+    return plan
+
+
+@pytest.mark.parametrize("n", [4_194_304])
+def test_vecload_kernels_table_agrees_with_the_timed_samples(tmp_path, n):
+    """Traced calls taken apart from the samples read vecload's change at 4 Mi elements 7-11
+    points off the timed samples (issue 24). Traced like the samples, CUPTI's change and the
+    samples' agree within their intervals and the stated allowance, and each arm's median CUPTI
+    span sits within the second timer's bound of its median sample."""
+    from qualify.commands.pipeline import load_frozen, run_plan
+    from qualify.record.check import check_record
+    from qualify.run.device import CudaDevice
+    from qualify.run.telemetry import Telemetry
+
+    source = ROOT / "kernels" / "vecload" / "vecload.cu"
+    path = make_repo(
+        tmp_path / "repo", vecload_trace_plan(n), files={"kernels/vecload/vecload.cu": source}, freeze=True
+    )
+    outcome = run_plan(load_frozen(path), tmp_path / "record", lambda: CudaDevice(0), Telemetry)
+    (trial,) = outcome.trials
+    assert trial.status == "complete", trial.failures
+    assert trial.kernel_trace.version == 2
+    (case,) = trial.cases
+    print(case.case, json.dumps(case.kernels.model_dump(mode="json", exclude={"inventory"}), indent=1))
+    assert len({c.placement for c in case.trace["base"]}) > 1  # the traced blocks rotate through placements
+    delta = case.kernels.timer_delta
+    assert delta.cupti.ci_low is not None and delta.events.ci_low is not None
+    assert delta.agree, f"CUPTI {delta.cupti.delta_pct:+.2f} % against events {delta.events.delta_pct:+.2f} %"
+    (kernel,) = case.kernels.deltas  # axpy<1> → axpy<4>: the kernels table's row is the call's change
+    assert kernel.candidate_name is not None and kernel.stats.ci_low is not None
+    assert kernel.stats.ci_low <= delta.cupti.ci_high and delta.cupti.ci_low <= kernel.stats.ci_high
+    for side, timer in case.kernels.sample_timers.items():
+        assert timer.agree, f"{side}: {timer}"
+    assert not [r for r in outcome.results.verdict.reasons if "disagree" in r]
     assert check_record(tmp_path / "record") == []
 
 

@@ -125,6 +125,7 @@ def write_trial(
 def _case_trial(
     f: CaseFacts, tolerance, arrays: dict[str, np.ndarray], iterations: int, kernel_trace: KernelTrace, floor: float
 ) -> CaseTrial:
+    derived = derived_fields(arrays, f.case, iterations)  # what `report --check` recomputes
     return CaseTrial(
         case=f.case,
         input_sha256=f.input_sha256,
@@ -137,8 +138,8 @@ def _case_trial(
         tolerance=tolerance,
         trace=f.trace,
         placements=f.placements,
-        **derived_fields(arrays, f.case, iterations),  # what `report --check` recomputes
-        **kernel_fields(f.trace, kernel_trace, floor),
+        **derived,
+        **kernel_fields(f.trace, kernel_trace, floor, derived, f.case, iterations),
     )
 
 
