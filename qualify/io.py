@@ -60,6 +60,18 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def _outside(target: str, root: Path) -> str:
+    return f"refused: resolves to {target}, outside {root} (qualify follows no link out of it)"
+
+
+def _opened_path(fd: int) -> str | None:
+    """Where the descriptor's file is, as the kernel names it (Linux); None where unknown."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
 def open_regular(path: Path, limit: int, *, root: Path | None = None, field: str | None = None) -> int:
     """A descriptor of the regular file at `path`, at most `limit` bytes long, or UnreadableFile.
 
@@ -72,14 +84,11 @@ def open_regular(path: Path, limit: int, *, root: Path | None = None, field: str
     path = Path(path)
     target = os.fspath(path)
     flags = _READ_FLAGS
+    real_root = None
     if root is not None:
-        target = os.path.realpath(path)
-        if not _inside(target, os.path.realpath(root)):
-            raise UnreadableFile(
-                f"refused: a symbolic link to {target}, outside {root}",
-                file=path,
-                field=field,
-            )
+        target, real_root = os.path.realpath(path), os.path.realpath(root)
+        if not _inside(target, real_root):
+            raise UnreadableFile(_outside(target, root), file=path, field=field)
         flags |= _NOFOLLOW
     try:
         fd = os.open(target, flags)
@@ -94,6 +103,10 @@ def open_regular(path: Path, limit: int, *, root: Path | None = None, field: str
             ) from None
         raise UnreadableFile(f"cannot read: {exc.strerror or exc}", file=path, field=field) from None
     try:
+        opened = _opened_path(fd)
+        if real_root is not None and opened is not None and not _inside(opened, real_root):
+            # a folder on the way was swapped for a link after the path was resolved
+            raise UnreadableFile(_outside(opened, root), file=path, field=field)
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
             raise UnreadableFile("cannot read: a folder, not a file", file=path, field=field)

@@ -183,7 +183,7 @@ def test_with_a_root_a_link_must_resolve_inside_it(tmp_path, reader):
     (root / "inside").write_bytes(b"inside the record")
     (root / "out").symlink_to(outside)
     (root / "in").symlink_to("inside")
-    with pytest.raises(qio.UnreadableFile, match="symbolic link to .*secret, outside"):
+    with pytest.raises(qio.UnreadableFile, match="resolves to .*secret, outside"):
         reader(root / "out", 1 << 20, root=root)
     assert reader(root / "in", 1 << 20, root=root) == reader(root / "inside", 1 << 20, root=root)
     assert reader(root / "out", 1 << 20) == reader(outside, 1 << 20)  # no root: the user named it
@@ -242,3 +242,17 @@ def test_an_appended_file_that_is_a_link_is_refused(tmp_path):
     fd = qio.open_in_record(root / "own.jsonl", root, append=True)
     os.close(fd)
     assert (root / "own.jsonl").is_file() and target.read_bytes() == b""
+
+
+def test_a_folder_swapped_for_a_link_after_the_check_is_refused_by_what_was_opened(tmp_path, monkeypatch):
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("no /proc: the descriptor's path cannot be read back")
+    root, elsewhere = tmp_path / "record", tmp_path / "elsewhere"
+    root.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "trial-1.json").write_bytes(b"{}")
+    (root / "trials").symlink_to(elsewhere, target_is_directory=True)
+    # the resolution sees the folder as it was; the open finds the link put there since
+    monkeypatch.setattr(qio.os.path, "realpath", os.path.abspath)
+    with pytest.raises(qio.UnreadableFile, match="resolves to .*elsewhere/trial-1.json, outside"):
+        qio.read_limited(root / "trials" / "trial-1.json", 1 << 20, root=root)
