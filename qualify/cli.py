@@ -107,6 +107,7 @@ def plan_freeze(plan_path: Path, replace: bool, records: tuple[Path, ...]) -> No
     from qualify.commands.check import freeze_plan
     from qualify.commands.refreeze import replace_lock, with_remedy
     from qualify.errors import FrozenInputChanged
+    from qualify.io import MAX_LOCK_BYTES, read_text_limited
     from qualify.plan.load import load_plan
 
     if replace:
@@ -117,7 +118,7 @@ def plan_freeze(plan_path: Path, replace: bool, records: tuple[Path, ...]) -> No
         loaded = load_plan(plan_path)
         refuse_unchecked(unlocked(loaded, lock=None))  # before the old lock is touched
         path, old = replace_lock(loaded, list(records))
-        digest = json.loads(path.read_text())["digest"]
+        digest = json.loads(read_text_limited(path, MAX_LOCK_BYTES))["digest"]
         state = (
             "frozen"
             if old is None

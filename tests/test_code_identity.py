@@ -253,7 +253,7 @@ def _libraries(tmp_path, monkeypatch, base: CubinCode, candidate: CubinCode) -> 
     """Two 'libraries' whose embedded code for sm_90 is `base` and `candidate`; the instruction
     nvdisasm would print is stood in for by the bytes of the CUBIN it was read from."""
     files = {b"base cubin": base, b"candidate cubin": candidate}
-    monkeypatch.setattr(code_identity, "cubins", lambda data, sm: [data] if sm == 90 else [])
+    monkeypatch.setattr(code_identity, "read_cubins", lambda path, sm: [Path(path).read_bytes()] if sm == 90 else [])
     monkeypatch.setattr(code_identity, "machine_code", lambda cubin: files[cubin])
     monkeypatch.setattr(
         code_identity,

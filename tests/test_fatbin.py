@@ -68,7 +68,7 @@ def test_zstd_without_the_package_is_refused_with_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "zstandard", None)
     with pytest.raises(FatbinProblem, match=r"zstandard package \(pip install 'qualify\[fatbin\]'\)"):
         fatbin.cubins(lib("zstd"), 90)
-    assert fatbin.cubins(lib("lz4"), 90)  # LZ4 needs no package
+    assert fatbin.cubins(lib("lz4"), 90)  # LZ4 needs only lz4, a dependency
 
 
 def test_a_library_without_device_code():
@@ -77,20 +77,27 @@ def test_a_library_without_device_code():
         fatbin.cubins(host_only, 90)
 
 
-def test_lz4_blocks():
-    # a literal, then an overlapping match (offset 1, length 4 + 2) and literals to close
-    assert lz4_block(bytes([0x12]) + b"a" + b"\x01\x00" + bytes([0x20]) + b"bc", 9) == b"aaaaaaabc"
-    # literal length 15 + 255 + 3 = 273, carried in extra bytes
-    long = bytes(range(256)) + bytes(17)
-    assert lz4_block(bytes([0xF0, 255, 3]) + long, 273) == long
-    # match length 4 + 15 + 1 = 20 from offset 2
-    assert lz4_block(bytes([0x2F]) + b"xy" + b"\x02\x00" + bytes([1]) + bytes([0x00]), 22) == b"xy" * 11
-    with pytest.raises(FatbinProblem, match="declares 10"):
+def test_lz4_blocks_decode_with_the_c_decoder_to_exactly_their_declared_size():
+    import lz4.block
+
+    text = b"aaaaaaaaaaaaaaaaaaaaaaaabcabcabcabcabcabcabcabcabcxyz" * 40
+    block = lz4.block.compress(text, store_size=False)
+    assert lz4_block(block, len(text)) == text
+    with pytest.raises(FatbinProblem, match="declares 10"):  # fewer bytes than declared
         lz4_block(bytes([0x20]) + b"bc", 10)
-    with pytest.raises(FatbinProblem, match="refers outside"):
+    with pytest.raises(FatbinProblem, match="more than the 100 bytes its entry declares"):
+        lz4_block(block, 100)
+    with pytest.raises(FatbinProblem, match="damaged"):  # an offset back past the start
         lz4_block(bytes([0x10]) + b"a" + b"\x05\x00" + bytes([0x00]), 10)
-    with pytest.raises(FatbinProblem, match="truncated"):
+    with pytest.raises(FatbinProblem, match="damaged"):
         lz4_block(bytes([0xF0]), 10)
+
+
+def test_lz4_without_the_package_is_refused_with_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "lz4", None)
+    monkeypatch.setitem(sys.modules, "lz4.block", None)
+    with pytest.raises(FatbinProblem, match=r"lz4 package \(pip install lz4\)"):
+        fatbin.cubins(lib("lz4"), 90)
 
 
 def _container(entry_header: bytes, payload: bytes) -> bytes:
@@ -120,3 +127,89 @@ def test_malformed_fat_binaries_are_refused():
         fatbin.entries(_container(_entry(flags=0x2011, payload=bytes(8), stored=8, raw=0), bytes(8)))
     with pytest.raises(FatbinProblem, match="truncated entry header"):
         fatbin.entries(struct.pack("<IHHQ", fatbin.FATBIN_MAGIC, 1, 16, 8) + bytes([1]) * 8)
+
+
+# --- bounds (issue 25, item 3) -------------------------------------------------------------------
+
+
+def test_only_the_requested_architecture_is_decoded(monkeypatch):
+    # without zstandard, an entry that needed it would be refused: none of sm_80's is decoded
+    monkeypatch.setitem(sys.modules, "zstandard", None)
+    assert fatbin.cubins(lib("zstd"), 80) == []
+    assert fatbin.architectures(lib("zstd")) == [89, 90]  # from the headers alone
+    with pytest.raises(FatbinProblem, match="zstandard package"):
+        fatbin.cubins(lib("zstd"), 90)
+
+
+def test_other_architectures_are_never_decompressed():
+    garbage = bytes(range(1, 41))  # not a zstd frame: decoding it would fail
+    fb = _container(_entry(arch=89, flags=0x8011, payload=garbage, stored=40, raw=4096), garbage)
+    fb += _container(_entry(arch=90, payload=b"\x7fELF1234"), b"\x7fELF1234")
+    assert [e.payload for e in fatbin.entries(fb, arch=90, kind=fatbin.KIND_ELF)] == [b"\x7fELF1234"]
+
+
+def test_decoded_entries_are_bounded_in_all_not_only_each():
+    # three entries, each under the per-entry cap, declaring 3 x 400 MiB: refused before the
+    # third is decompressed (its body is not even a zstd frame)
+    declared = 400 << 20
+    one = _container(_entry(flags=0x8011, payload=bytes(8), stored=8, raw=declared), bytes(8))
+    assert declared <= fatbin.MAX_ENTRY_BYTES and 3 * declared > fatbin.MAX_DECODED_BYTES
+    with pytest.raises(FatbinProblem, match=r"more than the 1073741824 allowed in all"):
+        fatbin.entries(one * 3, arch=90, budget=fatbin.MAX_DECODED_BYTES)
+    with pytest.raises(FatbinProblem, match="allowed in all"):  # a real library under a small budget
+        fatbin.entries(fatbin.fatbin_of(lib("zstd")), budget=4096)
+    assert fatbin.entries(fatbin.fatbin_of(lib("zstd")), arch=90, budget=1 << 20)
+
+
+def test_a_large_lz4_block_of_repeats_decodes_in_c_time():
+    import time
+
+    import lz4.block
+
+    text = b"a" * (64 << 20)  # one long overlapping match: a byte per step for a Python decoder
+    block = lz4.block.compress(text, store_size=False)
+    start = time.monotonic()
+    assert lz4_block(block, len(text)) == text
+    assert time.monotonic() - start < 5
+
+
+_SPARSE_LIBRARY_CHILD = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_DATA, (1536 << 20, 1536 << 20))
+from pathlib import Path
+from qualify.commands.libcheck import check_library
+from qualify.errors import PlanError
+from qualify.plan.files import shared_object_problem
+from qualify.run import code_identity
+from test_compare import arm
+
+path = Path(sys.argv[1])
+print("shared object:", shared_object_problem(path))
+try:
+    check_library(path, arm(), "arms.base")
+except PlanError as exc:
+    print("library check:", exc.message)
+print("code identity:", code_identity.library(path, path, "sm_90").status)
+"""
+
+
+def test_a_3_gib_sparse_library_is_mapped_not_read(tmp_path):
+    import subprocess
+
+    path = tmp_path / "libsparse.so"
+    path.write_bytes(lib("base"))
+    with open(path, "r+b") as f:
+        f.truncate(3 << 30)  # sparse: its sections stay where they were, 3 GiB of zeros follow
+    done = subprocess.run(
+        [sys.executable, "-c", _SPARSE_LIBRARY_CHILD, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parent,
+    )
+    assert done.returncode == 0, done.stderr  # a 3 GiB read would exceed the child's 1.5 GiB heap
+    assert done.stdout.splitlines() == [
+        "shared object: None",
+        "library check: the library exports no function 'scale'",
+        "code identity: identical",
+    ]

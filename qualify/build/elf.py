@@ -22,6 +22,10 @@ SHN_UNDEF = 0
 # e_machine values (System V ABI registry) for the machines qualify runs on, and their names.
 MACHINES = {3: "x86", 62: "x86-64", 40: "arm", 183: "aarch64", 21: "ppc64", 190: "cuda", 243: "riscv"}
 HOST_MACHINES = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183, "ppc64le": 21, "riscv64": 243}
+# A section copied out of the file (a symbol or string table, a CUBIN's code) is at most this
+# large: a library is read mapped, and a hostile section header must not make a reader copy
+# gigabytes. The fat binary section is not copied (`Elf.view`); its decoding has its own budget.
+MAX_SECTION_BYTES = 256 << 20
 
 
 class ElfProblem(ValueError):
@@ -52,7 +56,7 @@ class Symbol:
 
 @dataclass(frozen=True)
 class Elf:
-    data: bytes
+    data: bytes  # or a read-only mapping of the file (qualify.io.map_limited)
     is64: bool
     endian: str  # "<" or ">"
     type: int
@@ -63,7 +67,16 @@ class Elf:
         return next((s for s in self.sections if s.name == name), None)
 
     def contents(self, section: Section) -> bytes:
-        return self.data[section.offset : section.offset + section.size]
+        """The section's bytes, copied; ElfProblem past MAX_SECTION_BYTES."""
+        if section.size > MAX_SECTION_BYTES:
+            raise ElfProblem(
+                f"section {section.name or '?'} holds {section.size} bytes, more than the {MAX_SECTION_BYTES} read"
+            )
+        return bytes(self.data[section.offset : section.offset + section.size])
+
+    def view(self, section: Section) -> memoryview:
+        """The section's bytes without a copy (paged in from a mapping only where they are read)."""
+        return memoryview(self.data)[section.offset : section.offset + section.size]
 
     def dynamic_symbols(self) -> dict[str, int]:
         """Defined (not imported) dynamic symbols: name → symbol type (STT_FUNC, STT_OBJECT...)."""
@@ -96,6 +109,7 @@ class Elf:
 
 
 def parse(data: bytes) -> Elf:
+    """The ELF file in `data` (bytes or a mapping), its headers read; no section is copied."""
     if data[:4] != ELF_MAGIC:
         raise ElfProblem("not an ELF file")
     if len(data) < 52 or data[4] not in (1, 2) or data[5] not in (1, 2):
@@ -128,7 +142,9 @@ def parse(data: bytes) -> Elf:
     names = b""
     if raw and 0 <= shstrndx < len(raw):
         _, _, off, size, _, _, _, _ = raw[shstrndx]
-        names = data[off : off + size]
+        if size > MAX_SECTION_BYTES:
+            raise ElfProblem(f"the section name table holds {size} bytes, more than the {MAX_SECTION_BYTES} read")
+        names = bytes(data[off : off + size])
     sections = []
     for name_at, stype, offset, size, link, entsize, flags, info in raw:
         end = names.find(b"\x00", name_at)

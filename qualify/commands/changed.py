@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from qualify.errors import PlanError, ToolError, UsageError
+from qualify.io import MAX_LOCK_BYTES, UnreadableFile, read_text_limited
 from qualify.plan.digest import lock_path
 
 # History of the --json shape (bump on any incompatible change and say what changed):
@@ -71,10 +72,10 @@ def protocol_paths(plan_path: Path, root: Path) -> tuple[set[str], str | None]:
         )
     if lock.is_file():
         try:
-            data = strict_json.parse(lock.read_text(encoding="utf-8"))
+            data = strict_json.parse(read_text_limited(lock, MAX_LOCK_BYTES))
             if isinstance(data, dict) and isinstance(data.get("files"), dict):
                 paths.update(str(rel) for rel in data["files"])
-        except (strict_json.JSONProblem, OSError, UnicodeDecodeError):
+        except (strict_json.JSONProblem, UnreadableFile):
             pass  # the plan's own loading below reports an unreadable lock
     problem = None
     try:

@@ -140,26 +140,45 @@ def run_on_devices(
     folder = record_folder(loaded, record_dir)  # before any device is counted or worker started
     ordinals = parse_devices(devices, device_count())
     extra = (["--trials", str(trials)] if trials else []) + (["--exploratory"] if exploratory else [])
-    logs = Path(tempfile.mkdtemp(prefix="qualify-devices-"))
+    # Each worker's output goes to a log in a private temporary folder, removed however the fleet
+    # ends: only each log's last line is kept, in `say`'s line for its device.
+    with tempfile.TemporaryDirectory(prefix="qualify-devices-") as tmp:
+        logs, opened = Path(tmp), []
 
-    def start(n: int):
-        log = open(logs / f"device-{n}.log", "w")  # noqa: SIM115 - closed with the process
-        return subprocess.Popen(
-            [sys.executable, "-m", "qualify", *command, "--record", str(folder), "--device", str(n), *extra],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        def start(n: int):
+            log = open(logs / f"device-{n}.log", "w")  # noqa: SIM115 - closed once the workers end
+            opened.append(log)
+            return subprocess.Popen(
+                [sys.executable, "-m", "qualify", *command, "--record", str(folder), "--device", str(n), *extra],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
 
-    outcomes = run_devices(ordinals, start)
+        try:
+            outcomes = run_devices(ordinals, start)
+        finally:
+            for log in opened:
+                log.close()
+        for o in outcomes:
+            tail = _last_line(logs / f"device-{o.ordinal}.log")
+            say(f"device {o.ordinal}: exit {o.exit_code}" + (f": {tail}" if tail else ""))
     record = Record(folder)
     if record.ledger_path.exists():
         record.close_dead_trials()  # a worker that died mid-trial left it open: interrupted
-    for o in outcomes:
-        tail = (logs / f"device-{o.ordinal}.log").read_text(errors="replace").strip().splitlines()[-1:]
-        say(f"device {o.ordinal}: exit {o.exit_code}" + (f": {tail[0]}" if tail else ""))
     verdict = None
     if record.trials():
         with record.locked():
             results = write_record(record, loaded.plan, loaded.lock)
         verdict = int(exit_code(results))
     return combined_exit_code(outcomes, verdict)
+
+
+def _last_line(path: Path) -> str:
+    """The last non-empty line of a worker's log, read from at most its last 64 KiB."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - (1 << 16)))
+            lines = f.read().decode("utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from qualify.build.elf import ET_DYN, HOST_MACHINES, STT_FUNC, ElfProblem, machine_name, parse
 from qualify.errors import PlanError
+from qualify.io import MAX_LIBRARY_BYTES, UnreadableFile, map_limited
 from qualify.plan.model import ARM_SIDES, LibraryArm
 
 STT_GNU_IFUNC = 10
@@ -54,28 +55,14 @@ def check_library(
     if not path.is_file():
         raise PlanError("no such library", file=label, field=f"{field}.library")
     try:
-        elf = parse(path.read_bytes())
-    except OSError as exc:
-        raise PlanError(f"cannot read: {exc.strerror}", file=label, field=f"{field}.library") from None
+        with map_limited(path, MAX_LIBRARY_BYTES) as data:  # mapped: only the headers and tables read
+            elf = parse(data)
+            symbols = _exports(elf, label, field)
+    except UnreadableFile as exc:
+        raise PlanError(exc.message, file=label, field=f"{field}.library") from None
     except ElfProblem as exc:
         raise PlanError(f"not a shared library: {exc}", file=label, field=f"{field}.library") from None
-    if elf.type != ET_DYN:
-        raise PlanError(
-            f"not a shared library: an ELF file of type {elf.type}, not a shared object (type {ET_DYN})",
-            file=label,
-            field=f"{field}.library",
-        )
     host = host_machine()
-    if host is not None and elf.machine != host:
-        raise PlanError(
-            f"built for {machine_name(elf.machine)}, this machine is {machine_name(host)}",
-            file=label,
-            field=f"{field}.library",
-        )
-    try:
-        symbols = elf.dynamic_symbols()
-    except ElfProblem as exc:
-        raise PlanError(f"unreadable symbol table: {exc}", file=label, field=f"{field}.library") from None
     for key in ("symbol", "abi_symbol", "error_symbol"):
         name = getattr(arm, key)
         if name is None:
@@ -92,6 +79,27 @@ def check_library(
             )
         if kind != "abi" and need_load:
             raise PlanError(f"cannot load to read its ABI version: {value}", file=label, field=f"{field}.library")
+
+
+def _exports(elf, label, field: str) -> dict[str, int]:
+    """The dynamic symbols of a shared object built for this machine (PlanError otherwise)."""
+    if elf.type != ET_DYN:
+        raise PlanError(
+            f"not a shared library: an ELF file of type {elf.type}, not a shared object (type {ET_DYN})",
+            file=label,
+            field=f"{field}.library",
+        )
+    host = host_machine()
+    if host is not None and elf.machine != host:
+        raise PlanError(
+            f"built for {machine_name(elf.machine)}, this machine is {machine_name(host)}",
+            file=label,
+            field=f"{field}.library",
+        )
+    try:
+        return elf.dynamic_symbols()
+    except ElfProblem as exc:
+        raise PlanError(f"unreadable symbol table: {exc}", file=label, field=f"{field}.library") from None
 
 
 def _call_abi(path: Path, symbol: str) -> tuple[str, str]:

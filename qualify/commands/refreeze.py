@@ -19,6 +19,7 @@ from pathlib import Path
 
 from qualify import strict_json
 from qualify.errors import FrozenInputChanged, QualifyError, UsageError
+from qualify.io import MAX_JSON_BYTES, MAX_LOCK_BYTES, UnreadableFile, read_text_limited
 from qualify.plan.digest import lock_path, read_lock
 from qualify.plan.load import LoadedPlan
 from qualify.results.store import Record
@@ -57,8 +58,8 @@ def trials_under(digest: str, folders: list[Path]) -> list[Evidence]:
         trials = folder / "trials"
         for path in sorted(trials.glob("trial-*.json")) if trials.is_dir() else []:
             try:
-                data = strict_json.parse(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, strict_json.JSONProblem):
+                data = strict_json.parse(read_text_limited(path, MAX_JSON_BYTES, root=folder))
+            except (UnreadableFile, strict_json.JSONProblem):
                 continue
             if isinstance(data, dict) and data.get("plan_digest") == digest and type(data.get("index")) is int:
                 found.add((folder, data["index"]))
@@ -117,7 +118,7 @@ def replace_lock(loaded: LoadedPlan, extra_records: list[Path] = ()) -> tuple[Pa
 
 def _lock_digest(path: Path) -> str | None:
     try:
-        data = strict_json.parse(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, strict_json.JSONProblem):
+        data = strict_json.parse(read_text_limited(path, MAX_LOCK_BYTES))
+    except (UnreadableFile, strict_json.JSONProblem):
         return None
     return data.get("digest") if isinstance(data, dict) else None

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qualify.errors import UsageError
+from qualify.io import MAX_SOURCE_BYTES, read_limited
 
 SCALAR_TYPES = {
     "int": "i32",
@@ -450,7 +451,8 @@ def skeleton_from_options(
                 f"{sizes}: one launch serves both arms",
                 file=cand_source,
             )
-        params = declared_params(Path(source).read_text(encoding="utf-8", errors="replace"), kernel)
+        text = read_limited(Path(source), MAX_SOURCE_BYTES).decode("utf-8", errors="replace")
+        params = declared_params(text, kernel)
         if params is None:
             raise UsageError(f"no __global__ declaration of {kernel.split('<')[0]} found", file=source)
         # the block must fit both kernels' __launch_bounds__ on every architecture `plan check` compiles

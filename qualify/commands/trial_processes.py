@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from qualify.errors import ExitCode
-from qualify.io import atomic_write_text
+from qualify.io import MAX_JSON_BYTES, atomic_write_text, read_text_limited
 
 PREFLIGHT_FILE = "preflight.json"
 # A trial process exits 0 once its trial is kept, whatever the trial found: a kernel that faulted
@@ -130,7 +130,7 @@ class PreflightShared:
             return {}
         from qualify.run.isolation import CaseOutcome
 
-        data = json.loads(self._file.read_text(encoding="utf-8"))
+        data = json.loads(read_text_limited(self._file, MAX_JSON_BYTES))
         return {k: [CaseOutcome(**o) for o in v] for k, v in data.items()}
 
     def __call__(self, side: str, cases: list[str]):

@@ -17,7 +17,14 @@ from pathlib import Path
 
 from qualify import strict_json
 from qualify.errors import FrozenInputChanged, PlanError
-from qualify.io import MAX_LOCK_BYTES, UnreadableFile, atomic_write_text, read_text_limited
+from qualify.io import (
+    MAX_LIBRARY_BYTES,
+    MAX_LOCK_BYTES,
+    UnreadableFile,
+    atomic_write_text,
+    read_text_limited,
+    sha256_limited,
+)
 from qualify.plan.files import PlanFiles
 from qualify.plan.model import Plan
 
@@ -33,12 +40,10 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def sha256_file(path: Path, *, limit: int = MAX_LIBRARY_BYTES, root: Path | None = None) -> str:
+    """sha256 of a regular file, streamed (qualify.io.sha256_limited): a file over `limit`, a
+    device or a FIFO is refused (UnreadableFile); the default cap is a shared library's."""
+    return sha256_limited(path, limit, root=root)
 
 
 # Fields whose defaults changed how a plan is measured after plans were frozen (issue 24: buffer
@@ -95,12 +100,12 @@ def lock_path(plan_path: Path) -> Path:
     return plan_path.with_name(plan_path.stem + ".lock.json")
 
 
-def read_lock(plan_path: Path) -> dict | None:
+def read_lock(plan_path: Path, *, root: Path | None = None) -> dict | None:
     path = lock_path(plan_path)
     if not os.path.lexists(path):
         return None
     try:
-        data = strict_json.parse(read_text_limited(path, MAX_LOCK_BYTES))
+        data = strict_json.parse(read_text_limited(path, MAX_LOCK_BYTES, root=root))
     except strict_json.JSONProblem as exc:
         raise PlanError(f"unreadable lock file: {exc.message}", file=path, field=exc.field) from None
     except UnreadableFile as exc:

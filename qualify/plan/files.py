@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qualify.errors import PlanError
-from qualify.io import MAX_SOURCE_BYTES, UnreadableFile, read_limited
+from qualify.io import MAX_LIBRARY_BYTES, MAX_SOURCE_BYTES, UnreadableFile, open_limited, read_limited
 from qualify.plan.model import ARM_SIDES, CudaArm, LibraryArm, Plan
 
 # The scanner proposes; NVRTC decides. It over-approximates what a source may include: every
@@ -106,10 +106,10 @@ def shared_object_problem(path: Path) -> str | None:
     only at run time, on the GPU host, as an opaque dlopen error.
     """
     try:
-        with open(path, "rb") as f:
+        with open_limited(path, MAX_LIBRARY_BYTES) as f:
             head = f.read(18)
-    except OSError as exc:
-        return f"cannot read: {exc.strerror}"
+    except UnreadableFile as exc:
+        return exc.message
     if head[:4] != ELF_MAGIC:
         return "not an ELF file"
     if len(head) < 18 or head[5] not in (1, 2):

@@ -36,9 +36,9 @@ class LoadedPlan:
         return self.freeze.digest
 
 
-def read_plan_json(path: Path) -> dict:
+def read_plan_json(path: Path, *, root: Path | None = None) -> dict:
     try:
-        raw = read_limited(path, MAX_PLAN_BYTES)
+        raw = read_limited(path, MAX_PLAN_BYTES, root=root)
     except UnreadableFile as exc:
         if "more than the" in exc.message or "grew past" in exc.message:
             raise PlanError(f"larger than {MAX_PLAN_BYTES} bytes; not a plan", file=path) from None

@@ -27,8 +27,8 @@ README_FILE = "README.md"
 def load_record_plan(folder: Path) -> tuple[Plan, dict]:
     """The plan copied into a record and its lock, as found (see `plan_mismatch`)."""
     path = Path(folder) / PLAN_FILE
-    plan = validate_plan(read_plan_json(path), path)
-    lock = read_lock(path)
+    plan = validate_plan(read_plan_json(path, root=folder), path)
+    lock = read_lock(path, root=folder)
     if lock is None:
         raise PlanError(f"no {LOCK_FILE} beside it: the record is not bound to a frozen plan", file=path)
     return plan, lock
@@ -93,6 +93,6 @@ def write_record(record: Record, plan: Plan, lock: dict) -> Results:
 
     results = assemble_results(plan, lock, record.trials())
     record.write_results(results)
-    atomic_write_text(record.folder / README_FILE, render_readme(results, plan))
+    atomic_write_text(record.folder / README_FILE, render_readme(results, plan), root=record.folder)
     write_plots(record.folder, results, plan)
     return results

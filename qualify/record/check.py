@@ -12,6 +12,7 @@ Problems are returned as data; unreadable files raise PlanError naming the file.
 from __future__ import annotations
 
 import math
+import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import numpy as np
 from qualify.errors import ExitCode, PlanError
 from qualify.evaluate.recompute import in_recorded_shape, recompute_trial
 from qualify.evaluate.verdict import pooled_cases, verdict
+from qualify.io import MAX_JSON_BYTES, MAX_NPZ_BYTES, MAX_TEXT_BYTES, read_limited
 from qualify.plan.digest import sha256_file
 from qualify.plan.model import Plan
 from qualify.record import evidence
@@ -84,9 +86,9 @@ def _listed(where: str, diffs: list[str], what: str) -> list[str]:
     return [f"{where}: {what}: {d}" for d in diffs[:MAX_LISTED]] + ([f"{where}: {what}{more}"] if more else [])
 
 
-def load_samples(path: Path) -> dict[str, np.ndarray]:
+def load_samples(path: Path, root: Path | None = None) -> dict[str, np.ndarray]:
     try:
-        return raw.load(path)
+        return raw.load(path, root=root)
     except FileNotFoundError:
         raise PlanError("no such file", file=path) from None
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
@@ -110,14 +112,14 @@ def _trial_problems(record: Record, trial: Trial, plan: Plan, lock: dict) -> tup
         return problems + [f"{where}: its raw samples {trial.samples_file} are missing"], None
     if not samples.is_file():
         return problems + [f"{where}: its raw samples {trial.samples_file} are not a file"], None
-    digest = sha256_file(samples)
+    digest = sha256_file(samples, limit=MAX_NPZ_BYTES, root=record.folder)
     if digest != trial.samples_sha256:
         # the samples are not the ones the trial was derived from: recomputing from them proves nothing
         return problems + [
             f"{trial.samples_file}: sha256 {digest[:16]}… differs from the trial's "
             f"samples_sha256 {trial.samples_sha256[:16]}…: the raw samples changed"
         ], None
-    arrays = load_samples(samples)
+    arrays = load_samples(samples, record.folder)
     bad = raw.series_problems(arrays)
     if bad:  # statistics of malformed series would be meaningless, or not computable at all
         return problems + _listed(trial.samples_file, bad, "unusable raw samples"), None
@@ -134,14 +136,13 @@ def _trial_problems(record: Record, trial: Trial, plan: Plan, lock: dict) -> tup
 def _text_problem(folder: Path, name: str, expected: str) -> list[str]:
     """The first byte-level difference between a derived file and what qualify writes for it."""
     path = folder / name
-    if not path.is_file():
+    if not os.path.lexists(path):  # anything else there is read, or refused, by read_limited
         return [f"{name}: missing"]
+    limit = MAX_JSON_BYTES if name.endswith(".json") else MAX_TEXT_BYTES
     try:
-        found = path.read_bytes().decode("utf-8")
+        found = read_limited(path, limit, root=folder).decode("utf-8")
     except UnicodeDecodeError as exc:
         return [f"{name}: not UTF-8 ({exc.reason} at byte {exc.start})"]
-    except OSError as exc:
-        raise PlanError(f"unreadable: {exc.strerror or exc}", file=path) from None
     if found == expected:
         return []
     # lines end at "\n" only: a carriage return left in a line is a difference to show, not to hide

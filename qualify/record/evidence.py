@@ -34,6 +34,7 @@ from qualify.evaluate.sanitizer_output import parse
 from qualify.evaluate.tolerance_gate import declared_bound
 from qualify.evaluate.tolerance_gate import passes as tolerance_passes
 from qualify.evaluate.verdict import fidelity_passes
+from qualify.io import MAX_JSON_BYTES
 from qualify.plan.digest import sha256_file
 from qualify.plan.model import ARM_SIDES, LibraryArm, Plan
 from qualify.plan.resolve import case_id, resolve_cases
@@ -169,7 +170,10 @@ def hash_problems(record: Record, trial: Trial, end: dict) -> list[str]:
     out = []
     where = f"trials/trial-{trial.index}.json"
     recorded = end.get("trial_sha256")
-    if recorded is not None and sha256_file(record.trial_path(trial.index)) != recorded:
+    if (
+        recorded is not None
+        and sha256_file(record.trial_path(trial.index), limit=MAX_JSON_BYTES, root=record.folder) != recorded
+    ):
         out.append(
             f"{where}: sha256 differs from the one the {LEDGER} recorded when the trial "
             f"ended ({_short(recorded)}): the trial file changed"

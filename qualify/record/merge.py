@@ -25,8 +25,15 @@ import tempfile
 from pathlib import Path
 
 from qualify.errors import FrozenInputChanged, PlanError, UsageError
-from qualify.io import atomic_write_text
-from qualify.plan.digest import sha256_file
+from qualify.io import (
+    MAX_LOCK_BYTES,
+    MAX_NPZ_BYTES,
+    MAX_PLAN_BYTES,
+    atomic_write_bytes,
+    atomic_write_text,
+    read_limited,
+)
+from qualify.plan.digest import sha256_bytes
 from qualify.record.assemble import LOCK_FILE, PLAN_FILE, read_record_plan, write_record
 from qualify.record.check import check_evidence
 from qualify.record.evidence import Problem
@@ -74,8 +81,9 @@ def merge_records(sources: list[Path], dest: Path) -> Results:
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.merge-", dir=dest.parent))
     try:
         out = Record(staging)
-        for name in (PLAN_FILE, LOCK_FILE):
-            shutil.copyfile(records[0].folder / name, staging / name)
+        for name, limit in ((PLAN_FILE, MAX_PLAN_BYTES), (LOCK_FILE, MAX_LOCK_BYTES)):
+            data = read_limited(records[0].folder / name, limit, root=records[0].folder)
+            atomic_write_bytes(staging / name, data, root=staging)
         seen: set[tuple] = set()
         events: list[dict] = []
         new = 0
@@ -100,7 +108,7 @@ def merge_records(sources: list[Path], dest: Path) -> Results:
         for folder in dict.fromkeys(r.folder for r in records):  # a record listed twice is checked once
             _refuse_problems(check_evidence(folder).problems, folder, "")
         # written whole, not through Record.append: the events keep the times they happened at
-        atomic_write_text(staging / LEDGER, "".join(json.dumps(e, sort_keys=True) + "\n" for e in events))
+        atomic_write_text(staging / LEDGER, "".join(json.dumps(e, sort_keys=True) + "\n" for e in events), root=staging)
         _refuse_problems(check_evidence(staging).problems, dest, "the merged record: ")
         results = write_record(out, plan, lock)
         if dest.exists():
@@ -130,14 +138,14 @@ def _copy_trial(source: Record, trial: Trial, out: Record, index: int) -> None:
         )
     if not samples.is_file():
         raise PlanError(f"trial {trial.index}'s raw samples {trial.samples_file} are missing", file=samples)
-    if sha256_file(samples) != trial.samples_sha256:
+    data = read_limited(samples, MAX_NPZ_BYTES, root=source.folder)  # hashed and copied as one read
+    if sha256_bytes(data) != trial.samples_sha256:
         # never carry tampered evidence into a new record, where its origin would be harder to see
         raise PlanError(
             f"sha256 differs from trial {trial.index}'s samples_sha256; run `qualify report --check {source.folder}`",
             file=samples,
         )
     target = out.samples_path(index)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(samples, target)
+    atomic_write_bytes(target, data, root=out.folder)
     moved = trial.model_copy(update={"index": index, "samples_file": target.relative_to(out.folder).as_posix()})
     out.write_trial(moved)

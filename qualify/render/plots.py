@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ import numpy as np
 from qualify.evaluate.stats import SAME_BAND
 from qualify.evaluate.summarize import floor_ns, series_ns
 from qualify.evaluate.verdict import device_label
-from qualify.io import atomic_write_bytes
+from qualify.io import MAX_PLOT_BYTES, atomic_write_bytes, read_limited, remove_in_record
 from qualify.plan.checks import selected_cases
 from qualify.plan.model import ARM_SIDES, Plan
 from qualify.plan.resolve import case_id
@@ -137,7 +138,7 @@ def _drawn_order(arrays: dict[str, np.ndarray], cid: str, pair, block: int) -> s
 
 
 def _load(folder: Path, trial: Trial) -> dict[str, np.ndarray]:
-    return raw.load(Path(folder) / trial.samples_file)
+    return raw.load(Path(folder) / trial.samples_file, root=folder)
 
 
 class _Digest:
@@ -421,13 +422,12 @@ def write_plots(folder: Path, results: Results, plan: Plan) -> list[str]:
         return []
     plots = render_plots(folder, results, plan)
     for rel, data in plots.items():
-        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(folder / rel, data)
+        atomic_write_bytes(folder / rel, data, root=folder)  # a link in the record is refused
     stale = folder / PLOT_DIR
-    if stale.is_dir():
+    if stale.is_dir() and not stale.is_symlink():
         for path in stale.glob("device-*.svg"):
             if f"{PLOT_DIR}/{path.name}" not in plots:
-                path.unlink()
+                remove_in_record(path, folder)
     return sorted(plots)
 
 
@@ -447,10 +447,10 @@ def plot_problems(folder: Path, results: Results, plan: Plan) -> list[str]:
     problems = []
     for rel, data in expected.items():
         path = folder / rel
-        if not path.is_file():
+        if not os.path.lexists(path):  # anything else there is read, or refused, by read_limited
             problems.append(f"{rel}: missing; `qualify report {folder}` draws it")
             continue
-        found = path.read_bytes()
+        found = read_limited(path, MAX_PLOT_BYTES, root=folder)
         if found == data:
             continue
         version, declared = svg_facts(found)

@@ -15,11 +15,12 @@ import ast
 import io
 import math
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
-from qualify.io import atomic_write_bytes
+from qualify.io import MAX_NPZ_BYTES, atomic_write_bytes, open_limited
 
 SERIES = ("base", "candidate", "aa_a", "aa_b")
 FIELDS = ("ns", "block", "sm_mhz", "throttle", "temp_c", "warmup_ns", "placement", "half")
@@ -84,30 +85,40 @@ class TrialSamples:
         }
 
 
-def save(path: Path, arrays: dict[str, np.ndarray]) -> bytes:
-    """Write the arrays atomically; returns the bytes written (for their sha256)."""
+def save(path: Path, arrays: dict[str, np.ndarray], *, root: Path | None = None) -> bytes:
+    """Write the arrays atomically (with `root`, the record: never through a link); returns the
+    bytes written (for their sha256)."""
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
     data = buf.getvalue()
-    atomic_write_bytes(path, data)
+    atomic_write_bytes(path, data, root=root)
     return data
 
 
-def load(path: Path) -> dict[str, np.ndarray]:
+def load(path: Path, *, root: Path | None = None) -> dict[str, np.ndarray]:
     """Read a samples file written by any numpy version.
 
     The .npy members are parsed here rather than by np.load: numpy 2.5 pads headers with NUL
     bytes that numpy 2.4 refuses, and a record must stay readable wherever it is checked.
-    Only plain (non-object, C-order) arrays are accepted; nothing is unpickled.
+    Only plain (non-object, C-order) arrays are accepted; nothing is unpickled. The file is read
+    through qualify.io's checks (a regular file of at most MAX_NPZ_BYTES; with `root`, a link
+    stays inside it) and streamed by zipfile, never read whole; a file that is not a zip archive,
+    or a damaged one, is a ValueError naming what is wrong.
     """
     out = {}
-    with zipfile.ZipFile(path) as archive:
-        members = [info for info in archive.infolist() if info.filename.endswith(".npy")]
-        total = sum(info.file_size for info in members)
-        if total > MAX_SAMPLES_BYTES:  # a few MB in any real record; refuse a zip bomb unread
-            raise ValueError(f"{total:,} bytes of samples once expanded (limit {MAX_SAMPLES_BYTES:,})")
-        for info in members:
-            out[info.filename[: -len(".npy")]] = _parse_npy(archive.read(info), info.filename)
+    with open_limited(path, MAX_NPZ_BYTES, root=root) as f:
+        try:
+            with zipfile.ZipFile(f) as archive:
+                members = [info for info in archive.infolist() if info.filename.endswith(".npy")]
+                total = sum(info.file_size for info in members)
+                if total > MAX_SAMPLES_BYTES:  # a few MB in any real record; refuse a zip bomb unread
+                    raise ValueError(f"{total:,} bytes of samples once expanded (limit {MAX_SAMPLES_BYTES:,})")
+                for info in members:
+                    out[info.filename[: -len(".npy")]] = _parse_npy(archive.read(info), info.filename)
+        except zipfile.BadZipFile as exc:
+            raise ValueError(f"not a readable .npz (zip) archive: {exc}") from None
+        except (EOFError, NotImplementedError, zlib.error) as exc:
+            raise ValueError(f"a damaged .npz archive: {exc}") from None
     return out
 
 

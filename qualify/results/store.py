@@ -28,7 +28,6 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import socket
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -38,7 +37,18 @@ from pydantic import ValidationError
 
 from qualify import strict_json
 from qualify.errors import DeviceError, FrozenInputChanged, PlanError
-from qualify.io import atomic_write_text
+from qualify.io import (
+    MAX_JSON_BYTES,
+    MAX_LOCK_BYTES,
+    MAX_NPZ_BYTES,
+    MAX_PLAN_BYTES,
+    UnreadableFile,
+    atomic_write_bytes,
+    atomic_write_text,
+    open_in_record,
+    read_limited,
+    read_text_limited,
+)
 from qualify.plan.digest import sha256_file
 from qualify.results.model import RESULTS_VERSION, Results, Trial
 
@@ -77,12 +87,12 @@ class Record:
         return self.folder / LEDGER
 
     def ledger(self) -> list[dict]:
-        if not self.ledger_path.exists():
+        if not os.path.lexists(self.ledger_path):
             return []
         try:
-            text = self.ledger_path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PlanError(f"unreadable ledger: {exc}", file=self.ledger_path) from None
+            text = read_text_limited(self.ledger_path, MAX_JSON_BYTES, root=self.folder)
+        except UnreadableFile as exc:
+            raise PlanError(f"unreadable ledger: {exc.message}", file=self.ledger_path) from None
         events = []
         # A line cut short by a crash is refused, not skipped: the ledger is what counts trials
         # against the budget, and a guess about what the lost event said could undercount them.
@@ -113,9 +123,9 @@ class Record:
             # Whoever ends a trial, the end event binds the files it left: a trial file or raw
             # samples edited, swapped or replaced later no longer match what the ledger recorded.
             event = {**self.evidence_hashes(event["trial"]), **event}
-        self.folder.mkdir(parents=True, exist_ok=True)
         line = (json.dumps({**event, "at": now_iso()}, sort_keys=True, allow_nan=False) + "\n").encode()
-        with open(self.ledger_path, "a+b") as f:  # O_APPEND: the line goes at the end in one write
+        fd = open_in_record(self.ledger_path, self.folder, append=True)  # a link there is refused
+        with os.fdopen(fd, "a+b") as f:  # O_APPEND: the line goes at the end in one write
             if f.seek(0, os.SEEK_END) > 0:
                 f.seek(-1, os.SEEK_END)
                 if f.read(1) != b"\n":  # the last append was cut short: this event must not join it
@@ -140,17 +150,20 @@ class Record:
     def evidence_hashes(self, index: int) -> dict[str, str]:
         """sha256 of trial `index`'s file and raw samples, those that exist."""
         found = {}
-        for name, path in (("trial_sha256", self.trial_path(index)), ("samples_sha256", self.samples_path(index))):
+        for name, path, limit in (
+            ("trial_sha256", self.trial_path(index), MAX_JSON_BYTES),
+            ("samples_sha256", self.samples_path(index), MAX_NPZ_BYTES),
+        ):
             if path.is_file():
-                found[name] = sha256_file(path)
+                found[name] = sha256_file(path, limit=limit, root=self.folder)
         return found
 
     @contextmanager
     def locked(self):
         """Exclusive use of the record among processes (one worker per GPU may share a record):
         taking a trial index, closing dangling trials and re-rendering happen under it."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        with open(self.folder / LOCK_FILE, "a+b") as f:
+        fd = open_in_record(self.folder / LOCK_FILE, self.folder)  # a link there is refused
+        with os.fdopen(fd, "a+b") as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             try:
                 yield
@@ -245,7 +258,7 @@ class Record:
         for index in dangling:
             status = "interrupted"
             if self.trial_path(index).is_file():
-                status = load_model(Trial, self.trial_path(index)).status
+                status = load_model(Trial, self.trial_path(index), root=self.folder).status
             self.append(
                 {
                     "event": "trial_ended",
@@ -267,11 +280,14 @@ class Record:
                     f"{digest[:16]}…; a changed plan needs a new record",
                     file=self.folder,
                 )
-        self.folder.mkdir(parents=True, exist_ok=True)
-        for src in (plan_path, plan_path.with_name(plan_path.stem + ".lock.json")):
+        for src, limit in (
+            (plan_path, MAX_PLAN_BYTES),
+            (plan_path.with_name(plan_path.stem + ".lock.json"), MAX_LOCK_BYTES),
+        ):
             dst = self.folder / src.name
             if src.exists() and not dst.exists():
-                shutil.copyfile(src, dst)
+                # written without following a link: a plan.json planted as a link is refused
+                atomic_write_bytes(dst, read_limited(src, limit), replace=False, root=self.folder)
 
     def next_trial_index(self) -> int:
         indices = [t.index for t in self.trials_in_ledger()]
@@ -291,7 +307,7 @@ class Record:
     def write_trial(self, trial: Trial) -> None:
         path = self.trial_path(trial.index)
         try:
-            atomic_write_text(path, trial.model_dump_json(indent=1) + "\n", replace=False)
+            atomic_write_text(path, trial.model_dump_json(indent=1) + "\n", replace=False, root=self.folder)
         except FileExistsError:
             raise FrozenInputChanged("trial file exists; records are never overwritten", file=path) from None
 
@@ -301,17 +317,17 @@ class Record:
         paths = [p for p in folder.glob("trial-*.json") if p.stem[6:].isdigit()] if folder.exists() else []
         paths.sort(key=lambda p: int(p.stem[6:]))
         for path in paths:
-            trial = load_model(Trial, path)
+            trial = load_model(Trial, path, root=self.folder)
             if path.name != self.trial_path(trial.index).name:  # trial-01.json, or a renamed file
                 raise PlanError(f"holds trial {trial.index}; its name says otherwise", file=path, field="index")
             out.append(trial)
         return out
 
     def write_results(self, results: Results) -> None:
-        atomic_write_text(self.folder / "results.json", results_json(results))
+        atomic_write_text(self.folder / "results.json", results_json(results), root=self.folder)
 
     def results(self) -> Results:
-        return load_model(Results, self.folder / "results.json")
+        return load_model(Results, self.folder / "results.json", root=self.folder)
 
 
 def _read_owner(path: Path) -> dict:
@@ -337,14 +353,10 @@ def results_json(results: Results) -> str:
     return versioned.model_dump_json(indent=1, exclude_unset=True) + "\n"
 
 
-def load_model(model, path: Path):
-    """Load a versioned JSON file; errors name the file and the field."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PlanError("no such file", file=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlanError(f"unreadable: {exc}", file=path) from None
+def load_model(model, path: Path, *, root: Path | None = None):
+    """Load a versioned JSON file (at most MAX_JSON_BYTES; with `root`, a link must stay inside
+    it); errors name the file and the field."""
+    text = read_text_limited(path, MAX_JSON_BYTES, root=root)
     try:
         data = strict_json.parse(text)
     except strict_json.JSONProblem as exc:

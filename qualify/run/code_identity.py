@@ -28,16 +28,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from qualify.build.elf import ElfProblem
-from qualify.build.fatbin import cubins
+from qualify.build.fatbin import read_cubins
 from qualify.build.machine_code import CubinCode, compare, first_instructions, machine_code, merged
 from qualify.build.nvrtc import CompiledKernel
 from qualify.evaluate.kernels import traced_launches_match
-from qualify.io import UnreadableFile, read_limited
+from qualify.io import UnreadableFile
 from qualify.plan.model import ARM_SIDES
 from qualify.plan.resolve import ResolvedCase
 from qualify.results.model import CodeIdentity
 
-MAX_LIBRARY_BYTES = 4 << 30
 # nvdisasm only renders the first differing instruction for a reader; the CUDA toolkit's usual home
 # is searched when it is not on the PATH (the GPU machine's case).
 TOOLKIT_BINS = (Path("/usr/local/cuda/bin/nvdisasm"),)
@@ -66,7 +65,7 @@ def library(base: Path, candidate: Path, arch: str) -> CodeIdentity:
     codes, raw = [], []
     for side, path in (("base", base), ("candidate", candidate)):
         try:
-            found = cubins(read_limited(Path(path), MAX_LIBRARY_BYTES), sm)
+            found = read_cubins(Path(path), sm)  # mapped, only this arch's entries decoded
         except (ElfProblem, UnreadableFile) as exc:
             why = exc.message if isinstance(exc, UnreadableFile) else str(exc)
             return CodeIdentity(

@@ -75,7 +75,7 @@ def write_trial(
 ) -> Trial:
     plan = loaded.plan
     arrays = found.samples.arrays()
-    data = samples_io.save(record.samples_path(ending.index), arrays)
+    data = samples_io.save(record.samples_path(ending.index), arrays, root=record.folder)
     iterations = plan.schedule.iterations_per_sample
     floor = floor_ns(arrays)
     kernel_trace = tracer.kernel_trace(found.cases)
