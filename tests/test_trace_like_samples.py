@@ -12,6 +12,7 @@ from test_engine import fake, frozen, run_trial, small_plan
 
 from qualify.evaluate.cupti_delta import FIXED_PCT, allowance_pct, interval_gap_pct
 from qualify.evaluate.recompute import kernel_fields
+from qualify.evaluate.verdict import verdict
 from qualify.plan.schedule import block_plan, trace_plan
 from qualify.record.assemble import write_record
 from qualify.record.check import check_record
@@ -109,7 +110,7 @@ def test_cupti_and_samples_that_agree_give_no_reason(tmp_path):
 
 def test_cupti_that_disagrees_with_the_samples_beyond_their_intervals_is_a_reason(tmp_path):
     # CUPTI reads the candidate 5 % longer than the samples do: -16 % against -20 %
-    _, _, trial, results = run_traced(tmp_path, trace_scale={"candidate": 1.05})
+    loaded, _, trial, results = run_traced(tmp_path, trace_scale={"candidate": 1.05})
     for case in trial.cases:
         d = case.kernels.timer_delta
         assert d.agree is False and d.gap_pct > d.allowance_pct == pytest.approx(FIXED_PCT, abs=0.1)
@@ -118,7 +119,14 @@ def test_cupti_that_disagrees_with_the_samples_beyond_their_intervals_is_a_reaso
     named = [r for r in results.verdict.reasons if "the two timers disagree" in r]
     assert [r.split(":")[0] for r in named] == ["trial 1"] * 2
     assert "the two timers disagree at N=1024: CUPTI -16." in named[0] and "against events -20." in named[0]
+    # said, never decisive: the one other reason (a second planned trial not run) decides the status
+    others = [r for r in results.verdict.reasons if r not in named]
+    assert others == ["NVIDIA H200 (fake) (GPU-00000000): 1 of 2 planned trials complete"]
     assert results.verdict.status == "incomplete"
+    one_trial = results.model_copy(update={"trials": [trial]})
+    plan_one = loaded.plan.model_copy(update={"schedule": loaded.plan.schedule.model_copy(update={"trials": 1})})
+    alone = verdict(plan_one, one_trial.trials)
+    assert alone.status == "qualified" and [r for r in alone.reasons if "the two timers disagree" in r] == named
     readme = (tmp_path / "record" / "README.md").read_text()
     (row,) = [x for x in readme.splitlines() if x.startswith("| 1 | N=1024 | -16.")]
     assert "| -20." in row and row.endswith("| no |")

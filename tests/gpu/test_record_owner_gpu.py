@@ -32,10 +32,10 @@ def test_a_second_run_on_the_device_into_the_record_is_refused_naming_the_owner(
         second = subprocess.run(command, capture_output=True, text=True, timeout=300)
         assert first.poll() is None, "the first run ended before the second was refused: make it longer"
     finally:
-        first.wait(timeout=600)
+        _, first_stderr = first.communicate(timeout=600)  # reads and closes the pipe
     assert second.returncode == 5, second.stderr
     assert f"pid {first.pid}" in second.stderr and "one run per device per record" in second.stderr
     assert second.stderr.startswith("qualify: error:") and second.stderr.count("\n") == 1
-    assert first.returncode in (0, 1, 7), first.stderr[-2000:]
+    assert first.returncode in (0, 1, 7), first_stderr[-2000:]
     check = subprocess.run([sys.executable, "-m", "qualify", "report", "--check", str(record)], capture_output=True)
     assert check.returncode == 0, check.stderr
