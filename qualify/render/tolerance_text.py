@@ -89,7 +89,7 @@ def _fraction(value: float | None) -> str:
     return "∞" if value is None else f"{value:.3g}"
 
 
-def _counts_cell(c: ParityCounts) -> str:
+def counts_cell(c: ParityCounts) -> str:
     text = f"{c.identical}/{c.elements} bit-identical"
     extra = []
     if c.one_quantum:
@@ -117,7 +117,7 @@ def counts_table(trial: Trial, side: str = "candidate") -> list[str]:
     lines = ["| case | " + " | ".join(f"`{o}`" for o in outputs) + " |", "|---|" + "---|" * len(outputs)]
     for case in cases:
         by_output = {c.output: c for c in case.tolerance.counts[side]}
-        lines.append(f"| {case.case} | " + " | ".join(_counts_cell(by_output[o]) for o in outputs) + " |")
+        lines.append(f"| {case.case} | " + " | ".join(counts_cell(by_output[o]) for o in outputs) + " |")
     return lines
 
 
