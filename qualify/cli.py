@@ -224,7 +224,7 @@ def plan_schema(output: Path | None) -> None:
 @click.option(
     "--reorder-ulp",
     type=click.IntRange(min=0, max=1 << 20),
-    default=8,
+    default=16,
     show_default=True,
     help="Simulate a change of summation order: each float output moved up to this many steps (0: identical).",
 )

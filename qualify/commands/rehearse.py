@@ -32,7 +32,9 @@ from qualify.run import golden_stage
 from qualify.run.controls import mutate
 from qualify.run.reference import host_values, reference_outputs
 
-DEFAULT_REORDER_ULP = 8
+# 16 steps: the softmax pair's two summation orders differ by up to 1.0e-6 relative (9 to 17 f32
+# steps) on 4096-term rows on the H200 (tests/gpu/test_softmax_gpu.py); longer reductions need more
+DEFAULT_REORDER_ULP = 16
 REORDER_HINT = (
     "a change of summation order needs a bound that holds a few ulp (mode 'tolerance' with rtol above "
     "k·eps of the dtype; `qualify probe` measures it on a GPU); rehearse a change that keeps every bit "
