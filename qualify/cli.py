@@ -213,7 +213,7 @@ def plan_schema(output: Path | None) -> None:
     "reference_spec",
     metavar="FILE.py:FUNCTION",
     help="float64 reference function(params, inputs) -> {output: values} (or module:function); "
-    "the plan's golden is used when it has one.",
+    "the plan's golden is used when it has one, and its own reference when it compares with float64.",
 )
 @click.option(
     "--out",
@@ -243,6 +243,9 @@ def plan_rehearse(
     from qualify.errors import PlanError
 
     loaded = view_plan(plan_path)
+    declared = loaded.plan.acceptance.fidelity.reference  # against float64: the plan's own, relative to it
+    if reference_spec is None and declared is not None:
+        reference_spec = str(loaded.path.parent / declared)
     reference = resolve_reference(reference_spec, loaded.path) if reference_spec else None
     folder = out_dir if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"qualify-rehearsal-{loaded.plan.name}-"))
     result = rehearse(loaded, reference, folder, reorder_ulp=reorder_ulp, seed=seed)

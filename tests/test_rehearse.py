@@ -198,3 +198,17 @@ def test_only_exact_selectors_and_bit_exact_rules_are_declared_identical():
 def test_the_example_reference_is_the_one_the_readme_names():
     assert "def softmax(params, inputs)" in REFERENCE.read_text()
     assert "kernels/softmax/reference.py:softmax" in (ROOT / "README.md").read_text()
+
+
+def test_a_float64_plan_is_rehearsed_with_its_own_reference(tmp_path, capsys):
+    fidelity = {
+        "mode": "rel",
+        "bound": 1e-5,
+        "against": "float64",
+        "reference": "../../kernels/softmax/reference.py:softmax",
+    }
+    plan = softmax_repo(tmp_path, fidelity, controls=[])
+    code, _, err = run_cli(["plan", "rehearse", plan, "--out", tmp_path / "out"], capsys)
+    assert code == 0, err
+    found = json.loads((tmp_path / "out" / "rehearsal.json").read_text())
+    assert found["expected_from"].startswith("the float64 reference ") and all(c["passed"] for c in found["cases"])
