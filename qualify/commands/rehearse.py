@@ -13,6 +13,7 @@ see, is a plan error (exit 2), found before a trial counts.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +92,27 @@ def _outputs(case: ResolvedCase):
     return [b for b in case.arms["candidate"].buffers if b.role == "output"]
 
 
+@dataclass(frozen=True)
+class _Case:
+    """One case as the rehearsal sees it: its inputs, expected values and simulated candidate."""
+
+    case: ResolvedCase
+    params: dict
+    dtypes: dict[str, str]  # output -> dtype
+    inputs: dict[str, np.ndarray]
+    truth: dict[str, np.ndarray]  # the expected values, rounded to each output's dtype
+
+    def candidate(self, fid, values: dict[str, np.ndarray], reorder_ulp: int, seed: int) -> dict[str, np.ndarray]:
+        """`values` as a reordered candidate would give them (declared bit-exact outputs kept)."""
+        cid = self.case.id
+        return {
+            n: v.copy()
+            if declared_identical(fid, cid, self.params, n)
+            else reordered(v, self.dtypes[n], reorder_ulp, seed, cid, n)
+            for n, v in values.items()
+        }
+
+
 def rehearse(
     loaded: PlanView,
     reference: Reference | None,
@@ -115,7 +137,6 @@ def rehearse(
     expected = _Expected(loaded, golden, reference)
     cases, controls = [], []
     for case in loaded.cases:
-        params = case_params(loaded, case)
         if has_golden_inputs and golden is None:
             cases.append(RehearsedCase(case=case.id, input_sha256={}, simulated=False, passed=None))
             continue
@@ -126,92 +147,15 @@ def rehearse(
             cases.append(RehearsedCase(case=case.id, input_sha256=sha, simulated=False, passed=None))
             continue
         dtypes = {b.name: b.dtype for b in _outputs(case)}
-
-        def candidate(values: dict[str, np.ndarray], case=case, params=params, dtypes=dtypes):
-            return {
-                n: v.copy()
-                if declared_identical(fid, case.id, params, n)
-                else reordered(v, dtypes[n], reorder_ulp, seed, case.id, n)
-                for n, v in values.items()
-            }
-
-        simulated = candidate(truth)
-        counts, parity, resolutions = [], [], []
-        if fid.counted:
-            counts = judge_case(fid, case.id, params, dtypes, truth, simulated)
-            passed = all(passes(c) for c in counts)
-            problems += [
-                f"{case.id}: {c.output}: the simulated candidate fails the bound (|err| ≤ {c.atol:g} + "
-                f"{c.rtol:g}·|expected|): {c.elements - c.identical} of {c.elements} differ, worst bound fraction "
-                f"{_fraction(c.worst_bound_fraction)} at index {c.worst_index}"
-                for c in counts
-                if not passes(c)
-            ]
-            if fid.calibration is not None:
-                for n in dtypes:
-                    r = calibrate(fid, fid.calibration, case.id, params, n, dtypes[n], truth[n], simulated[n])
-                    resolutions.append(r)
-                    if r.vacuous:
-                        problems.append(
-                            f"{case.id}: {n}: the gate caught no perturbation up to "
-                            f"{fid.calibration.ceiling_quanta} quanta: it is vacuous here"
-                        )
-        else:
-            parity = [compare(n, dtypes[n], truth[n], simulated[n]) for n in dtypes]
-            passed = fidelity_passes(parity, fid)
-            if not passed:
-                bad = ", ".join(
-                    f"{p.buffer}: {p.differing_elements} of {p.elements} differ, up to {p.max_ulp} ulp"
-                    for p in parity
-                    if not p.equal
-                )
-                problems.append(f"{case.id}: the simulated candidate fails mode {fid.mode!r}: {bad}")
-        cases.append(
-            RehearsedCase(
-                case=case.id,
-                input_sha256=sha,
-                simulated=True,
-                counts=counts,
-                parity=parity,
-                calibration=resolutions,
-                passed=passed,
-            )
-        )
+        one = _Case(case, case_params(loaded, case), dtypes, inputs, truth)
+        judged, found = _judge_case(fid, one, one.candidate(fid, truth, reorder_ulp, seed))
+        cases.append(judged.model_copy(update={"input_sha256": sha}))
+        problems += found
         for control in plan.controls.negative:
-            if control.cases is not None and case.id not in control.cases:
-                continue
-            if not isinstance(control, InputControl) or reference is None:
-                why = (
-                    "a build control needs the kernel"
-                    if not isinstance(control, InputControl)
-                    else ("needs --reference to evaluate the mutated inputs")
-                )
-                controls.append(
-                    RehearsedControl(control=control.name, case=case.id, simulated=False, caught=None, note=why)
-                )
-                continue
-            spec = case.arms["candidate"].buffer(control.buffer)
-            mutated = dict(inputs)
-            mutated[control.buffer] = mutate(
-                inputs[control.buffer], spec.dtype, control.mutation, case.arms["candidate"].params
-            )
-            got = candidate(expected.outputs(case, mutated, from_golden=False))
-            outcome = None
-            if fid.counted:
-                outcome = control_outcome(
-                    control, case.id, params, judge_case(fid, case.id, params, dtypes, truth, got)
-                )
-                caught = outcome.as_declared
-            else:
-                caught = not fidelity_passes([compare(n, dtypes[n], truth[n], got[n]) for n in dtypes], fid)
-            controls.append(
-                RehearsedControl(control=control.name, case=case.id, simulated=True, caught=caught, outcome=outcome)
-            )
-            if not caught:
-                problems.append(
-                    f"{case.id}: negative control {control.name} "
-                    + ("is not as declared" if outcome is not None else "passes the gate: the gate cannot see it")
-                )
+            if control.cases is None or case.id in control.cases:
+                rehearsed, problem = _rehearse_control(fid, control, one, expected, reorder_ulp, seed)
+                controls.append(rehearsed)
+                problems += [problem] if problem else []
     rehearsal = Rehearsal(
         plan=plan.name,
         plan_digest=loaded.digest or "none yet (the golden is missing)",
@@ -235,6 +179,85 @@ def rehearse(
     (folder / "rehearsal.json").write_text(rehearsal.model_dump_json(indent=1) + "\n")
     (folder / "REHEARSAL.md").write_text(rehearsal_markdown(plan, rehearsal))
     return rehearsal
+
+
+def _judge_case(fid, one: _Case, simulated: dict[str, np.ndarray]) -> tuple[RehearsedCase, list[str]]:
+    """The plan's gate on one case's simulated candidate: counts under each output's entry
+    (counted fidelity, with the calibration when the plan has one), else parity and the mode."""
+    cid, params, dtypes, truth = one.case.id, one.params, one.dtypes, one.truth
+    problems: list[str] = []
+    counts, parity, resolutions = [], [], []
+    if fid.counted:
+        counts = judge_case(fid, cid, params, dtypes, truth, simulated)
+        passed = all(passes(c) for c in counts)
+        problems += [
+            f"{cid}: {c.output}: the simulated candidate fails the bound (|err| ≤ {c.atol:g} + "
+            f"{c.rtol:g}·|expected|): {c.elements - c.identical} of {c.elements} differ, worst bound fraction "
+            f"{_fraction(c.worst_bound_fraction)} at index {c.worst_index}"
+            for c in counts
+            if not passes(c)
+        ]
+        for n in dtypes if fid.calibration is not None else ():
+            r = calibrate(fid, fid.calibration, cid, params, n, dtypes[n], truth[n], simulated[n])
+            resolutions.append(r)
+            if r.vacuous:
+                problems.append(
+                    f"{cid}: {n}: the gate caught no perturbation up to "
+                    f"{fid.calibration.ceiling_quanta} quanta: it is vacuous here"
+                )
+    else:
+        parity = [compare(n, dtypes[n], truth[n], simulated[n]) for n in dtypes]
+        passed = fidelity_passes(parity, fid)
+        if not passed:
+            bad = ", ".join(
+                f"{p.buffer}: {p.differing_elements} of {p.elements} differ, up to {p.max_ulp} ulp"
+                for p in parity
+                if not p.equal
+            )
+            problems.append(f"{cid}: the simulated candidate fails mode {fid.mode!r}: {bad}")
+    judged = RehearsedCase(
+        case=cid,
+        input_sha256={},
+        simulated=True,
+        counts=counts,
+        parity=parity,
+        calibration=resolutions,
+        passed=passed,
+    )
+    return judged, problems
+
+
+def _rehearse_control(
+    fid, control, one: _Case, expected: _Expected, reorder_ulp: int, seed: int
+) -> tuple[RehearsedControl, str | None]:
+    """An input control simulated by the reference on the mutated inputs, judged as a trial
+    judges it; a build control (or one without a reference) is listed as not rehearsed."""
+    cid = one.case.id
+    if not isinstance(control, InputControl) or expected.reference is None:
+        why = (
+            "a build control needs the kernel"
+            if not isinstance(control, InputControl)
+            else ("needs --reference to evaluate the mutated inputs")
+        )
+        return RehearsedControl(control=control.name, case=cid, simulated=False, caught=None, note=why), None
+    arm = one.case.arms["candidate"]
+    mutated = dict(one.inputs)
+    mutated[control.buffer] = mutate(
+        one.inputs[control.buffer], arm.buffer(control.buffer).dtype, control.mutation, arm.params
+    )
+    got = one.candidate(fid, expected.outputs(one.case, mutated, from_golden=False), reorder_ulp, seed)
+    outcome = None
+    if fid.counted:
+        counts = judge_case(fid, cid, one.params, one.dtypes, one.truth, got)
+        outcome = control_outcome(control, cid, one.params, counts)
+        caught = outcome.as_declared
+    else:
+        caught = not fidelity_passes([compare(n, one.dtypes[n], one.truth[n], got[n]) for n in one.dtypes], fid)
+    rehearsed = RehearsedControl(control=control.name, case=cid, simulated=True, caught=caught, outcome=outcome)
+    if caught:
+        return rehearsed, None
+    why = "is not as declared" if outcome is not None else "passes the gate: the gate cannot see it"
+    return rehearsed, f"{cid}: negative control {control.name} {why}"
 
 
 def _fraction(value: float | None) -> str:
