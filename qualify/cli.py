@@ -219,6 +219,97 @@ def plan_schema(output: Path | None) -> None:
         out.print(f"wrote {_shown(output)}")
 
 
+@plan.command("rehearse")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+@click.option(
+    "--reference",
+    "reference_spec",
+    metavar="FILE.py:FUNCTION",
+    help="float64 reference function(params, inputs) -> {output: values} (or module:function); "
+    "the plan's golden is used when it has one, and its own reference when it compares with float64.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    help="Folder for REHEARSAL.md and rehearsal.json (default: a new temporary folder; never under records/).",
+)
+@click.option(
+    "--reorder-ulp",
+    type=click.IntRange(min=0, max=1 << 20),
+    default=16,
+    show_default=True,
+    help="Simulate a change of summation order: each float output moved up to this many steps (0: identical).",
+)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the simulation.")
+def plan_rehearse(
+    plan_path: Path, reference_spec: str | None, out_dir: Path | None, reorder_ulp: int, seed: int
+) -> None:
+    """On the CPU: generate PLAN's inputs, evaluate the expected outputs, apply the plan's fidelity
+    gate to a simulated candidate and render the result as a rehearsal (never a record), so a
+    wrong bound or a control the gate cannot see shows before GPU time is spent. Exit 2 when the
+    rehearsal finds a problem."""
+    import tempfile
+
+    from qualify.commands.golden import resolve_reference, view_plan
+    from qualify.commands.rehearse import rehearse
+    from qualify.errors import PlanError
+
+    loaded = view_plan(plan_path)
+    declared = loaded.plan.acceptance.fidelity.reference  # against float64: the plan's own, relative to it
+    if reference_spec is None and declared is not None:
+        reference_spec = str(loaded.path.parent / declared)
+    reference = resolve_reference(reference_spec, loaded.path) if reference_spec else None
+    folder = out_dir if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"qualify-rehearsal-{loaded.plan.name}-"))
+    result = rehearse(loaded, reference, folder, reorder_ulp=reorder_ulp, seed=seed)
+    simulated = sum(c.simulated for c in result.cases)
+    out.print(f"rehearsal (not a record): {_shown(folder / 'REHEARSAL.md')}", soft_wrap=True)
+    out.print(f"expected values: {_shown(result.expected_from)}", soft_wrap=True)
+    out.print(f"cases simulated: {simulated} of {len(result.cases)}")
+    for problem in result.problems:
+        out.print(f"problem: {_shown(problem)}", soft_wrap=True)
+    if result.problems:
+        first = "; ".join(result.problems) + (f" (hint: {result.hint})" if result.hint else "")
+        raise PlanError(
+            f"the rehearsal found {len(result.problems)} problem(s) (see {folder / 'REHEARSAL.md'}): {first}",
+            file=plan_path,
+            field="acceptance.fidelity",
+        )
+
+
+@cli.group()
+def golden() -> None:
+    """Write golden files from a float64 reference (no GPU needed)."""
+
+
+@golden.command("make")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(path_type=Path))
+@click.option(
+    "--reference",
+    "reference_spec",
+    required=True,
+    metavar="FILE.py:FUNCTION",
+    help="float64 reference function(params, inputs) -> {output: values} (or module:function).",
+)
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(path_type=Path),
+    help="Write here (default: the plan's acceptance.fidelity.golden).",
+)
+def golden_make(plan_path: Path, reference_spec: str, out_path: Path | None) -> None:
+    """Write PLAN's golden: every case's seeded inputs through the reference, each output rounded to
+    its dtype, the reference's file recorded as the golden's producer (the plan's golden_script)."""
+    from qualify.commands.golden import make_golden, resolve_reference, view_plan
+
+    loaded = view_plan(plan_path)
+    made = make_golden(loaded, resolve_reference(reference_spec, loaded.path), out_path)
+    out.print(f"wrote {_shown(made.path)}: {made.tensors} tensors, {made.cases} cases", soft_wrap=True)
+    out.print(f"producer {_shown(made.producer)}", soft_wrap=True)
+    if made.hint:
+        out.print(f"next: {_shown(made.hint)}", soft_wrap=True)
+
+
 _RUN_OPTIONS = [
     click.option(
         "--record",
@@ -501,9 +592,17 @@ def changed_cmd(base: str | None, head: str, paths: tuple[str, ...], sources: tu
     type=click.Path(path_type=Path),
     help="Check the GPU against this plan's devices, and only the tools it needs.",
 )
+@click.option(
+    "--role",
+    type=click.Choice(["authoring", "running", "ci"]),
+    help="Exit non-zero unless the host serves this role (default: unless it serves none). authoring: "
+    "write and check plans (NVRTC, no GPU); running: run trials (GPU, driver, the plan's tools); "
+    "ci: a GPU CI runner (every tool).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a versioned JSON document instead of lines.")
-def doctor_cmd(ordinal: int, plan_path: Path | None, as_json: bool) -> None:
-    """Check that this host can qualify: packages, NVRTC, driver and GPU, NVML, toolkit tools."""
+def doctor_cmd(ordinal: int, plan_path: Path | None, role: str | None, as_json: bool) -> None:
+    """Say which roles this host serves (authoring plans, running trials, a GPU CI runner) from its
+    packages, NVRTC, driver and GPU, NVML and toolkit tools."""
     from qualify.commands.doctor import diagnose, format_report, plan_needs, real_host
 
     plan = None
@@ -513,15 +612,18 @@ def doctor_cmd(ordinal: int, plan_path: Path | None, as_json: bool) -> None:
 
         plan = load_plan(plan_path).plan
         needs = plan_needs(plan)
-    report = diagnose(real_host(), ordinal, plan, needs_nvcc=needs[0], needs_sanitizer=needs[1])
+    report = diagnose(real_host(), ordinal, plan, needs_nvcc=needs[0], needs_sanitizer=needs[1], role=role)
     if as_json:
         click.echo(report.model_dump_json(indent=1))
     else:
         for line in format_report(report):
             click.echo(line)
     if not report.ok:
-        problems = sum(c.status == "fail" for c in report.checks)
-        _fail_line(f"qualify: error: doctor: this host cannot qualify: {problems} check(s) failed (FAIL above)")
+        wanted = next(r for r in report.roles if r.name == (role or "authoring"))
+        what = f"role {role}" if role else "any role"
+        _fail_line(
+            f"qualify: error: doctor: this host cannot serve {what}: blocked by {', '.join(wanted.blocked_by)} (FAIL above)"
+        )
     raise SystemExit(report.exit_code)
 
 

@@ -14,7 +14,7 @@ import pytest
 import qualify.commands.doctor as doctor
 from qualify.cli import main
 from qualify.commands.doctor import DoctorReport, Host, NvmlState, diagnose, format_report, plan_needs
-from qualify.errors import DeviceError
+from qualify.errors import DeviceError, EnvironmentProblem
 from qualify.generation import missing_extra
 from qualify.plan.load import load_plan
 from qualify.results.store import Record
@@ -161,7 +161,7 @@ def test_nvml_findings_warn_without_failing(state, check, status, words):
 def test_the_report_is_one_line_per_check_and_failures_carry_their_code():
     report = diagnose(healthy(open_device=no_gpu))
     lines = format_report(report)
-    assert len(lines) == len(report.checks)
+    assert len(lines) == len(doctor.ROLES) + len(report.checks)  # the roles first, then one line per check
     assert "FAIL  gpu: device 0: no NVIDIA driver on this machine (DynamicLibNotFoundError) [exit 5]" in lines
     assert all("\n" not in line for line in lines)
 
@@ -176,23 +176,71 @@ def run_cli(argv, capsys):
     return exc.value.code, out.out, out.err
 
 
-def test_command_without_a_gpu_is_exit_5_and_one_error_line(capsys, monkeypatch):
+def test_command_without_a_gpu_is_exit_5_for_running_and_one_error_line(capsys, monkeypatch):
     monkeypatch.setattr(doctor, "real_host", lambda: healthy(open_device=no_gpu))
-    code, out, err = run_cli(["doctor"], capsys)
+    code, out, err = run_cli(["doctor", "--role", "running"], capsys)
     assert code == 5
-    assert err == "qualify: error: doctor: this host cannot qualify: 1 check(s) failed (FAIL above)\n"
+    assert err == "qualify: error: doctor: this host cannot serve role running: blocked by gpu (FAIL above)\n"
     assert "FAIL  gpu:" in out
+
+
+def test_a_host_fine_for_writing_plans_says_so_without_fail(capsys, monkeypatch):
+    monkeypatch.setattr(doctor, "real_host", lambda: healthy(open_device=no_gpu, which=lambda tool: None))
+    code, out, err = run_cli(["doctor"], capsys)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].startswith("yes   role authoring: write and check plans")
+    assert lines[1].startswith("no    role running: run trials") and lines[1].endswith(
+        "(blocked by gpu, compute-sanitizer, nvcc)"
+    )
+    assert "FAIL" not in out and any(line.startswith("no    gpu: device 0: ") for line in lines)
+    code, _, err = run_cli(["doctor", "--role", "authoring"], capsys)
+    assert (code, err) == (0, "")
+
+
+def test_a_host_without_nvrtc_serves_no_role(capsys, monkeypatch):
+    def missing():
+        raise EnvironmentProblem("NVRTC not found: pip install 'qualify[cu13]'")
+
+    monkeypatch.setattr(doctor, "real_host", lambda: healthy(open_device=no_gpu, nvrtc_version=missing))
+    code, out, err = run_cli(["doctor"], capsys)
+    assert code == 5 and err.startswith("qualify: error: doctor: this host cannot serve any role: blocked by nvrtc")
+    assert "FAIL  nvrtc:" not in out and "no    role authoring:" in out
+
+
+@pytest.mark.parametrize(
+    "host, served",
+    [
+        ({}, {"authoring": True, "running": True, "ci": True}),
+        ({"open_device": "no_gpu"}, {"authoring": True, "running": False, "ci": False}),
+        ({"which": "no_nvcc"}, {"authoring": True, "running": True, "ci": False}),
+    ],
+)
+def test_roles_follow_the_checks_they_need(host, served):
+    probes = {"no_gpu": no_gpu, "no_nvcc": lambda tool: None if tool == "nvcc" else f"/bin/{tool}"}
+    # a plan that needs no nvcc: running is served, a CI runner (every protocol) is not
+    report = diagnose(
+        healthy(**{k: probes[v] for k, v in host.items()}), needs_nvcc=False, needs_sanitizer=True, role=None
+    )
+    assert {r.name: r.serves for r in report.roles} == served
+    assert report.ok and report.exit_code == 0
+    if not served["ci"]:
+        ci = next(r for r in report.roles if r.name == "ci")
+        assert ci.blocked_by == (["gpu"] if host.get("open_device") else ["nvcc"])
 
 
 def test_command_json_follows_its_schema(capsys, monkeypatch):
     monkeypatch.setattr(doctor, "real_host", lambda: healthy(open_device=no_gpu))
-    code, out, _ = run_cli(["doctor", "--json", "--plan", str(ROOT / "protocols/vecload/plan.json")], capsys)
+    code, out, _ = run_cli(
+        ["doctor", "--json", "--role", "running", "--plan", str(ROOT / "protocols/vecload/plan.json")], capsys
+    )
     assert code == 5
     document = json.loads(out)
     import jsonschema  # here, not at the top: a GPU host running only `pytest -m gpu` may lack it
 
     jsonschema.validate(document, json.loads(SCHEMA.read_text()))
-    assert document["doctor_version"] == 2 and document["exit_code"] == 5 and document["ok"] is False
+    assert document["doctor_version"] == 3 and document["exit_code"] == 5 and document["ok"] is False
+    assert document["role"] == "running" and [r["serves"] for r in document["roles"]] == [True, False, False]
 
 
 def test_command_on_a_ready_runner_is_exit_0(capsys, monkeypatch):
@@ -214,7 +262,12 @@ def test_the_real_command_with_no_visible_gpu_is_exit_5_without_traceback():
     """End to end on this host: no driver here, or a GPU hidden by CUDA_VISIBLE_DEVICES on a GPU host."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-m", "qualify", "doctor"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+        [sys.executable, "-m", "qualify", "doctor", "--role", "ci"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
     )
     assert done.returncode == 5, done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("qualify: error: doctor:")

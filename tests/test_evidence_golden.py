@@ -42,7 +42,7 @@ def test_a_control_relabelled_as_declared_is_refused(tmp_path):
         wrong["caught"] = True
 
     edit_trial(folder, flip)
-    assert any("'caught' disagrees with its outcome against the golden" in p for p in check_record(folder))
+    assert any("'caught' disagrees with its recorded outcome" in p for p in check_record(folder))
 
 
 def test_a_golden_failure_edited_out_is_refused(tmp_path):

@@ -54,9 +54,13 @@ def test_exact_output_fails_on_one_quantum_that_tolerance_accepts():
     assert loose.worst_bound_fraction == 1.0
 
 
-def test_tolerance_without_a_golden_is_refused():
-    with pytest.raises(ValueError, match="need against 'golden'"):
-        Fidelity.model_validate({"mode": "tolerance", "atol": 0.0, "rtol": 0.1})
+def test_tolerance_against_base_is_accepted_and_against_float64_refused():
+    base = Fidelity.model_validate({"mode": "tolerance", "atol": 0.0, "rtol": 0.1})
+    assert base.against == "base" and base.counted
+    with pytest.raises(ValueError, match="need against 'golden' or 'base'"):
+        Fidelity.model_validate(
+            {"mode": "tolerance", "atol": 0.0, "rtol": 0.1, "against": "float64", "reference": "r.py:f"}
+        )
 
 
 def test_bytes_mode_treats_signed_zeros_as_a_difference():

@@ -52,11 +52,13 @@ def test_a_rule_needs_one_bound(rule, message):
         fidelity(tolerances=[rule])
 
 
-def test_tolerances_need_the_tolerance_mode_and_a_golden():
-    with pytest.raises(ValidationError, match="need against 'golden'"):
-        Fidelity.model_validate(
-            {"mode": "tolerance", "atol": 0.0, "rtol": 0.1, "tolerances": [{"rtol": 0.1, "atol": 0.0}]}
-        )
+def test_tolerances_need_the_tolerance_mode_and_a_golden_or_the_base_arm():
+    against_base = Fidelity.model_validate(
+        {"mode": "tolerance", "atol": 0.0, "rtol": 0.1, "tolerances": [{"rtol": 0.1, "atol": 0.0}]}
+    )
+    assert against_base.tolerances[0].rtol == 0.1
+    with pytest.raises(ValidationError, match="belong to mode 'tolerance'"):
+        Fidelity.model_validate({"mode": "ulp", "bound": 2, "exact": [{"cases": ["S=8"]}]})
     with pytest.raises(ValidationError, match="belong to mode 'tolerance'"):
         Fidelity.model_validate({"mode": "abs", "bound": 0.1, **GOLDEN, "tolerances": [{"rtol": 0.1, "atol": 0.0}]})
 

@@ -259,7 +259,7 @@ def fake(tmp_path):
 def test_gpu_job_stops_at_doctor_with_its_code(fake):
     code, summary, log, _ = fake(FAKE_DOCTOR="5")
     assert code == 5
-    assert log == ["qualify doctor"]  # no tests, no run
+    assert log == ["qualify doctor --role ci"]  # no tests, no run
     assert "qualify doctor: exit 5 (device or environment)" in summary
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU job of .github/workflows/gpu.yml, as a script so it runs the same on a runner and by hand:
-#   qualify doctor → QUALIFY_REQUIRE_GPU=1 pytest -m gpu → run/compare each protocol → summary.
+#   qualify doctor --role ci → QUALIFY_REQUIRE_GPU=1 pytest -m gpu → run/compare each protocol → summary.
 #
 # Environment (all optional):
 #   QUALIFY_PROTOCOL   a protocol under protocols/ to qualify (workflow_dispatch); else the ones
@@ -84,8 +84,8 @@ else
 fi
 qualify() { interruptible "$PY" -m qualify "$@"; }
 
-echo "+ qualify doctor"
-doctor_out=$("$PY" -m qualify doctor 2>&1)  # seconds long: not worth forwarding signals to
+echo "+ qualify doctor --role ci"
+doctor_out=$("$PY" -m qualify doctor --role ci 2>&1)  # seconds long: not worth forwarding signals to
 doctor_code=$?
 echo "$doctor_out"
 {

@@ -1,4 +1,9 @@
-"""`qualify doctor`: can this host qualify? One check per line, and the exit code that answers.
+"""`qualify doctor`: which roles can this host serve? One check per line, and the exit code that answers.
+
+Three roles (ROLES): authoring plans (packages and NVRTC: a laptop without a GPU), running trials
+(a GPU, its driver, the tools the plan's gates use) and a GPU CI runner (every tool). `--role`
+asks for one, and the exit code answers for it; without it, doctor answers whether the host
+serves any role.
 
 A GPU runner needs the packages, NVRTC and its headers, a driver with a GPU the plan lists,
 compute-sanitizer (and nvcc when a protocol builds shared libraries), and benefits from NVML. The
@@ -28,7 +33,31 @@ from qualify.results.model import DeviceInfo
 #   1 — {"doctor_version", "ok", "exit_code", "device", "checks": [{"name", "status", "detail", "exit_code"}]}
 #   2 — adds "cuda": {"driver", "bindings", "nvrtc", "headers", "generation", "extra"}, the versions the
 #       `cuda` line shows (any may be null: not installed, no driver)
-DOCTOR_VERSION = 2
+#   3 — adds "role" (the role asked with --role, or null) and "roles": [{"name", "serves", "does",
+#       "blocked_by"}]; "ok" and "exit_code" answer for the role asked (none asked: any role)
+DOCTOR_VERSION = 3
+
+RoleName = Literal["authoring", "running", "ci"]
+
+# What each role is for, and the checks it needs (a check a role needs that fails blocks the role).
+# Authoring needs no GPU: plan new, check and freeze compile with NVRTC; rehearse and golden make
+# run on the CPU. Running needs the device and the tools the plan's gates use (without a plan,
+# every tool); a GPU CI runner runs every protocol and the gpu tests, so it needs every tool.
+ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "authoring": (
+        "write and check plans: plan new, check, freeze and rehearse, golden make (no GPU needed)",
+        ("packages", "nvrtc"),
+    ),
+    "running": (
+        "run trials: run, compare, probe",
+        ("packages", "nvrtc", "cuda", "gpu", "plan", "compute-sanitizer", "nvcc"),
+    ),
+    "ci": (
+        "serve as a GPU CI runner: the gpu tests and every protocol",
+        ("packages", "nvrtc", "cuda", "gpu", "compute-sanitizer", "nvcc"),
+    ),
+}
+CI_TOOLS = ("compute-sanitizer", "nvcc")
 
 # The generation-neutral packages; cuda-bindings, NVRTC and the runtime headers are named by the
 # installed generation (qualify.generation), cuda-bindings and NVRTC before them as the line shows.
@@ -74,14 +103,27 @@ class CudaVersions(BaseModel):
     extra: str | None  # the install extra of that generation, e.g. "cu13"
 
 
+class Role(BaseModel):
+    """Whether this host can serve one role, and the checks that keep it from doing so."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: RoleName
+    serves: bool
+    does: str
+    blocked_by: list[str]
+
+
 class DoctorReport(BaseModel):
     """The document `qualify doctor --json` prints (version DOCTOR_VERSION)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    doctor_version: Literal[2] = DOCTOR_VERSION
+    doctor_version: Literal[3] = DOCTOR_VERSION
     ok: bool
     exit_code: int
+    role: RoleName | None = None
+    roles: list[Role] = []
     device: DeviceInfo | None
     cuda: CudaVersions
     checks: list[Check]
@@ -123,10 +165,17 @@ class Host:
 
 
 def diagnose(
-    host: Host, ordinal: int = 0, plan=None, needs_nvcc: bool = True, needs_sanitizer: bool = True
+    host: Host,
+    ordinal: int = 0,
+    plan=None,
+    needs_nvcc: bool = True,
+    needs_sanitizer: bool = True,
+    role: RoleName | None = "running",
 ) -> DoctorReport:
-    """Run every check; the report's exit code is the first failure's in the order
-    device/environment (5) before tools (6), since without a GPU nothing else can run."""
+    """Run every check and say which roles the host serves. `ok` and the exit code answer for
+    `role` (None: whether the host serves any role); the exit code is the first failure's among
+    the checks that role needs, device/environment (5) before tools (6), since without a GPU
+    nothing else can run."""
     checks: list[Check] = []
     add = checks.append
 
@@ -194,10 +243,33 @@ def diagnose(
     ncu = host.which("ncu")
     checks.append(Check(name="ncu", status="info", detail=ncu or "not found (optional: profiling leads only)"))
 
-    failures = [c.exit_code for c in checks if c.status == "fail" and c.exit_code is not None]
+    roles = {name: _blocking(host, name, checks) for name in ROLES}
+    served = [
+        Role(name=name, serves=not blocked, does=ROLES[name][0], blocked_by=[c.name for c in blocked])
+        for name, blocked in roles.items()
+    ]
+    if role is None:
+        blocked = [] if any(r.serves for r in served) else roles["authoring"]
+    else:
+        blocked = roles[role]
+    failures = [c.exit_code for c in blocked if c.exit_code is not None]
     order = (ExitCode.DEVICE, ExitCode.TOOL, ExitCode.BAD_INPUT)
     code = next((c for c in order if c in failures), failures[0] if failures else ExitCode.QUALIFIED)
-    return DoctorReport(ok=not failures, exit_code=int(code), device=info, cuda=cuda, checks=checks)
+    return DoctorReport(
+        ok=not blocked, exit_code=int(code), role=role, roles=served, device=info, cuda=cuda, checks=checks
+    )
+
+
+def _blocking(host: Host, role: str, checks: list[Check]) -> list[Check]:
+    """The checks that keep the host from a role: failed ones it needs; for a CI runner, a tool
+    the plan at hand does not need is still needed (the runner serves every protocol)."""
+    needs = ROLES[role][1]
+    out = [c for c in checks if c.status == "fail" and c.name in needs]
+    if role == "ci":
+        for c in checks:
+            if c.name in CI_TOOLS and c.status != "fail" and host.which(c.name) is None:
+                out.append(c.model_copy(update={"status": "fail", "exit_code": ExitCode.TOOL}))
+    return out
 
 
 def _version(text: str | None) -> generation.CudaVersion | None:
@@ -368,10 +440,20 @@ def plan_needs(plan) -> tuple[bool, bool]:
 
 
 def format_report(report: DoctorReport) -> list[str]:
-    """One line per check; failures carry their exit code."""
+    """The roles first (yes or no, and what blocks each), then one line per check. A failed check
+    is FAIL, with its exit code, where the role asked needs it; otherwise it only keeps the host
+    from the roles named after it ("no"): a laptop that can author plans shows no FAIL."""
     marks = {"ok": "ok  ", "warn": "warn", "fail": "FAIL", "info": "    "}
+    asked = ROLES[report.role][1] if report.role is not None else ()
     lines = []
+    for r in report.roles:
+        why = "" if r.serves else f" (blocked by {', '.join(r.blocked_by)})"
+        lines.append(f"{'yes ' if r.serves else 'no  '}  role {r.name}: {r.does}{why}")
     for c in report.checks:
+        if c.status == "fail" and c.name not in asked:
+            blocks = [r.name for r in report.roles if c.name in r.blocked_by]
+            lines.append(f"no    {c.name}: {c.detail} (needed for {', '.join(blocks) or 'no role'})")
+            continue
         code = f" [exit {c.exit_code}]" if c.status == "fail" else ""
         lines.append(f"{marks[c.status]}  {c.name}: {c.detail}{code}")
     return lines

@@ -1,4 +1,7 @@
-"""The tolerance-gated fidelity of one case against its golden: counts, controls, calibration.
+"""The tolerance-gated fidelity of one case against its expected values: counts, controls, calibration.
+
+The expected values are the golden's (`against: golden`) or the base arm's (`against: base`,
+mode 'tolerance'); one entry model (`Fidelity`: exact, tolerances, atol and rtol) serves both.
 
 Three pure steps over arrays the engine has already read back:
 - `judge_case`: each output's parity counts under the bound the plan gives that case and output
@@ -63,7 +66,7 @@ def quantum_at_rms(dtype: str, expected: np.ndarray) -> float:
 def declared_bound(fidelity: Fidelity, case_id: str, params: Params, output: str) -> tuple[float | None, float]:
     """(atol, rtol) as the plan declares them for one output in one case: zero for bit-exact
     (exact selectors first, then a bit_exact rule), the first matching rule's, else the global
-    ones. atol is None where the rule gives it in quanta: only the golden can say how much that is."""
+    ones. atol is None where the rule gives it in quanta: only the expected values can say how much that is."""
     if is_exact(fidelity, case_id, params, output):
         return 0.0, 0.0
     rule = rule_for(fidelity, case_id, params, output)
@@ -77,7 +80,7 @@ def declared_bound(fidelity: Fidelity, case_id: str, params: Params, output: str
 def bound_for(
     fidelity: Fidelity, case_id: str, params: Params, output: str, dtype: str, expected: np.ndarray
 ) -> tuple[float, float]:
-    """(atol, rtol) of one output in one case, an atol in quanta made absolute from the golden."""
+    """(atol, rtol) of one output in one case, an atol in quanta made absolute from the expected values."""
     atol, rtol = declared_bound(fidelity, case_id, params, output)
     if atol is None:
         rule = rule_for(fidelity, case_id, params, output)

@@ -434,8 +434,8 @@ def _parity_problems(trial: Trial, plan: Plan) -> list[str]:
                     f"{where}: parity of {p.buffer} contradicts itself (equal {p.equal}, "
                     f"{p.differing_elements} of {p.elements} differ, first at {p.first_difference})"
                 )
-        if plan.acceptance.fidelity.against == "golden":
-            # the gate is the golden's: the candidate's counts against it, the controls as declared
+        if plan.acceptance.fidelity.counted:
+            # counted fidelity: the candidate's counts (against the golden or the base arm), the controls as declared
             # at this case (each misbehaving control is a fidelity failure of the case too)
             counts_pass = case.tolerance is not None and all(
                 tolerance_passes(c) for c in case.tolerance.counts.get("candidate", [])
@@ -482,16 +482,14 @@ def _control_problems(trial: Trial, plan: Plan) -> list[str]:
             out.append(f"negative control {c.name} ({c.kind}) is not one of the plan's")
         elif spec.cases is not None and c.case not in spec.cases:
             out.append(f"negative control {c.name} ran at {c.case}, which the plan does not give it")
-        if plan.acceptance.fidelity.against == "golden":
+        if plan.acceptance.fidelity.counted:
             # 'caught' reads "behaved as declared" (a control may be declared to pass): it must agree
-            # with the recorded outcome against the golden
+            # with the recorded outcome under counted fidelity
             outcome = next(
                 (o for o in (trial.control_outcomes or []) if o.control == c.name and o.case == c.case), None
             )
             if outcome is None or outcome.as_declared != c.caught:
-                out.append(
-                    f"negative control {c.name} at {c.case}: 'caught' disagrees with its outcome against the golden"
-                )
+                out.append(f"negative control {c.name} at {c.case}: 'caught' disagrees with its recorded outcome")
             continue
         if c.caught and c.differing_elements == 0:
             out.append(f"negative control {c.name} at {c.case} is 'caught' with no element differing")

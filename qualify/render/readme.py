@@ -221,11 +221,12 @@ def timer_extra(trial: Trial) -> Md:
 
 
 def golden_tables(plan: Plan, results: Results) -> Md:
-    """For plans gated by a golden file: each case's bound (when the plan gives bounds per case),
-    then per trial the candidate's and the base's counts against it, the controls as declared and
-    measured, and the gate's resolution per output."""
+    """For plans judged by counts (a golden file, or a tolerance against the base arm): each case's
+    bound (when the plan gives bounds per case), then per trial the candidate's (and, against a
+    golden, the base's) counts, the controls as declared and measured, and the gate's resolution."""
     from qualify.render.tolerance_text import bounds_table, controls_table, counts_table, resolution_lines
 
+    source = "the golden" if plan.acceptance.fidelity.against == "golden" else "the base arm"
     out = []
     bounds = bounds_table(plan, results)
     if bounds:
@@ -234,10 +235,10 @@ def golden_tables(plan: Plan, results: Results) -> Md:
         for side in ("candidate", "base"):
             table = counts_table(t, side)
             if table:
-                out += ["", f"Trial {t.index}, the {side} against the golden:", "", *table]
+                out += ["", f"Trial {t.index}, the {side} against {source}:", "", *table]
         controls = controls_table(t)
         if controls:
-            out += ["", f"Trial {t.index}, negative controls against the golden:", "", *controls]
+            out += ["", f"Trial {t.index}, negative controls against {source}:", "", *controls]
         resolution = resolution_lines(t)
         if resolution:
             out += [

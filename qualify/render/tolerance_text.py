@@ -14,7 +14,8 @@ from qualify.results.tolerance import ParityCounts
 
 def fidelity_text(f: Fidelity) -> str:
     """The tolerance mode's sentence (render.fidelity_text covers bytes/ulp/abs/rel)."""
-    text = f"outputs within |err| ≤ {f.atol:g} + {f.rtol:g}·|expected| of the golden file `{f.golden}`"
+    against = f"the golden file `{f.golden}`" if f.against == "golden" else "the base arm's outputs"
+    text = f"outputs within |err| ≤ {f.atol:g} + {f.rtol:g}·|expected| of {against}"
     if f.golden_script:
         text += f" (written by `{f.golden_script}`)"
     if f.exact:
@@ -24,7 +25,7 @@ def fidelity_text(f: Fidelity) -> str:
 
 def rule_words(rule: ToleranceRule | None, f: Fidelity, atol: float | None = None) -> str:
     """One bound in words: a rule's (None: the plan's global bound); `atol`, when known, is the
-    absolute part a trial derived from the golden for an `atol_quanta` rule."""
+    absolute part a trial derived from the expected values (golden or base arm) for an `atol_quanta` rule."""
     if rule is None:
         return f"|err| ≤ {f.atol:g} + {f.rtol:g}·|expected|"
     if rule.bit_exact:
@@ -33,7 +34,8 @@ def rule_words(rule: ToleranceRule | None, f: Fidelity, atol: float | None = Non
         return f"|err| ≤ {rule.atol:g} + {rule.rtol:g}·|expected|"
     k = f"{rule.atol_quanta:g} {'quantum' if rule.atol_quanta == 1 else 'quanta'}"
     at = f" ({atol:.3g})" if atol is not None else ""
-    return f"|err| ≤ {k} of the output's dtype at the golden's RMS{at} + {rule.rtol:g}·|expected|"
+    rms = "the golden's RMS" if f.against == "golden" else "the base arm's RMS"
+    return f"|err| ≤ {k} of the output's dtype at {rms}{at} + {rule.rtol:g}·|expected|"
 
 
 def _selection(rule: ToleranceRule) -> str:
@@ -87,7 +89,7 @@ def _fraction(value: float | None) -> str:
     return "∞" if value is None else f"{value:.3g}"
 
 
-def _counts_cell(c: ParityCounts) -> str:
+def counts_cell(c: ParityCounts) -> str:
     text = f"{c.identical}/{c.elements} bit-identical"
     extra = []
     if c.one_quantum:
@@ -108,14 +110,14 @@ def _counts_cell(c: ParityCounts) -> str:
 
 def counts_table(trial: Trial, side: str = "candidate") -> list[str]:
     """One row per case, one column per output, as the seed's table."""
-    cases = [c for c in trial.cases if c.tolerance is not None]
+    cases = [c for c in trial.cases if c.tolerance is not None and side in c.tolerance.counts]
     if not cases:
-        return []
+        return []  # none, or the side is the expectation itself (against the base arm)
     outputs = [c.output for c in cases[0].tolerance.counts[side]]
     lines = ["| case | " + " | ".join(f"`{o}`" for o in outputs) + " |", "|---|" + "---|" * len(outputs)]
     for case in cases:
         by_output = {c.output: c for c in case.tolerance.counts[side]}
-        lines.append(f"| {case.case} | " + " | ".join(_counts_cell(by_output[o]) for o in outputs) + " |")
+        lines.append(f"| {case.case} | " + " | ".join(counts_cell(by_output[o]) for o in outputs) + " |")
     return lines
 
 

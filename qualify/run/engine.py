@@ -83,7 +83,7 @@ class TrialRunner:
         self.record = Record(options.record_dir)
         self.clock = StageClock()
         self.found = Evidence()
-        # golden-based fidelity (qualify/run/golden_stage.py); None when the plan compares with base
+        # the plan's golden (qualify/run/golden_stage.py); None when the plan compares with base
         self.golden = golden_stage.open_golden(loaded)
         self.inputs = InputPrefetch(self.plan, self.golden, loaded.cases)
         self.tracer = Tracer(self.plan, device)
@@ -217,7 +217,7 @@ class TrialRunner:
             argv=self.options.argv,
             preflight=preflighted,
             telemetry="nvml" if getattr(self.telemetry, "available", False) else "none",
-            golden=self.golden is not None,
+            counted=self.plan.acceptance.fidelity.counted,
         )
         return write_trial(self.loaded, self.record, self.device, ending, self.found, self.tracer, self.clock)
 

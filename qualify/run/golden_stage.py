@@ -1,9 +1,14 @@
-"""The engine's calls into golden-based fidelity, one per step, so `engine.py` stays a sequencer.
+"""The engine's calls into counted fidelity, one per step, so `engine.py` stays a sequencer.
+
+Counted fidelity (`Fidelity.counted`) judges each output of each case by element counts under the
+bound its entry gives it: against the golden's outputs, or, in mode 'tolerance' against the base
+arm, against the base arm's outputs of the same case (one entry model, two sources of expected values).
 
 - `open_golden`: the plan's golden, provenance checked, or None when the plan has none;
 - `case_inputs`: a case's inputs, seeded ones generated and golden ones read from the golden;
-- `judge`: both arms' counts against the golden, the candidate's calibration, and what failed;
-- `control`: one negative control's outcome against the golden and the plan's expectation.
+- `expected`: the values a case's candidate is judged against (the golden's, else the base arm's);
+- `judge`: the counts against them, the candidate's calibration, and what failed;
+- `control`: one negative control's outcome against them and the plan's expectation.
 """
 
 from __future__ import annotations
@@ -41,17 +46,31 @@ def _params(plan: Plan, case: ResolvedCase) -> dict:
     return {**plan.workload.params, **case.values}
 
 
+def expected(golden: Golden | None, case_id: str, outputs: dict[str, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Each output's expected bytes for one case: the golden's, else the base arm's first run."""
+    if golden is None:
+        return dict(outputs["base"])
+    return {n: golden.expected(case_id, n) for n in outputs["candidate"]}
+
+
 def judge(
-    plan: Plan, golden: Golden, case: ResolvedCase, outputs: dict[str, dict[str, np.ndarray]], dtypes: dict[str, str]
+    plan: Plan,
+    golden: Golden | None,
+    case: ResolvedCase,
+    outputs: dict[str, dict[str, np.ndarray]],
+    dtypes: dict[str, str],
 ) -> tuple[CaseTolerance, list[str]]:
-    """Counts of both arms against the golden; the candidate is the one gated (the base arm's
-    counts say how far the old kernel sat from the same reference). Returns the problems found."""
+    """Counts against the expected values; the candidate is the one gated. Against a golden the
+    base arm's counts are kept too (how far the old kernel sat from the same reference); against
+    the base arm only the candidate's are. Returns the problems found."""
     fid, params = plan.acceptance.fidelity, _params(plan, case)
     names = list(outputs["candidate"])
-    expected = {n: golden.expected(case.id, n) for n in names}
-    counts = {side: judge_case(fid, case.id, params, dtypes, expected, outputs[side]) for side in outputs}
+    want = expected(golden, case.id, outputs)
+    sides = list(outputs) if golden is not None else ["candidate"]
+    source = "the golden" if golden is not None else "the base arm"
+    counts = {side: judge_case(fid, case.id, params, dtypes, want, outputs[side]) for side in sides}
     problems = [
-        f"{c.output}: {c.elements - c.identical} of {c.elements} differ from the golden, worst "
+        f"{c.output}: {c.elements - c.identical} of {c.elements} differ from {source}, worst "
         f"bound fraction {_fraction(c.worst_bound_fraction)} at index {c.worst_index}"
         for c in counts["candidate"]
         if not passes(c)
@@ -59,7 +78,7 @@ def judge(
     resolutions = []
     if fid.calibration is not None:
         for n in names:
-            r = calibrate(fid, fid.calibration, case.id, params, n, dtypes[n], expected[n], outputs["candidate"][n])
+            r = calibrate(fid, fid.calibration, case.id, params, n, dtypes[n], want[n], outputs["candidate"][n])
             resolutions.append(r)
             if r.vacuous:
                 problems.append(
@@ -70,11 +89,18 @@ def judge(
 
 
 def control(
-    plan: Plan, golden: Golden, case: ResolvedCase, control_spec, out: dict[str, np.ndarray], dtypes: dict[str, str]
+    plan: Plan,
+    golden: Golden | None,
+    case: ResolvedCase,
+    control_spec,
+    out: dict[str, np.ndarray],
+    dtypes: dict[str, str],
+    base: dict[str, np.ndarray],
 ) -> ControlOutcome:
+    """A control's candidate outputs `out` judged against the golden, else the base arm's `base`."""
     fid, params = plan.acceptance.fidelity, _params(plan, case)
-    expected = {n: golden.expected(case.id, n) for n in out}
-    return control_outcome(control_spec, case.id, params, judge_case(fid, case.id, params, dtypes, expected, out))
+    want = expected(golden, case.id, {"base": base, "candidate": out})
+    return control_outcome(control_spec, case.id, params, judge_case(fid, case.id, params, dtypes, want, out))
 
 
 def control_problem(outcome: ControlOutcome) -> str | None:

@@ -111,6 +111,13 @@ class Fidelity(AddedFields):
     )
     calibration: Calibration | None = None
 
+    @property
+    def counted(self) -> bool:
+        """Whether each output of each case is judged by element counts under its entry's bound
+        (tolerance_gate): always against a golden, and against the base arm in mode 'tolerance'.
+        Otherwise the base-arm parity decides (verdict.fidelity_passes)."""
+        return self.against == "golden" or self.mode == "tolerance"
+
     @model_validator(mode="after")
     def _consistent(self) -> Fidelity:
         if self.mode == "bytes" and self.bound is not None:
@@ -124,9 +131,14 @@ class Fidelity(AddedFields):
             raise ValueError(f"mode {self.mode!r} needs a bound")
         if (self.against == "golden") != (self.golden is not None):
             raise ValueError("golden is required with against 'golden' and only then")
-        if self.against != "golden" and (self.mode == "tolerance" or self.exact or self.calibration or self.tolerances):
-            # the base-arm comparison has no counts to judge them by: they would pass vacuously
-            raise ValueError("mode 'tolerance', exact, tolerances and calibration need against 'golden'")
+        if self.against == "float64" and (
+            self.mode == "tolerance" or self.exact or self.calibration or self.tolerances
+        ):
+            # the float64 comparison has no counts to judge them by: they would pass vacuously
+            raise ValueError("mode 'tolerance', exact, tolerances and calibration need against 'golden' or 'base'")
+        if self.against == "base" and (self.exact or self.calibration) and self.mode != "tolerance":
+            # against the base arm, only the tolerance mode counts elements per output and case
+            raise ValueError("exact and calibration against 'base' belong to mode 'tolerance'")
         if self.tolerances and self.mode != "tolerance":
             raise ValueError("tolerances belong to mode 'tolerance'")
         if self.golden_script is not None and self.golden is None:

@@ -1,6 +1,6 @@
 """Negative controls: the candidate run on mutated inputs, or rebuilt with a control's defines,
-and its outputs judged by the fidelity gate, which must catch each one (or, against a golden,
-behave as the control declares)."""
+and its outputs judged by the fidelity gate, which must catch each one (or, under counted
+fidelity, `Fidelity.counted`, behave as the control declares)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ from qualify.run.stages.where import watch
 @dataclass(frozen=True)
 class ControlFound:
     result: ControlResult
-    outcome: ControlOutcome | None  # against the golden (None when the plan compares with base)
-    problem: str | None  # why the control did not behave as declared against the golden
+    outcome: ControlOutcome | None  # counted fidelity's outcome (None when base parity decides)
+    problem: str | None  # why the control did not behave as declared
 
 
 class ControlKernels:
@@ -69,8 +69,8 @@ def run_controls(
             out = _run_one(control, case, setup, cand, kernels, device)
         parity = [compare(n, ref.dtypes[n], base_ref[n], out[n]) for n in cand.outputs]
         differing = sum(p.differing_elements for p in parity)
-        if golden is not None:
-            outcome = golden_stage.control(plan, golden, case, control, out, ref.dtypes)
+        if plan.acceptance.fidelity.counted:
+            outcome = golden_stage.control(plan, golden, case, control, out, ref.dtypes, base_ref)
             # `caught` reads "behaved as declared" here: a control declared to pass must pass
             result = ControlResult(
                 name=control.name,

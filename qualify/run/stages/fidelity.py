@@ -59,7 +59,7 @@ class Reference:
 @dataclass(frozen=True)
 class Gate:
     passed: bool
-    tolerance: CaseTolerance | None  # the golden's counts (None when the plan compares with base)
+    tolerance: CaseTolerance | None  # the counts (None when base parity decides: Fidelity.counted)
     failures: tuple[Failure, ...]
 
 
@@ -118,19 +118,21 @@ def _escape_wait(ex: ArmExec, device) -> float:
 def gate(plan: Plan, golden: Golden | None, case: ResolvedCase, ref: Reference) -> Gate:
     """Whether the case's outputs pass the plan's fidelity rule, and the failures that say why not.
 
-    With a golden, the gate is the golden's; base-versus-candidate parity stays informative.
+    Counted fidelity (a golden, or mode 'tolerance' against the base arm) is judged by the counts
+    under each output's bound; base-versus-candidate parity stays informative.
     """
     facts = ref.facts
     failures: list[Failure] = []
     tolerance = None
     passed = fidelity_passes(facts.parity, plan.acceptance.fidelity)
-    if golden is not None:
+    counted = plan.acceptance.fidelity.counted
+    if counted:
         tolerance, problems = golden_stage.judge(plan, golden, case, ref.outputs, ref.dtypes)
         passed = not problems
         failures += [Failure(kind="fidelity", case=case.id, message=problem) for problem in problems]
     deterministic = all(facts.deterministic.values())
-    if (not passed or not deterministic) and (golden is None or not deterministic):
-        # golden problems are in already
+    if (not passed or not deterministic) and (not counted or not deterministic):
+        # the counts' problems are in already
         failures.append(Failure(kind="fidelity", case=case.id, message=_message(facts.parity, facts.deterministic)))
     return Gate(passed and deterministic, tolerance, tuple(failures))
 

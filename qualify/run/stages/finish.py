@@ -43,8 +43,8 @@ class Evidence:
     failures: list[Failure] = field(default_factory=list)
     cases: list[CaseFacts] = field(default_factory=list)
     controls: list[ControlResult] = field(default_factory=list)
-    control_outcomes: list = field(default_factory=list)  # against the golden, when the plan has one
-    tolerance: dict = field(default_factory=dict)  # case -> CaseTolerance, when the plan has a golden
+    control_outcomes: list = field(default_factory=list)  # under counted fidelity (Fidelity.counted)
+    tolerance: dict = field(default_factory=dict)  # case -> CaseTolerance, under counted fidelity
     sanitizer: list[SanitizerResult] = field(default_factory=list)
     libraries: dict[str, LibraryInfo] = field(default_factory=dict)
     code: CodeIdentity | None = None
@@ -61,7 +61,7 @@ class Ending:
     argv: list[str]
     preflight: str  # how the cases were preflighted
     telemetry: str  # where the clock and throttle readings came from
-    golden: bool  # fidelity was judged against a golden
+    counted: bool  # fidelity was judged by counts (Fidelity.counted): a golden, or a tolerance against base
 
 
 def write_trial(
@@ -107,7 +107,7 @@ def write_trial(
         },
         cases=cases,
         controls=found.controls,
-        control_outcomes=found.control_outcomes if ending.golden else None,
+        control_outcomes=found.control_outcomes if ending.counted else None,
         code=None if found.code is None else code_identity.with_traced_launches(found.code, cases),
         kernel_trace=kernel_trace,
         sanitizer=found.sanitizer,
