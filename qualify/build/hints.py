@@ -9,7 +9,6 @@ header that exists in the repository but in no folder the arm searches (the plan
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 _MISSING = re.compile(r'(?:cannot|could not) open source file "([^"]+)"')
 _TEMPLATE = re.compile(r"cannot determine which instance of function template \"([^\"]+)\"")
@@ -26,14 +25,18 @@ _C_HEADERS = {
 }
 
 
-def for_log(log: str, spec, searched: tuple[Path, ...] = ()) -> str:
+_TEMPLATE_HINT = " is a template: name one instantiation"
+
+
+def is_template_hint(hint: str) -> bool:
+    return _TEMPLATE_HINT in hint
+
+
+def for_log(log: str, spec) -> str:
     """'; <hint>' for the first failure of `log` qualify knows a fix for, else ''."""
     template = _TEMPLATE.search(log)
     if template:
-        return (
-            f"; {template.group(1)} is a template: name one instantiation in the plan's kernel field, "
-            f'e.g. "{template.group(1)}<256>"'
-        )
+        return f'; {template.group(1)}{_TEMPLATE_HINT} in the plan\'s kernel field, e.g. "{template.group(1)}<256>"'
     missing = _MISSING.search(log)
     if missing is None:
         return ""

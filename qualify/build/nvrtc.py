@@ -196,9 +196,12 @@ def _compile(spec: KernelSpec, source: bytes, opts: list[bytes]) -> CompiledKern
     allowed = headers.allowed
     log = scrub_log(str(reply.get("log", "")), allowed)
     if not reply.get("compiled"):
+        hint = hints.for_log(log, spec)
         raise BuildError(
-            f"NVRTC could not compile {spec.kernel} for {spec.arch}{hints.for_log(log, spec, allowed)}",
-            log=error_lines(log),
+            f"NVRTC could not compile {spec.kernel} for {spec.arch}{hint}",
+            # a template named without arguments: the hint says it all; NVRTC's lines about its
+            # internal name map would only confuse
+            log="" if hints.is_template_hint(hint) else error_lines(log),
             file=spec.source,
         )
     lowered_name = reply.get("lowered")
