@@ -85,6 +85,15 @@ def test_plan_check_compiles_every_arch_specific_target_without_a_gpu(tmp_path):
         assert compiled.spec.arch == arch and compiled.cubin[:4] == b"\x7fELF"
 
 
+def test_an_sm_90a_only_instruction_compiles_for_sm_90a_and_not_for_sm_90(tmp_path, capsys):
+    fence = KERNEL.replace(
+        "    const long long i", '    asm volatile("wgmma.fence.sync.aligned;");\n    const long long i'
+    )
+    assert run_cli(["plan", "check", hopper_repo(tmp_path / "a", ("sm_90a",), kernel=fence)], capsys)[0] == 0
+    code, _, err = run_cli(["plan", "check", hopper_repo(tmp_path / "plain", ("sm_90",), kernel=fence)], capsys)
+    assert code == 4 and "wgmma" in err, err
+
+
 def test_a_device_compiles_the_plans_arch_specific_target(tmp_path):
     loaded = load_plan(hopper_repo(tmp_path, ("sm_90a",), kernel=KERNEL))
     assert kernel_spec(loaded, "base", "sm_90").arch == "sm_90a"  # what run asks for an H200
@@ -177,3 +186,58 @@ def test_a_template_named_without_arguments_gets_a_hint(tmp_path, capsys):
     plan["arms"]["base"]["kernel"] = "axpy"
     path = make_repo(tmp_path, plan)
     build_refused(capsys, ["plan", "check", path], "axpy is a template", '"axpy<256>"', log=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# run: the target a device compiles, and the device that cannot run it
+
+
+def _frozen_small_plan(tmp_path, archs):
+    from test_engine import small_plan
+
+    from qualify.cli import main
+    from qualify.commands.pipeline import load_frozen
+
+    plan = small_plan()
+    plan["hardware"]["architectures"] = archs
+    path = make_repo(tmp_path, plan)
+    with pytest.raises(SystemExit):
+        main(["plan", "freeze", str(path)])
+    return load_frozen(path)
+
+
+def test_an_sm_90a_plan_runs_on_a_9_0_device_and_its_record_names_the_target(tmp_path, capsys):
+    import fakes
+
+    from qualify.commands.pipeline import run_plan
+    from qualify.run.fake import FakeDevice, FakeTelemetry
+
+    loaded = _frozen_small_plan(tmp_path, ["sm_90a"])
+    device = FakeDevice({"axpy": fakes.axpy}, durations={"base": 10_000.0, "candidate": 8_000.0})
+    assert device.info.arch == "sm_90"
+    record = tmp_path / "records" / "tiny"
+    outcome = run_plan(loaded, record, lambda: device, lambda uuid: FakeTelemetry(), trials=1)
+    (trial,) = outcome.trials
+    assert trial.code is not None and trial.code.arch == "sm_90a"
+    assert trial.provenance.cccl_version == nvrtc.cccl_version()
+    assert trial.provenance.compile_sandbox == nvrtc.compile_sandbox()
+    assert run_cli(["report", "--check", record], capsys)[0] == 0
+
+
+def test_a_device_that_cannot_run_the_plans_arch_specific_code_is_refused_before_any_trial(tmp_path):
+    import fakes
+
+    from qualify.commands.pipeline import run_plan
+    from qualify.errors import DeviceError
+    from qualify.run.fake import FakeDevice, FakeTelemetry
+
+    loaded = _frozen_small_plan(tmp_path, ["sm_100a"])
+    with pytest.raises(DeviceError) as exc:
+        run_plan(
+            loaded, tmp_path / "records" / "tiny", lambda: FakeDevice({"axpy": fakes.axpy}), lambda u: FakeTelemetry()
+        )
+    assert exc.value.one_line() == (
+        "this device is compute capability 9.0 (sm_90) and the plan lists sm_100a: "
+        "sm_100a code runs only on compute capability 10.0"
+    )
+    assert not (tmp_path / "records" / "tiny").exists()

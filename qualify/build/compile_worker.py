@@ -54,9 +54,9 @@ def compile_request(request: dict) -> dict:
 
     from qualify.build import sandbox
 
-    nvrtc.nvrtcVersion()  # loads libnvrtc before the process gives up its files
+    _, major, minor = nvrtc.nvrtcVersion()  # loads libnvrtc before the process gives up its files
     trace_dir = Path(tempfile.mkdtemp(prefix="qualify-nvrtc-"))
-    reply: dict = {"sandbox": "none: not requested"}
+    reply: dict = {"sandbox": "none: not requested", "nvrtc": f"{major}.{minor}"}
     try:
         if request.get("confine", True):
             abi, why = sandbox.support()

@@ -55,6 +55,8 @@ def missing_header(name: str, spec) -> str:
                 f"#include <cuda/std/{std}> (CCCL, installed with qualify's CUDA extra)"
             )
         return "; NVRTC has no host C++ headers: use CCCL's <cuda/std/...> headers where one exists"
+    if cccl is None and name.split("/", 1)[0] in ("cuda", "cub", "nv", "thrust"):
+        return "; the CCCL headers are not installed: they come with qualify's CUDA extra (nvidia-cuda-cccl)"
     folder = _elsewhere(name, spec)
     if folder is not None:
         return (

@@ -168,12 +168,13 @@ def compile_kernel(spec: KernelSpec) -> CompiledKernel:
 
 
 def _resolve(spec: KernelSpec, source: bytes) -> includes.Headers:
-    repository = (spec.root.resolve(),) if spec.root is not None else (spec.source.parent, *spec.include_dirs)
+    # every folder resolved, so a symlink in a toolkit's path (/usr/local/cuda) compares as itself
+    repository = (spec.root,) if spec.root is not None else (spec.source.parent, *spec.include_dirs)
     return includes.resolve_headers(
-        spec.source,
+        spec.source.resolve(),
         source,
-        tuple(Path(d) for d in search_dirs(spec)),
-        repository,
+        tuple(Path(d).resolve() for d in search_dirs(spec)),
+        tuple(Path(d).resolve() for d in repository),
         trusted_dirs(),
         dict(spec.defines),
     )
@@ -241,7 +242,9 @@ WORKER_TIMEOUT_S = 600
 
 def _run_worker(request: dict, spec: KernelSpec) -> dict:
     """One compile in a fresh, confined child process (qualify.build.compile_worker)."""
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "HOME", "TMPDIR")}
+    # the parent's whole environment: the worker must load the very NVRTC the parent did (found by
+    # cuda-pathfinder through PYTHONPATH, LD_LIBRARY_PATH, LD_PRELOAD, CUDA_HOME ...)
+    env = dict(os.environ)
     try:
         done = subprocess.run(
             [sys.executable, "-m", "qualify.build.compile_worker"],
@@ -263,6 +266,11 @@ def _run_worker(request: dict, spec: KernelSpec) -> dict:
     if not isinstance(reply, dict) or "error" in reply:
         why = reply["error"] if isinstance(reply, dict) else f"exit {done.returncode}, no reply"
         raise ToolError(f"the compile worker failed compiling {spec.kernel}: {why}", file=spec.source)
+    if reply.get("nvrtc") != nvrtc_version():
+        raise ToolError(
+            f"the compile worker loaded NVRTC {reply.get('nvrtc')}, this process NVRTC {nvrtc_version()}",
+            file=spec.source,
+        )
     return reply
 
 
@@ -274,7 +282,8 @@ def scrub_log(log: str, allowed: tuple[Path, ...]) -> str:
     lines of the files it names; whatever it could read, its log shows only what qualify gave it)."""
     out = []
     for line in log.splitlines():
-        paths = [Path(os.path.normpath(p)) for p in _ABSOLUTE.findall(line)]
+        # a path of two or more parts (a lone "/b" is as likely a division in a quoted source line)
+        paths = [Path(os.path.normpath(p)) for p in _ABSOLUTE.findall(line) if p.count("/") >= 2]
         if any(not any(p == a or a in p.parents for a in allowed) for p in paths):
             out.append("[a line naming a file outside the repository and the CUDA headers was withheld]")
         else:
