@@ -5,12 +5,15 @@ never quotes a file outside the repository and the CUDA headers (issue 25, cause
 from __future__ import annotations
 
 import base64
+import json
+import subprocess
+import sys
 
 import pytest
 from plans import KERNEL, make_repo, plan_copy
 from test_refused_inputs import refused, run_cli
 
-from qualify.build import compile_worker, includes, nvrtc, sandbox
+from qualify.build import includes, nvrtc, sandbox
 from qualify.build.nvrtc import KernelSpec, compile_kernel, scrub_log
 from qualify.errors import PlanError
 
@@ -120,11 +123,22 @@ def test_a_header_handed_in_memory_compiles_inside_the_sandbox(tmp_path):
 
 
 def test_without_landlock_the_worker_says_why(monkeypatch):
-    monkeypatch.setattr(sandbox, "support", lambda: (0, "the kernel 5.4 refuses Landlock (Function not implemented)"))
-    monkeypatch.setattr(sandbox, "restrict", lambda *a, **k: pytest.fail("restricted without Landlock"))
-    reply = compile_worker.compile_request(request(K))
-    assert reply["compiled"] and reply["sandbox"] == "none: the kernel 5.4 refuses Landlock (Function not implemented)"
-    assert sandbox.describe() == "none: the kernel 5.4 refuses Landlock (Function not implemented)"
+    """The worker on a kernel without Landlock (simulated in a child process: NVRTC run inside the
+    test process would leave its state there) compiles from memory and says why it is unconfined."""
+    why = "the kernel 5.4 refuses Landlock (Function not implemented)"
+    script = (
+        "import json, sys\n"
+        "from qualify.build import compile_worker, sandbox\n"
+        f"sandbox.support = lambda: (0, {why!r})\n"
+        "sandbox.restrict = lambda *a, **k: sys.exit('restricted without Landlock')\n"
+        "print(json.dumps(compile_worker.compile_request(json.loads(sys.stdin.read()))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], input=json.dumps(request(K)), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    reply = json.loads(done.stdout)
+    assert reply["compiled"] and reply["sandbox"] == f"none: {why}"
+    monkeypatch.setattr(sandbox, "support", lambda: (0, why))
+    assert sandbox.describe() == f"none: {why}"
 
 
 def test_compiled_kernels_and_plan_check_say_how_the_compile_was_confined(tmp_path, capsys):
