@@ -448,7 +448,13 @@ def test_a_fifo_header_inside_the_repository(tmp_path, capsys):
 
 def test_an_include_of_dev_zero(tmp_path, capsys):
     path = tuned_repo(tmp_path, '#include "/dev/zero"')
-    refused(capsys, ["plan", "check", path], 2, "/dev/zero", "not a regular file")
+    # refused by its spelling, before anything asks what /dev/zero is
+    refused(capsys, ["plan", "check", path], 2, "/dev/zero", "outside the repository")
+    (tmp_path / "kernels" / "zero.h").symlink_to("/dev/zero")
+    (tmp_path / "kernels" / "k.cu").write_text(
+        (tmp_path / "kernels" / "k.cu").read_text().replace('#include "/dev/zero"', '#include "zero.h"')
+    )
+    refused(capsys, ["plan", "check", path], 2, "zero.h", "not a regular file")
 
 
 def test_a_lock_that_is_a_fifo(tmp_path, capsys):
