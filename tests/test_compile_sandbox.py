@@ -199,3 +199,23 @@ def test_a_computed_include_names_its_line_after_splices_and_comments(tmp_path):
     with pytest.raises(PlanError) as exc:
         includes.resolve_headers(tmp_path / "k.cu", text, (tmp_path,), (tmp_path,), (), {})
     assert exc.value.field == "line 6" and exc.value.file == str(tmp_path / "k.cu")
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "%:include F(/tmp,secret)",
+        "??=include F(/tmp,secret)",
+        "#inc\\\nlude F(/tmp,secret)",
+        "# /* c */ include F(/tmp,secret)",
+        "#include_next F(/tmp,secret)",
+        "#import F(/tmp,secret)",
+        "#if defined(X) || __has_include \\\n (F(/tmp,secret))\n#endif",
+        "#elif __has_include_next(F(/tmp,secret))",
+    ],
+)
+def test_every_spelling_of_a_computed_include_is_refused(tmp_path, spelling):
+    text = f"#define S(x) #x\n#define F(a,b) S(a/b)\n{spelling}\n".encode()
+    with pytest.raises(PlanError, match="literal") as exc:
+        includes.resolve_headers(tmp_path / "k.cu", text, (tmp_path,), (tmp_path,), (), {})
+    assert exc.value.field == "line 3"
