@@ -20,6 +20,7 @@ The rules, from CUDA's compatibility guarantees:
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -61,6 +62,8 @@ class Generation:
     nvrtc_package: str
     runtime_package: str
     header_folder: str  # where the runtime wheel puts cuda_runtime.h, under site-packages
+    cccl_package: str = ""
+    cccl_folder: str = ""  # where the CCCL wheel puts cuda/std/..., under site-packages
 
     @property
     def pip(self) -> str:
@@ -72,8 +75,24 @@ class Generation:
 
 
 GENERATIONS = {
-    13: Generation(13, "cu13", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime", "nvidia/cu13/include"),
-    12: Generation(12, "cu12", "nvidia-cuda-nvrtc-cu12", "nvidia-cuda-runtime-cu12", "nvidia/cuda_runtime/include"),
+    13: Generation(
+        13,
+        "cu13",
+        "nvidia-cuda-nvrtc",
+        "nvidia-cuda-runtime",
+        "nvidia/cu13/include",
+        "nvidia-cuda-cccl",
+        "nvidia/cu13/include/cccl",
+    ),
+    12: Generation(
+        12,
+        "cu12",
+        "nvidia-cuda-nvrtc-cu12",
+        "nvidia-cuda-runtime-cu12",
+        "nvidia/cuda_runtime/include",
+        "nvidia-cuda-cccl-cu12",
+        "nvidia/cuda_cccl/include",
+    ),
 }
 NEWEST = max(GENERATIONS)
 
@@ -225,3 +244,56 @@ def header_dir(nvrtc: CudaVersion, fallback: Callable[[], str | None], search: I
         f"no CUDA {nvrtc.major} headers for NVRTC {nvrtc} (cuda_bf16.h ...){seen}; {install_advice(nvrtc, of='NVRTC')}",
         file="cuda_runtime.h",
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# CCCL: the device-side standard library (<cuda/std/...>, <cuda/barrier>, cub) for NVRTC
+
+_CCCL_VERSION = re.compile(rb"^\s*#\s*define\s+CCCL_VERSION\s+(\d+)", re.MULTILINE)
+CCCL_PREFIX = "<cccl>/"  # how a lock names a CCCL header: never a repository path
+
+
+def installed_major() -> int | None:
+    """The generation of the installed cuda-bindings, from its package metadata (no CUDA import)."""
+    from importlib import metadata
+
+    try:
+        match = re.match(r"(\d+)\.", metadata.version("cuda-bindings"))
+    except metadata.PackageNotFoundError:
+        return None
+    return int(match.group(1)) if match else None
+
+
+def cccl_dir(major: int | None, toolkit: Path | None = None, search: Iterable[str] | None = None) -> Path | None:
+    """The CCCL headers of generation `major`: $QUALIFY_CCCL_DIR when set (a CCCL of the team's
+    choosing; its headers are frozen all the same), else its wheel's folder on the import path,
+    else those a toolkit folder holds (CUDA 13 keeps them in include/cccl, CUDA 12 in include)."""
+    explicit = os.environ.get("QUALIFY_CCCL_DIR")
+    if explicit:
+        folder = Path(explicit).resolve()
+        if not (folder / "cuda" / "std" / "__cccl" / "version.h").is_file():
+            raise DeviceError("not a CCCL include folder (no cuda/std/__cccl/version.h)", file=explicit)
+        return folder
+    gen = for_major(major) if major is not None else None
+    candidates: list[Path] = []
+    if gen is not None and gen.cccl_folder:
+        candidates += [Path(entry or ".") / gen.cccl_folder for entry in (sys.path if search is None else search)]
+    if toolkit is not None:
+        candidates += [toolkit / "cccl", toolkit]
+    for folder in candidates:
+        if (folder / "cuda" / "std" / "__cccl" / "version.h").is_file():
+            return folder
+    return None
+
+
+def cccl_version(folder: Path) -> str | None:
+    """CCCL's version ("3.0.1") from CCCL_VERSION (MMMmmmppp) in its version header."""
+    try:
+        text = (folder / "cuda" / "std" / "__cccl" / "version.h").read_bytes()
+    except OSError:
+        return None
+    match = _CCCL_VERSION.search(text)
+    if match is None:
+        return None
+    value = int(match.group(1))
+    return f"{value // 1000000}.{value // 1000 % 1000}.{value % 1000}"

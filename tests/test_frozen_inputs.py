@@ -12,9 +12,11 @@ import copy
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -77,8 +79,14 @@ INCLUDE_SPELLINGS = {
     "line-splice": '#inc\\\nlude "tune.h"',
     "comment-in-string": '__device__ const char kOpen[] = "/*";\n#include "tune.h"\n// */',
     "include-next": '#include_next "tune.h"',
-    "stringized": "#define STR(x) #x\n#include STR(tune.h)",  # no scanner can read this one
+}
+
+# Names a macro computes: no scanner can read them, so they are refused before NVRTC runs
+COMPUTED_INCLUDES = {
+    "stringized": "#define STR(x) #x\n#include STR(tune.h)",
     "pasted-through-two-macros": "#define STR(x) #x\n#define XSTR(x) STR(x)\n#define NAME tune.h\n#include XSTR(NAME)",
+    "has-include-of-a-macro": "#define STR(x) #x\n#if __has_include(STR(tune.h))\n#endif",
+    "macro-defined-as-a-call": "#define STR(x) #x\n#define HDR STR(tune.h)\n#include HDR",
 }
 
 
@@ -90,6 +98,16 @@ def test_freeze_binds_the_header_however_it_is_included(tmp_path, capsys, spelli
     assert "kernels/tune.h" in lock_files(path)
     (tmp_path / "kernels" / "tune.h").write_text("#define TUNE 2.0f\n")
     refused(capsys, ["plan", "check", path], 3, "kernels/tune.h", "changed after freezing")
+
+
+@pytest.mark.parametrize("spelling", COMPUTED_INCLUDES.values(), ids=COMPUTED_INCLUDES.keys())
+def test_a_computed_include_is_refused_naming_its_file_and_line(tmp_path, capsys, spelling):
+    path = tuned_repo(tmp_path, spelling)
+    text = (tmp_path / "kernels" / "k.cu").read_text().splitlines()
+    line = next(i for i, t in enumerate(text, 1) if re.search(r"include (STR|XSTR|HDR)|__has_include", t))
+    for command in (["plan", "check"], ["plan", "freeze"]):
+        refused(capsys, [*command, path], 2, "k.cu", f"line {line}", "name the header literally")
+    assert not path.with_name("plan.lock.json").exists()
 
 
 def test_a_define_in_the_plan_that_names_the_header_is_frozen(tmp_path, capsys):
@@ -113,19 +131,24 @@ def test_freeze_binds_headers_of_every_variant_it_compiles(tmp_path, capsys, gua
     plan["hardware"]["architectures"] = ["sm_89", "sm_90"]
     if extra_plan is not None:
         plan["controls"]["negative"].append(extra_plan)
-    include = f'#include "tune.h"\n#define STR(x) #x\n{guard}\n#include STR(variant.h)\n#endif'
+    include = f'#include "tune.h"\n{guard}\n#include "variant.h"\n#endif'
     path = tuned_repo(tmp_path, include, plan)
     (tmp_path / "kernels" / "variant.h").write_text("// read by one variant only\n")
     assert run_cli(["plan", "freeze", path], capsys)[0] == 0
     assert "kernels/variant.h" in lock_files(path)
 
 
-def test_a_lock_that_misses_a_header_nvrtc_reads_is_refused_at_compile_time(tmp_path, capsys):
-    """A lock written by the scanner alone (as before this fix) cannot see a stringized include;
-    the compile-time check finds it from NVRTC's own list."""
-    path = tuned_repo(tmp_path, INCLUDE_SPELLINGS["stringized"], freeze=True)
-    assert "kernels/tune.h" not in lock_files(path)
-    refused(capsys, ["plan", "check", path], 3, "kernels/tune.h", "the lock does not freeze it")
+def test_a_lock_that_misses_a_header_nvrtc_reads_is_refused_at_compile_time(tmp_path):
+    """The compile-time check holds NVRTC's own list to the lock, whatever the scanner saw."""
+    path = tuned_repo(tmp_path, '#include "tune.h"', freeze=True)
+    loaded = load_plan(path)
+    from qualify.build.arms import kernel_spec
+
+    spec = kernel_spec(loaded, "base", "sm_90")
+    frozen = tuple((rel, digest) for rel, digest in spec.frozen if rel != "kernels/tune.h")
+    with pytest.raises(FrozenInputChanged, match="the lock does not freeze it") as exc:
+        compile_kernel(replace(spec, frozen=frozen))
+    assert exc.value.file == "kernels/tune.h"
 
 
 def test_a_header_outside_the_repository_is_refused_even_when_no_scanner_sees_it(tmp_path, capsys):
@@ -134,6 +157,12 @@ def test_a_header_outside_the_repository_is_refused_even_when_no_scanner_sees_it
     (outside / "evil.h").write_text("#define TUNE 1.0f\n")
     repo = tmp_path / "repo"
     path = tuned_repo(repo, f"#define STR(x) #x\n#include STR({outside / 'evil.h'})")
+    refused(capsys, ["plan", "check", path], 2, "name the header literally")
+    (repo / "kernels" / "k.cu").write_text(
+        (repo / "kernels" / "k.cu")
+        .read_text()
+        .replace(f"#include STR({outside / 'evil.h'})", f'#include "{outside / "evil.h"}"')
+    )
     refused(capsys, ["plan", "check", path], 2, "outside the repository")
 
 
@@ -419,7 +448,13 @@ def test_a_fifo_header_inside_the_repository(tmp_path, capsys):
 
 def test_an_include_of_dev_zero(tmp_path, capsys):
     path = tuned_repo(tmp_path, '#include "/dev/zero"')
-    refused(capsys, ["plan", "check", path], 2, "/dev/zero", "not a regular file")
+    # refused by its spelling, before anything asks what /dev/zero is
+    refused(capsys, ["plan", "check", path], 2, "/dev/zero", "outside the repository")
+    (tmp_path / "kernels" / "zero.h").symlink_to("/dev/zero")
+    (tmp_path / "kernels" / "k.cu").write_text(
+        (tmp_path / "kernels" / "k.cu").read_text().replace('#include "/dev/zero"', '#include "zero.h"')
+    )
+    refused(capsys, ["plan", "check", path], 2, "zero.h", "not a regular file")
 
 
 def test_a_lock_that_is_a_fifo(tmp_path, capsys):

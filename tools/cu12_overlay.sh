@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA 12 path on the GPU machine: its driver (580, CUDA 13.0) runs CUDA 12 code, so laying the
 # cu12 extra's wheels over the machine's cu13 stack proves qualify[cu12] there (cuda-bindings 12.9,
-# NVRTC 12.9 and its headers, chosen by qualify.generation, loaded by the start-up check).
+# NVRTC 12.9, its headers and CCCL, chosen by qualify.generation, loaded by the start-up check).
 #
 # The machine reaches no registry, so the wheels are carried; a call carries at most 64 MiB with the
 # working tree (about 9 MB) and NVRTC's wheel alone is 90 MB. `stage` therefore splits it: the first
@@ -32,14 +32,16 @@ stage)
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform manylinux_2_12_x86_64 --platform manylinux2010_x86_64 \
-    -d "$kit/download" "cuda-bindings>=12.9,<13" "nvidia-cuda-nvrtc-cu12==12.9.*" "nvidia-cuda-runtime-cu12==12.9.*"
+    -d "$kit/download" "cuda-bindings>=12.9,<13" "nvidia-cuda-nvrtc-cu12==12.9.*" "nvidia-cuda-runtime-cu12==12.9.*" \
+    "nvidia-cuda-cccl-cu12==12.9.*"
   (cd "$kit/download" && sha256sum -- *.whl) >"$kit/b/SHA256SUMS"
   nvrtc=$(cd "$kit/download" && ls nvidia_cuda_nvrtc_cu12-*.whl)
   split -b 50M -d "$kit/download/$nvrtc" "$kit/a/$nvrtc.part"
   for part in "$kit/a/$nvrtc".part*; do
     [ "$part" = "$kit/a/$nvrtc.part00" ] || mv "$part" "$kit/b/"
   done
-  mv "$kit/download"/cuda_bindings-*.whl "$kit/download"/nvidia_cuda_runtime_cu12-*.whl "$kit/b/"
+  mv "$kit/download"/cuda_bindings-*.whl "$kit/download"/nvidia_cuda_runtime_cu12-*.whl \
+    "$kit/download"/nvidia_cuda_cccl_cu12-*.whl "$kit/b/"
   rm -rf "$kit/download"
   du -sh "$kit/a" "$kit/b"
   ;;

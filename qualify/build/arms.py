@@ -10,12 +10,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from qualify.build.nvrtc import BUILTIN, CompiledKernel, KernelSpec, compile_kernel, toolkit_include_dir
+from qualify.build.nvrtc import (
+    BUILTIN,
+    CompiledKernel,
+    KernelSpec,
+    cccl_include_dir,
+    cccl_key,
+    compile_kernel,
+    toolkit_include_dir,
+)
 from qualify.plan.load import LoadedPlan
 from qualify.plan.model import ARM_SIDES, MAX_SHARED_PER_BLOCK, BuildControl, CudaArm, normalize_option
+from qualify.plan.model.hardware import target_for
 
 
 def kernel_spec(loaded: LoadedPlan, side: str, arch: str, extra_defines: dict | None = None) -> KernelSpec:
+    """`arch`: a plan architecture, or a device's own (sm_90), which compiles for the plan's
+    target on that device (sm_90a where the plan lists it and not sm_90; see target_for)."""
+    arch = target_for(loaded.plan.hardware.architectures, arch) or arch
     arm = loaded.plan.arm(side)
     assert isinstance(arm, CudaArm)
     base = loaded.path.parent
@@ -47,9 +59,10 @@ def compile_arms(loaded: LoadedPlan, archs: list[str], jobs: int = 2) -> dict[tu
 
 
 def headers_read(loaded: LoadedPlan, jobs: int = 2) -> dict[str, Path]:
-    """Every file inside the repository that NVRTC reads to build the plan's CUDA arms: for each
-    declared architecture, each arm, and the candidate under each build control's defines (a
-    define can select another header). Keys are repository paths, as in the lock."""
+    """Every file inside the repository, and every CCCL header, that NVRTC reads to build the
+    plan's CUDA arms: for each declared architecture, each arm, and the candidate under each build
+    control's defines (a define can select another header). Keys are as in the lock: repository
+    paths, and CCCL headers under generation.CCCL_PREFIX (a CCCL upgrade changes the digest)."""
     archs = loaded.plan.hardware.architectures
     specs = [
         kernel_spec(loaded, side, arch)
@@ -70,13 +83,17 @@ def headers_read(loaded: LoadedPlan, jobs: int = 2) -> dict[str, Path]:
         compiled = list(pool.map(compile_kernel, specs))
     root = loaded.files.root
     toolkit = toolkit_include_dir().resolve()
+    cccl = cccl_include_dir()
+    cccl = cccl.resolve() if cccl is not None else None
     found: dict[str, Path] = {}
     for kernel in compiled:
         for name, digest in kernel.headers:
             if digest == BUILTIN:
                 continue
             path = Path(name).resolve()
-            if not path.is_relative_to(toolkit) and path.is_relative_to(root):
+            if cccl is not None and path.is_relative_to(cccl):
+                found[cccl_key(cccl, path)] = path
+            elif not path.is_relative_to(toolkit) and path.is_relative_to(root):
                 found[path.relative_to(root).as_posix()] = path
     return found
 

@@ -11,7 +11,9 @@ import base64
 import hashlib
 import json
 import os
-import shutil
+import re
+import subprocess
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -19,13 +21,14 @@ from functools import lru_cache
 from pathlib import Path
 
 from qualify import generation, strict_json
+from qualify.build import hints, includes, sandbox
 from qualify.build.resources import KernelResources, error_lines, parse_ptxas_log
 from qualify.errors import BuildError, FrozenInputChanged, PlanError, QualifyError, ToolError
 from qualify.io import MAX_JSON_BYTES, MAX_SOURCE_BYTES, UnreadableFile, atomic_write_bytes, read_limited
 
 _LOCK = threading.Lock()
 BUILTIN = "builtin"  # the sha256 slot of a header NVRTC holds in memory (no file was read)
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: headers handed in memory, the worker's confinement kept
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class CompiledKernel:
     # (path as NVRTC reported it, sha256 of its bytes or BUILTIN) for every header NVRTC opened
     headers: tuple[tuple[str, str], ...] = ()
     cached: bool = False
+    sandbox: str = ""  # how the compile was confined: "landlock (ABI n)" or "none: <why>"
 
 
 def _nvrtc():
@@ -99,29 +103,54 @@ def _check(err, what: str) -> None:
 
 
 def options_for(spec: KernelSpec) -> list[bytes]:
-    # The source's own folder is the first include path, named explicitly; the working directory
-    # is never one (the program is named by its absolute path, see compile_kernel).
+    # No include path: every header reaches NVRTC in memory (qualify.build.includes), found by
+    # qualify in the source's folder, the arm's include_dirs, CCCL and the toolkit, in that order.
     opts = [
         f"--gpu-architecture={spec.arch}",
         "--std=c++17",
         "--ptxas-options=-v",
         "--generate-line-info",  # sanitizer reports name source lines
-        f"--include-path={spec.source.parent}",
-        *(f"--include-path={d}" for d in spec.include_dirs),
-        f"--include-path={toolkit_include_dir()}",
         *(f"-D{k}={v}" for k, v in spec.defines),
         *spec.options,
     ]
     return [o.encode() for o in opts]
 
 
+def cccl_include_dir() -> Path | None:
+    """The CCCL headers of NVRTC's generation (qualify.generation.cccl_dir); None when not installed."""
+    return generation.cccl_dir(generation.CudaVersion.parse(nvrtc_version()).major, toolkit_include_dir())
+
+
+def cccl_version() -> str | None:
+    """The version of the CCCL headers kernels compile against ("3.0.1"); None without CCCL."""
+    folder = cccl_include_dir()
+    return generation.cccl_version(folder) if folder is not None else None
+
+
+def compile_sandbox() -> str:
+    """How compile workers are confined on this host: "landlock (ABI n)" or "none: <why>"."""
+    return sandbox.describe()
+
+
+def search_dirs(spec: KernelSpec) -> tuple[Path, ...]:
+    """The folders an include is looked up in, in order (a quoted one first beside its includer)."""
+    cccl = cccl_include_dir()
+    return (spec.source.parent, *spec.include_dirs, *((cccl,) if cccl else ()), toolkit_include_dir())
+
+
+def trusted_dirs() -> tuple[Path, ...]:
+    cccl = cccl_include_dir()
+    return (*((cccl.resolve(),) if cccl else ()), toolkit_include_dir().resolve())
+
+
 def compile_kernel(spec: KernelSpec) -> CompiledKernel:
     """Compile one kernel to CUBIN; BuildError carries the NVRTC log lines that matter.
 
-    NVRTC reports the headers it opened (its device time trace lists each one); they are checked
-    against the repository and the lock before the CUBIN is returned, so what is compiled is what
-    was frozen, whatever the preprocessor made of the source. Results are cached by the exact bytes
-    NVRTC read (qualify.build.nvrtc's cache functions).
+    qualify finds and reads every header first (qualify.build.includes: computed includes are
+    refused) and NVRTC compiles them from memory in a confined worker (qualify.build.sandbox);
+    the headers NVRTC's trace names are checked against the repository and the lock before the
+    CUBIN is returned, so what is compiled is what was frozen. Results are cached by the exact
+    bytes NVRTC read (qualify.build.nvrtc's cache functions).
     """
     nvrtc_version()  # one line naming the install extra when NVRTC is missing
     try:
@@ -138,76 +167,152 @@ def compile_kernel(spec: KernelSpec) -> CompiledKernel:
     return compiled
 
 
+def _resolve(spec: KernelSpec, source: bytes) -> includes.Headers:
+    # every folder resolved, so a symlink in a toolkit's path (/usr/local/cuda) compares as itself
+    repository = (spec.root,) if spec.root is not None else (spec.source.parent, *spec.include_dirs)
+    return includes.resolve_headers(
+        spec.source.resolve(),
+        source,
+        tuple(Path(d).resolve() for d in search_dirs(spec)),
+        tuple(Path(d).resolve() for d in repository),
+        trusted_dirs(),
+        dict(spec.defines),
+    )
+
+
 def _compile(spec: KernelSpec, source: bytes, opts: list[bytes]) -> CompiledKernel:
-    nvrtc = _nvrtc()
-    # The absolute path as the program's name: NVRTC looks for `#include "..."` next to the
-    # including file, and for a bare name that is the working directory, which is no part of the plan.
-    err, prog = nvrtc.nvrtcCreateProgram(source, str(spec.source).encode(), 0, [], [])
-    _check(err, "nvrtcCreateProgram")
-    trace_dir = tempfile.mkdtemp(prefix="qualify-nvrtc-")
-    try:
-        name = spec.kernel.encode()
-        (err,) = nvrtc.nvrtcAddNameExpression(prog, name)
-        _check(err, "nvrtcAddNameExpression")
-        traced = [*opts, f"--fdevice-time-trace={Path(trace_dir) / 'trace'}".encode()]
-        (compile_err,) = nvrtc.nvrtcCompileProgram(prog, len(traced), traced)
-        log = _program_log(prog)
-        if compile_err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise BuildError(
-                f"NVRTC could not compile {spec.kernel} for {spec.arch}",
-                log=error_lines(log),
-                file=spec.source,
-            )
-        err, lowered = nvrtc.nvrtcGetLoweredName(prog, name)
-        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise BuildError(f"kernel {spec.kernel} was not instantiated", file=spec.source)
-        lowered_name = lowered.decode()
-        err, size = nvrtc.nvrtcGetCUBINSize(prog)
-        _check(err, "nvrtcGetCUBINSize")
-        if size == 0:  # a virtual architecture yields PTX only, with success
-            raise BuildError(f"NVRTC produced no CUBIN for {spec.arch}", file=spec.source)
-        cubin = b" " * size
-        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
-        _check(err, "nvrtcGetCUBIN")
-        headers = _hash_headers(traced_headers(Path(trace_dir)), spec)
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
-        shutil.rmtree(trace_dir, ignore_errors=True)
+    _supported(spec)
+    headers = _resolve(spec, source)
+    names = sorted(headers.by_name)
+    request = {
+        # The absolute path names the program (it is in the line info, so in the CUBIN); NVRTC
+        # can open no file there, or anywhere: its headers are the ones given here.
+        "program": str(spec.source),
+        "source": base64.b64encode(source).decode("ascii"),
+        "headers": [[n, base64.b64encode(headers.by_name[n][1]).decode("ascii")] for n in names],
+        "kernel": spec.kernel,
+        "options": [o.decode() for o in opts],
+    }
+    reply = _run_worker(request, spec)
+    allowed = headers.allowed
+    log = scrub_log(str(reply.get("log", "")), allowed)
+    if not reply.get("compiled"):
+        hint = hints.for_log(log, spec)
+        raise BuildError(
+            f"NVRTC could not compile {spec.kernel} for {spec.arch}{hint}",
+            # a template named without arguments: the hint says it all; NVRTC's lines about its
+            # internal name map would only confuse
+            log="" if hints.is_template_hint(hint) else error_lines(log),
+            file=spec.source,
+        )
+    lowered_name = reply.get("lowered")
+    if not lowered_name:
+        raise BuildError(f"kernel {spec.kernel} was not instantiated", file=spec.source)
+    cubin = base64.b64decode(reply.get("cubin", ""))
+    if not cubin:  # a virtual architecture yields PTX only, with success
+        raise BuildError(f"NVRTC produced no CUBIN for {spec.arch}", file=spec.source)
+    traced = reply.get("headers")
+    if traced is None:
+        raise ToolError("NVRTC wrote no readable time trace; the headers it read cannot be listed")
+    read = []
+    for name in traced:
+        given = headers.by_name.get(name)
+        if given is not None:
+            read.append((str(given[0]), hashlib.sha256(given[1]).hexdigest()))
+        elif name.startswith("__nv"):
+            read.append((name, BUILTIN))  # NVRTC's own in-memory headers
+        else:
+            raise ToolError(f"NVRTC reports reading {name!r}, which qualify did not hand it", file=spec.source)
     # Seen on the GPU machine's NVRTC 13.0 for extern "C" kernels: an empty log. The figures are then
     # missing from `plan check`; at run time the driver's own attributes are recorded regardless.
     resources = parse_ptxas_log(log).get(lowered_name)
     return CompiledKernel(
-        spec=spec, lowered_name=lowered_name, cubin=cubin, log=log, resources=resources, headers=headers
+        spec=spec,
+        lowered_name=lowered_name,
+        cubin=cubin,
+        log=log,
+        resources=resources,
+        headers=tuple(read),
+        sandbox=str(reply.get("sandbox", "")),
     )
 
 
-def traced_headers(trace_dir: Path) -> list[str]:
-    """The headers NVRTC opened, in order, from the time trace it wrote into `trace_dir`."""
-    files = sorted(p for p in trace_dir.iterdir() if p.is_file())
-    if not files:
-        raise ToolError("NVRTC wrote no time trace; the headers it read cannot be listed")
+WORKER_TIMEOUT_S = 600
+
+
+def _run_worker(request: dict, spec: KernelSpec) -> dict:
+    """One compile in a fresh, confined child process (qualify.build.compile_worker)."""
+    # the parent's whole environment: the worker must load the very NVRTC the parent did (found by
+    # cuda-pathfinder through PYTHONPATH, LD_LIBRARY_PATH, LD_PRELOAD, CUDA_HOME ...)
+    env = dict(os.environ)
     try:
-        events = json.loads(files[0].read_text(encoding="utf-8"))["traceEvents"]
-        names = [e["args"]["detail"] for e in events if e.get("name") == "Processing Header File"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ToolError(f"NVRTC's time trace is unreadable ({exc}); the headers it read cannot be listed") from None
-    return list(dict.fromkeys(n for n in names if isinstance(n, str)))
+        done = subprocess.run(
+            [sys.executable, "-m", "qualify.build.compile_worker"],
+            input=json.dumps(request).encode(),
+            capture_output=True,
+            timeout=WORKER_TIMEOUT_S,
+            env=env,
+            cwd=tempfile.gettempdir(),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"NVRTC did not finish {spec.kernel} within {WORKER_TIMEOUT_S} s", file=spec.source) from None
+    except OSError as exc:
+        raise ToolError(f"cannot start the compile worker: {exc.strerror or exc}") from None
+    try:
+        reply = json.loads(done.stdout)
+    except ValueError:
+        reply = None
+    if not isinstance(reply, dict) or "error" in reply:
+        why = reply["error"] if isinstance(reply, dict) else f"exit {done.returncode}, no reply"
+        raise ToolError(f"the compile worker failed compiling {spec.kernel}: {why}", file=spec.source)
+    if reply.get("nvrtc") != nvrtc_version():
+        raise ToolError(
+            f"the compile worker loaded NVRTC {reply.get('nvrtc')}, this process NVRTC {nvrtc_version()}",
+            file=spec.source,
+        )
+    return reply
 
 
-def _hash_headers(names: list[str], spec: KernelSpec) -> tuple[tuple[str, str], ...]:
+_ABSOLUTE = re.compile(r"(?<![\w.])/[^\s\"'<>():]+")
+
+
+def scrub_log(log: str, allowed: tuple[Path, ...]) -> str:
+    """The log without any line that names an absolute path outside `allowed` (NVRTC quotes the
+    lines of the files it names; whatever it could read, its log shows only what qualify gave it)."""
     out = []
-    for name in names:
-        path = Path(name)
-        if not path.is_absolute():
-            # Only NVRTC's in-memory headers come back without a folder: the include paths are all
-            # absolute and the program is named by its absolute path.
-            out.append((name, BUILTIN))
-            continue
-        try:
-            out.append((name, hashlib.sha256(read_limited(path, MAX_SOURCE_BYTES)).hexdigest()))
-        except UnreadableFile as exc:
-            raise PlanError(f"NVRTC read {name}, which is now unreadable: {exc.message}", file=spec.source) from None
-    return tuple(out)
+    for line in log.splitlines():
+        # a path of two or more parts (a lone "/b" is as likely a division in a quoted source line)
+        paths = [Path(os.path.normpath(p)) for p in _ABSOLUTE.findall(line) if p.count("/") >= 2]
+        if any(not any(p == a or a in p.parents for a in allowed) for p in paths):
+            out.append("[a line naming a file outside the repository and the CUDA headers was withheld]")
+        else:
+            out.append(line)
+    return "\n".join(out) + ("\n" if log.endswith("\n") else "")
+
+
+def _supported(spec: KernelSpec) -> None:
+    """Refuse an architecture this NVRTC cannot compile for, in one line (NVRTC's own error is
+    an invalid-option code)."""
+    numbers = supported_archs()
+    digits = re.match(r"sm_(\d+)", spec.arch)
+    if numbers and digits and int(digits.group(1)) not in numbers:
+        raise BuildError(
+            f"NVRTC {nvrtc_version()} cannot compile for {spec.arch} (it knows sm_{', sm_'.join(map(str, numbers))}); "
+            f"{generation.install_advice()}",
+            file=spec.source,
+        )
+
+
+@lru_cache(maxsize=1)
+def supported_archs() -> tuple[int, ...]:
+    """The real architectures this NVRTC compiles for (nvrtcGetSupportedArchs), as numbers."""
+    nvrtc = _nvrtc()
+    try:
+        err, archs = nvrtc.nvrtcGetSupportedArchs()
+    except (AttributeError, RuntimeError):
+        return ()
+    return tuple(int(a) for a in archs) if err == nvrtc.nvrtcResult.NVRTC_SUCCESS else ()
 
 
 def _inside(root: Path, path: Path) -> bool:
@@ -229,6 +334,8 @@ def check_reads(spec: KernelSpec, source: bytes, headers: tuple[tuple[str, str],
         return
     root = spec.root.resolve()
     toolkit = toolkit_include_dir().resolve()
+    cccl = cccl_include_dir()
+    cccl = cccl.resolve() if cccl is not None else None
     frozen = dict(spec.frozen)
     if spec.locked:
         _check_frozen(spec, root, frozen, spec.source.resolve(), hashlib.sha256(source).hexdigest())
@@ -238,6 +345,11 @@ def check_reads(spec: KernelSpec, source: bytes, headers: tuple[tuple[str, str],
                 raise PlanError(f"NVRTC read {name!r} from the working directory", file=spec.source)
             continue
         path = Path(name).resolve()
+        if cccl is not None and _inside(cccl, path):
+            # CCCL is code the kernel compiles, so its headers are frozen like the repository's
+            if spec.locked:
+                _check_frozen_key(spec, frozen, cccl_key(cccl, path), digest)
+            continue
         if _inside(toolkit, path):
             continue
         if not _inside(root, path):
@@ -246,8 +358,16 @@ def check_reads(spec: KernelSpec, source: bytes, headers: tuple[tuple[str, str],
             _check_frozen(spec, root, frozen, path, digest)
 
 
+def cccl_key(cccl: Path, path: Path) -> str:
+    """How the lock names a CCCL header: CCCL_PREFIX and its path inside the CCCL folder."""
+    return generation.CCCL_PREFIX + path.relative_to(cccl).as_posix()
+
+
 def _check_frozen(spec: KernelSpec, root: Path, frozen: dict[str, str], path: Path, digest: str) -> None:
-    rel = path.relative_to(root).as_posix()
+    _check_frozen_key(spec, frozen, path.relative_to(root).as_posix(), digest)
+
+
+def _check_frozen_key(spec: KernelSpec, frozen: dict[str, str], rel: str, digest: str) -> None:
     if rel not in frozen:
         raise FrozenInputChanged(
             f"NVRTC reads this file compiling {spec.source.name}, but the lock does not freeze it (re-freeze the plan)",
@@ -284,6 +404,8 @@ def cache_key(spec: KernelSpec, source: bytes, opts: list[bytes]) -> str:
         "format": CACHE_FORMAT,
         "nvrtc": nvrtc_version(),
         "toolkit": str(toolkit_include_dir()),
+        "cccl": str(cccl_include_dir()),
+        "include_dirs": [str(d) for d in spec.include_dirs],
         "program": str(spec.source),  # the name is in the line info, so in the CUBIN
         "kernel": spec.kernel,
         "options": [o.decode() for o in opts],
@@ -325,6 +447,7 @@ def _cache_get(key: str, spec: KernelSpec) -> CompiledKernel | None:
         resources=hit.resources,
         headers=hit.headers,
         cached=True,
+        sandbox=hit.sandbox,
     )
 
 
@@ -339,6 +462,7 @@ def _read_entry(key: str, spec: KernelSpec) -> CompiledKernel | None:
             return None
         headers = tuple((str(n), str(d)) for n, d in data["headers"])
         log, lowered = str(data["log"]), str(data["lowered_name"])
+        sandbox = str(data.get("sandbox", ""))
     except (QualifyError, strict_json.JSONProblem, UnicodeDecodeError, KeyError, TypeError, ValueError):
         return None  # missing, unreadable or damaged: compile again and overwrite it
     return CompiledKernel(
@@ -348,6 +472,7 @@ def _read_entry(key: str, spec: KernelSpec) -> CompiledKernel | None:
         log=log,
         resources=parse_ptxas_log(log).get(lowered),
         headers=headers,
+        sandbox=sandbox,
     )
 
 
@@ -360,6 +485,7 @@ def _cache_put(key: str, compiled: CompiledKernel) -> None:
         "lowered_name": compiled.lowered_name,
         "log": compiled.log,
         "headers": [list(h) for h in compiled.headers],
+        "sandbox": compiled.sandbox,
         "cubin_sha256": hashlib.sha256(compiled.cubin).hexdigest(),
         "cubin": base64.b64encode(compiled.cubin).decode("ascii"),
     }
@@ -373,13 +499,3 @@ def clear_memo() -> None:
     """Forget the in-process entries (tests; a long-lived process that wants a fresh compile)."""
     with _LOCK:
         _MEMO.clear()
-
-
-def _program_log(prog) -> str:
-    nvrtc = _nvrtc()
-    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-    _check(err, "nvrtcGetProgramLogSize")
-    buf = b" " * size
-    (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
-    _check(err, "nvrtcGetProgramLog")
-    return buf.rstrip(b"\x00").decode(errors="replace")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from qualify.build.arms import FitRow, compile_arms, headers_read, shared_memory_fit
-from qualify.build.nvrtc import CompiledKernel, nvrtc_version
+from qualify.build.nvrtc import CompiledKernel, cccl_version, compile_sandbox, nvrtc_version
 from qualify.build.params import check_launches
 from qualify.commands.kernel_match import check_compiled_kernels
 from qualify.commands.libcheck import check_plan_libraries
@@ -30,6 +30,8 @@ class PlanCheck:
     nvrtc: str | None
     compiled: dict[tuple[str, str], CompiledKernel]
     fits: list[FitRow]
+    cccl: str | None = None  # the CCCL version kernels compiled against
+    sandbox: str | None = None  # how NVRTC was confined (compile_sandbox)
 
     @property
     def ok(self) -> bool:
@@ -116,6 +118,8 @@ def check_loaded(loaded: LoadedPlan, archs: list[str] | None = None, compile: bo
         nvrtc=nvrtc_version() if compile else None,
         compiled=compiled,
         fits=shared_memory_fit(loaded, compiled),
+        cccl=cccl_version() if compile else None,
+        sandbox=compile_sandbox() if compile else None,
     )
 
 

@@ -315,6 +315,7 @@ def _cuda_check(found: CudaVersions) -> tuple[Check, CudaVersions]:
 
 def _plan_checks(plan, info: DeviceInfo) -> list[Check]:
     from qualify.evaluate.device_match import device_matches
+    from qualify.plan.model.hardware import refusal, target_for
 
     specs = plan.hardware.devices
     listed = ", ".join(f"{s.name or '*'} (cc {s.compute_capability or 'any'})" for s in specs)
@@ -331,12 +332,12 @@ def _plan_checks(plan, info: DeviceInfo) -> list[Check]:
                 f"lists ({listed}); qualify run would refuse it",
             )
         )
-    if info.arch not in plan.hardware.architectures:
+    if target_for(plan.hardware.architectures, info.arch) is None:
         out.append(
             Check(
                 name="plan",
                 status="warn",
-                detail=f"{info.arch} is not among the plan's architectures ({', '.join(plan.hardware.architectures)})",
+                detail=refusal(plan.hardware.architectures, info.arch, info.compute_capability),
             )
         )
     return out

@@ -324,14 +324,16 @@ def _relative(path: Path, folder: Path) -> str:
     return Path(os.path.relpath(Path(path).resolve(), folder.resolve())).as_posix()
 
 
-def compiled_sizes(source: Path, kernel: str, arch: str) -> tuple[list[int], str]:
-    """Byte sizes of the kernel's parameters as NVRTC compiles them, and its lowered name."""
+def compiled_sizes(source: Path, kernel: str, arch: str, root: Path | None = None) -> tuple[list[int], str]:
+    """Byte sizes of the kernel's parameters as NVRTC compiles them, and its lowered name.
+    `root`: the repository the plan will live in; the compile reads nothing outside it (and the
+    CUDA headers), as `plan check` will."""
     from qualify.build.elf import ElfProblem
     from qualify.build.nvrtc import KernelSpec, compile_kernel
     from qualify.build.params import kernel_params
     from qualify.errors import ToolError
 
-    compiled = compile_kernel(KernelSpec(source.resolve(), kernel, arch))
+    compiled = compile_kernel(KernelSpec(source.resolve(), kernel, arch, root=root))
     try:
         return [p.size for p in kernel_params(compiled.cubin, compiled.lowered_name)], compiled.lowered_name
     except ElfProblem as exc:
@@ -443,8 +445,11 @@ def skeleton_from_options(
         cand_source, cand_kernel = cand_source or source, cand_kernel or kernel
         if not Path(source).is_file() or not Path(cand_source).is_file():
             raise UsageError("no such file", file=source if not Path(source).is_file() else cand_source)
-        sizes, _ = compiled_sizes(source, kernel, archs[0])
-        cand_sizes, _ = compiled_sizes(cand_source, cand_kernel, archs[0])
+        from qualify.plan.files import repository_root
+
+        root = repository_root(Path(plan_path).resolve()).resolve()
+        sizes, _ = compiled_sizes(source, kernel, archs[0], root)
+        cand_sizes, _ = compiled_sizes(cand_source, cand_kernel, archs[0], root)
         if cand_sizes != sizes:
             raise UsageError(
                 f"the candidate {cand_kernel} takes byte sizes {cand_sizes}, the base {kernel} "

@@ -7,10 +7,12 @@ the host.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from qualify import generation
 from qualify.errors import PlanError
 from qualify.io import MAX_LIBRARY_BYTES, MAX_SOURCE_BYTES, UnreadableFile, open_limited, read_limited
 from qualify.plan.model import ARM_SIDES, CudaArm, LibraryArm, Plan
@@ -135,7 +137,16 @@ def collect_files(plan: Plan, plan_path: Path, frozen: tuple[str, ...] = ()) -> 
     def add(path: Path) -> None:
         found[path.relative_to(root).as_posix()] = path
 
+    cccl = None
     for rel in frozen:
+        if rel.startswith(generation.CCCL_PREFIX):
+            # a CCCL header the compile read: looked up in the installed CCCL of qualify's extra
+            cccl = cccl or generation.cccl_dir(generation.installed_major())
+            if cccl is not None:
+                path = (cccl / rel.removeprefix(generation.CCCL_PREFIX)).resolve()
+                if inside(cccl.resolve(), path) and path.is_file():
+                    found[rel] = path
+            continue
         path = (root / rel).resolve()
         if inside(root, path) and path.is_file():
             add(path)
@@ -210,6 +221,14 @@ def local_includes(
             names += extra
         for name, quoted in names:
             for folder in (path.parent, *search) if quoted else search:
+                if not inside(root, Path(os.path.normpath(folder / name))):
+                    # refused by its spelling, never by whether the file exists: the refusal
+                    # must not tell a plan which files exist outside the repository
+                    raise PlanError(
+                        f"{path.name} includes {name!r}, which is outside the repository",
+                        file=plan_path,
+                        field=field,
+                    )
                 try:
                     candidate = (folder / name).resolve()
                     exists = candidate.exists()

@@ -21,6 +21,7 @@ from qualify.evaluate.headline import headline, headline_lines, reason_lines
 from qualify.evaluate.verdict import device_label
 from qualify.plan.checks import selected_cases
 from qualify.plan.model import Buffer, CudaArm, DeviceSpec, Plan, SpeedGate
+from qualify.plan.model.hardware import target_for
 from qualify.plan.resolve import case_id
 from qualify.render.kernels_text import KERNEL_FILTERS, KERNEL_FUNCTIONS, KERNEL_GLOBALS
 from qualify.render.markdown import FILTERS, Md, code, finalize, line_start, md
@@ -349,8 +350,9 @@ def _unverified(results: Results, plan: Plan) -> list[str]:
     for row in control_rows(results, plan):
         if row.result is None:
             out.append(f"Negative control {row.name} not run on {row.device}.")
-    executed = {t.provenance.device.arch for t in results.trials}
-    idle = [a for a in plan.hardware.architectures if a not in executed]
+    declared = plan.hardware.architectures
+    executed = {target_for(declared, t.provenance.device.arch) or t.provenance.device.arch for t in results.trials}
+    idle = [a for a in declared if a not in executed]
     if idle:
         out.append(
             f"Compiled for {', '.join(idle)} but not executed there: no trial ran on "

@@ -82,7 +82,11 @@ def plan_check(check: PlanCheck) -> Group:
         parts.append(_resources_table(check))
         parts.append(
             Text(
-                f"NVRTC {visible(check.nvrtc)}; " + ("every launch fits" if check.ok else "SOME LAUNCHES DO NOT FIT"),
+                f"NVRTC {visible(check.nvrtc)}"
+                + (f", CCCL {visible(check.cccl)}" if check.cccl else "")
+                + (f"; compiled in memory, confined: {visible(check.sandbox)}" if check.sandbox else "")
+                + "; "
+                + ("every launch fits" if check.ok else "SOME LAUNCHES DO NOT FIT"),
                 style="green" if check.ok else "bold red",
             )
         )

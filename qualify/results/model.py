@@ -54,6 +54,10 @@ class Provenance(Model):
     planned: bool = Field(description="False when run with --exploratory on an unlisted device.")
     nvrtc_version: str
     cuda_bindings_version: str
+    cccl_version: str | None = Field(default=None, description="the CCCL headers kernels compile against")
+    compile_sandbox: str | None = Field(
+        default=None, description='how NVRTC was confined: "landlock (ABI n)", or "none: <why>"'
+    )
     qualify_version: str
     python_version: str
     numpy_version: str
@@ -402,7 +406,10 @@ class CodeIdentity(Model):
     arms: Literal["nvrtc", "library"] = Field(
         description="compiled by qualify's NVRTC, or embedded in the libraries' fat binaries"
     )
-    arch: str = Field(description="the architecture compared: the device's")
+    arch: str = Field(
+        description="the architecture compared: the exact target NVRTC compiled (sm_90a where the plan "
+        "asks for arch-specific code), the device's for library arms"
+    )
     digests: dict[Side, str] = Field(default_factory=dict, description="each arm's machine-code digest")
     functions: int = Field(default=0, description="functions (kernels and device functions) compared")
     differences: list[str] = Field(

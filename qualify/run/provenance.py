@@ -53,6 +53,8 @@ def collect(device: DeviceInfo, root: Path, planned: bool, nvrtc: str, argv: lis
         bindings_version = bindings.__version__
     except Exception:  # noqa: BLE001
         bindings_version = "unknown"
+    from qualify.build.nvrtc import cccl_version, compile_sandbox
+
     revision = _git(root, "rev-parse", "HEAD")
     status = _git(root, "status", "--porcelain", "--untracked-files=no")
     dirty = None if status is None else bool(status)
@@ -67,6 +69,8 @@ def collect(device: DeviceInfo, root: Path, planned: bool, nvrtc: str, argv: lis
         planned=planned,
         nvrtc_version=nvrtc,
         cuda_bindings_version=bindings_version,
+        cccl_version=cccl_version(),
+        compile_sandbox=compile_sandbox(),
         qualify_version=__version__,
         python_version=platform.python_version(),
         numpy_version=np.__version__,

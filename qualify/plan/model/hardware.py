@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
@@ -23,6 +24,65 @@ MAX_SHARED_PER_BLOCK = {
     "sm_120": 101_376,
     "sm_121": 101_376,
 }
+# Arch-specific targets ('a': wgmma, setmaxnreg, tcgen05 ...) run only on the exact compute
+# capability; family-specific ones ('f', CUDA 12.9+) on every later minor of the same major.
+# Each has its base architecture's limits. NVRTC 13.0 and 12.9 compile all of these.
+ARCH_SPECIFIC = ("sm_90a", "sm_100a", "sm_103a", "sm_120a", "sm_121a")
+FAMILY_SPECIFIC = ("sm_100f", "sm_103f", "sm_120f", "sm_121f")
+MAX_SHARED_PER_BLOCK |= {arch: MAX_SHARED_PER_BLOCK[arch[:-1]] for arch in (*ARCH_SPECIFIC, *FAMILY_SPECIFIC)}
+_ARCH = re.compile(r"^sm_(\d+)(\d)([af]?)$")
+
+
+def compute_capability_of(arch: str) -> tuple[int, int]:
+    """(major, minor) of an architecture name: sm_90a -> (9, 0), sm_121 -> (12, 1)."""
+    match = _ARCH.match(arch)
+    if match is None:
+        raise ValueError(f"not an architecture name: {arch!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def runs_on(arch: str, device_arch: str) -> bool:
+    """Whether code compiled for `arch` runs on a device whose own architecture is `device_arch`
+    (sm_90 for compute capability 9.0). A plain architecture is taken only for its own device,
+    as qualify always compiles; 'a' code only on its exact compute capability, 'f' code on its
+    major's later minors too."""
+    target, device = compute_capability_of(arch), compute_capability_of(device_arch)
+    if arch.endswith("f"):
+        return target[0] == device[0] and device[1] >= target[1]
+    return target == device
+
+
+def target_for(declared: list[str], device_arch: str) -> str | None:
+    """The plan architecture to compile for a device: its own when the plan lists it, else the
+    plan's arch-specific target for it, else the family target of the highest minor; None when
+    no listed architecture runs there."""
+    if device_arch in declared:
+        return device_arch
+    fitting = [a for a in declared if a != device_arch and runs_on(a, device_arch)]
+    fitting.sort(key=lambda a: (a.endswith("a"), compute_capability_of(a)), reverse=True)
+    return fitting[0] if fitting else None
+
+
+def refusal(declared: list[str], device_arch: str, compute_capability: str) -> str:
+    """Why a device cannot run any of the plan's architectures, in one line."""
+    specific = [a for a in declared if a[-1] in "af"]
+    if specific:
+        needs = "; ".join(
+            f"{a} code runs only on compute capability "
+            + (
+                f"{'.'.join(map(str, compute_capability_of(a)))}"
+                if a.endswith("a")
+                else f"{compute_capability_of(a)[0]}.{compute_capability_of(a)[1]} or a later {compute_capability_of(a)[0]}.x"
+            )
+            for a in specific
+        )
+        return (
+            f"this device is compute capability {compute_capability} ({device_arch}) and the plan lists "
+            f"{', '.join(declared)}: {needs}"
+        )
+    return f"{device_arch} is not among the plan's architectures ({', '.join(declared)})"
+
+
 MAX_THREADS_PER_BLOCK = 1024
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from qualify.errors import DeviceError, FrozenInputChanged
 from qualify.evaluate.device_match import device_matches
 from qualify.plan.load import LoadedPlan
+from qualify.plan.model.hardware import refusal, target_for
 from qualify.results.model import DeviceInfo
 from qualify.results.store import Record
 from qualify.run.stages import libraries
@@ -41,8 +42,9 @@ def admit(
             f"{info.name} (cc {info.compute_capability}) is not among the plan's devices; "
             "pass --exploratory to run anyway (the record is then marked unplanned)"
         )
-    if info.arch not in plan.hardware.architectures and not exploratory:
-        raise DeviceError(f"{info.arch} is not among the plan's architectures")
+    declared = plan.hardware.architectures
+    if target_for(declared, info.arch) is None and not exploratory:
+        raise DeviceError(refusal(declared, info.arch, info.compute_capability))
     libraries.check_binding(loaded, record, given_libraries)  # before anything is written to the record
     # One worker per GPU may share the record (`--devices`): the index is taken, and this
     # device's dangling trials closed, under the record's lock; another device's open trial

@@ -53,7 +53,9 @@ def _code_identity(
     """Both arms' machine code compared once the arms are built and loaded; never fatal."""
     try:
         if len(compiled) == len(ARM_SIDES):
-            return code_identity.nvrtc(compiled["base"], compiled["candidate"], loaded.cases, arch)
+            # the exact target compiled (sm_90a where the plan asks for it), not the device's name
+            target = compiled["base"].spec.arch
+            return code_identity.nvrtc(compiled["base"], compiled["candidate"], loaded.cases, target)
         if len(found_libraries) == len(ARM_SIDES):
             paths = [Path(found_libraries[side].path) for side in ARM_SIDES]
             return code_identity.library(*paths, arch)
