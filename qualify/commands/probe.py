@@ -22,7 +22,7 @@ import numpy as np
 
 from qualify.build.arms import kernel_spec
 from qualify.build.nvrtc import compile_kernel
-from qualify.dtypes import EXPONENT_BITS, FLOATS, ITEMSIZE, UNSIGNED
+from qualify.dtypes import BITS, FLOATS, ITEMSIZE, UNSIGNED, as_float64
 from qualify.evaluate.fidelity import _ordered, compare
 from qualify.plan.load import LoadedPlan
 from qualify.plan.model import ARM_SIDES, LibraryArm
@@ -63,10 +63,10 @@ def ulp_histogram(dtype: str, expected: np.ndarray, actual: np.ndarray) -> tuple
     differ = np.flatnonzero(a != b)
     if differ.size == 0:
         return (), 0
-    mask = a.dtype.type(EXPONENT_BITS[dtype])
-    nonfinite = ((a[differ] & mask) == mask) | ((b[differ] & mask) == mask)
+    # finiteness from the values: e4m3 keeps finite values under an all-ones exponent
+    nonfinite = ~(np.isfinite(as_float64(expected, dtype)[differ]) & np.isfinite(as_float64(actual, dtype)[differ]))
     finite = differ[~nonfinite]
-    dist = np.abs(_ordered(a[finite], size) - _ordered(b[finite], size))
+    dist = np.abs(_ordered(a[finite], BITS[dtype]) - _ordered(b[finite], BITS[dtype]))
     rows = []
     lower = 0
     for upper in ULP_EDGES:

@@ -9,7 +9,8 @@ str → str map in the header) records:
   producer        the repository path of the script that wrote it (the plan's golden_script)
   config_sha256   `config_digest` of the plan it was written for
   dtypes          JSON map tensor → qualify dtype; bf16 is stored as U16 bit patterns, since
-                  NumPy (and so safetensors' NumPy API) has no bfloat16
+                  NumPy (and so safetensors' NumPy API) has no bfloat16; fp8 as safetensors'
+                  F8_E4M3 and F8_E5M2; fp6 and fp4 as U8 bit patterns, one element a byte
 
 Provenance is checked before any comparison, and every problem is an error naming the golden and
 the tensor: a golden for another configuration (exit 3, the input it was frozen for changed), a
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qualify.dtypes import FLOATS, SAFETENSORS, STORAGE, as_float64
+from qualify.dtypes import FLOATS, NARROW_FLOATS, SAFETENSORS, STORAGE, as_float64, ml_dtype
 from qualify.errors import FrozenInputChanged, PlanError
 from qualify.plan.digest import canonical_json, sha256_bytes
 from qualify.plan.model import GoldenInit, Plan
@@ -32,6 +33,10 @@ from qualify.plan.resolve import ResolvedCase
 
 FORMAT = "qualify-golden"
 FORMAT_VERSION = 1
+
+# safetensors types whose tensors safetensors' NumPy API cannot return (NumPy has no fp8): their
+# bytes are read raw
+RAW_READ = frozenset(SAFETENSORS[d] for d in NARROW_FLOATS) - {"U8"}
 
 
 def config_digest(plan: Plan) -> str:
@@ -64,12 +69,16 @@ def write_golden(
     producer: str,
     extra_metadata: dict[str, str] | None = None,
 ) -> None:
-    """Write a golden; `tensors` maps name → (qualify dtype, array of that dtype, bf16 as uint16 bits)."""
+    """Write a golden; `tensors` maps name → (qualify dtype, array of that dtype, bf16 as uint16 bits,
+    a narrow float as its ml-dtypes array or uint8 bit patterns)."""
     from safetensors.numpy import save_file
 
     arrays, dtypes = {}, {}
     for name, (dtype, array) in tensors.items():
-        arrays[name] = np.ascontiguousarray(np.asarray(array).astype(STORAGE[dtype], copy=False))
+        if dtype in NARROW_FLOATS:
+            arrays[name] = _narrow_for_file(name, dtype, np.asarray(array))
+        else:
+            arrays[name] = np.ascontiguousarray(np.asarray(array).astype(STORAGE[dtype], copy=False))
         dtypes[name] = dtype
     metadata = {
         **(extra_metadata or {}),
@@ -150,22 +159,49 @@ def load_golden(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCas
     return Golden(path=path, producer=producer, config_sha256=wanted, tensors=tensors)
 
 
+def _narrow_for_file(name: str, dtype: str, array: np.ndarray) -> np.ndarray:
+    """A narrow float tensor as safetensors stores it: fp8 typed (safetensors names ml-dtypes' types
+    F8_E4M3 and F8_E5M2), fp6 and fp4 as their uint8 bit patterns."""
+    values = ml_dtype(dtype)
+    if array.dtype == values:
+        bits = array.view(np.uint8)
+    elif array.dtype == np.uint8:
+        bits = array
+    else:
+        raise ValueError(
+            f"{name}: a {dtype} tensor is given as {values.name} values or uint8 bit patterns, not {array.dtype}"
+        )
+    bits = np.ascontiguousarray(bits)
+    return bits.view(values) if SAFETENSORS[dtype] in RAW_READ else bits
+
+
 def _read(path: Path) -> tuple[dict[str, tuple[str, list[int], np.ndarray]], dict[str, str]]:
     """name → (stored dtype, shape, flat uint8 bytes), and the metadata; any unreadable file is one error."""
     from safetensors import safe_open
 
     try:
         out = {}
+        raw = []
         with safe_open(str(path), framework="numpy") as f:
             metadata = f.metadata() or {}
             for name in f.keys():
                 piece = f.get_slice(name)
+                if piece.get_dtype() in RAW_READ:
+                    raw.append(name)
+                    continue
                 array = f.get_tensor(name)
                 out[name] = (
                     piece.get_dtype(),
                     list(piece.get_shape()),
                     np.ascontiguousarray(array).reshape(-1).view(np.uint8),
                 )
+        if raw:
+            from safetensors import deserialize
+
+            for name, spec in deserialize(path.read_bytes()):
+                if name in raw:
+                    data = np.frombuffer(bytes(spec["data"]), dtype=np.uint8).copy()
+                    out[name] = (spec["dtype"], list(spec["shape"]), data)
         return out, metadata
     except FileNotFoundError:
         raise PlanError("no such file", file=path, field="acceptance.fidelity.golden") from None
