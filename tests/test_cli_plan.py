@@ -13,6 +13,19 @@ from qualify.plan.schema import plan_json_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTOCOLS = sorted(ROOT.glob("protocols/*/plan.json"))
+# protocols whose architectures this branch's plan model does not admit yet: sm_90a comes with issue
+# 28 item 1 (qualify/build), merged separately. Strict, so the merge that admits it fails here
+# until the entry goes.
+NEEDS_ARCH_SPECIFIC = {"fp8-rowsum": "sm_90a is admitted by issue 28 item 1, merged separately"}
+
+
+def _protocol_params():
+    return [
+        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=NEEDS_ARCH_SPECIFIC[p.parent.name]))
+        if p.parent.name in NEEDS_ARCH_SPECIFIC
+        else p
+        for p in PROTOCOLS
+    ]
 
 
 def run_cli(argv, capsys):
@@ -49,7 +62,7 @@ def test_protocols_exist():
     assert PROTOCOLS, "protocols/ holds no plan"
 
 
-@pytest.mark.parametrize("plan", PROTOCOLS, ids=[p.parent.name for p in PROTOCOLS])
+@pytest.mark.parametrize("plan", _protocol_params(), ids=[p.parent.name for p in PROTOCOLS])
 def test_protocol_passes_plan_check_for_every_architecture(plan, capsys):
     code, out, err = run_cli(["plan", "check", str(plan)], capsys)
     assert code == 0, err
@@ -58,6 +71,10 @@ def test_protocol_passes_plan_check_for_every_architecture(plan, capsys):
         assert "digest" in out and "frozen  yes" in out
         return
     loaded_archs = data["hardware"]["architectures"]
+    if any(arch.endswith("a") for arch in loaded_archs):  # arch-specific code runs on its own target only
+        assert all(arch in out for arch in loaded_archs)
+        assert "digest" in out and "every launch fits" in out
+        return
     for arch in ("sm_89", "sm_90", "sm_120"):
         assert arch in loaded_archs
         assert arch in out
