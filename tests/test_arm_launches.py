@@ -91,7 +91,7 @@ def _axpy(memory, args, kernel):
 
 def _device(**durations) -> FakeDevice:
     kernels = {"scale_into": _scale_into, "add_to": _add_to, "axpy": _axpy}
-    return FakeDevice(kernels, durations=durations)
+    return FakeDevice(kernels, durations=durations, cupti=True)
 
 
 def test_an_arm_names_either_a_kernel_or_its_own_launches():
@@ -195,6 +195,10 @@ def test_one_call_enqueues_the_whole_sequence_and_the_window_times_it(tmp_path):
     case = trial.cases[-1]
     assert case.parity[0].equal and [p.buffer for p in case.parity] == ["out"]  # tmp is never compared
     assert case.stats.ratio == pytest.approx(7_000.0 / 10_000.0, rel=0.03)
+    # the kernels table names each launch of a traced call, in launch order
+    inventory = case.kernels.inventory
+    assert [k.name for k in inventory["base"]] == ["scale_into", "add_to"]
+    assert [k.name for k in inventory["candidate"]] == ["axpy<1>"]
 
 
 def test_run_once_poisons_the_scratch_so_a_skipped_first_launch_shows(tmp_path):

@@ -221,3 +221,17 @@ def test_overflow_left_unset_leaves_a_buffers_dump_as_before():
     spec = Buffer(name="x", dtype="f32", shape=[1], role="input", init={"kind": "zeros"})
     assert "overflow" not in spec.model_dump(mode="json")
     assert Buffer(**{**spec.model_dump(), "overflow": "saturate"}).model_dump(mode="json")["overflow"] == "saturate"
+
+
+def test_a_golden_takes_narrow_floats_as_ml_dtypes_values_or_bit_patterns():
+    import ml_dtypes
+
+    from qualify.plan.golden import _narrow_for_file
+
+    typed = np.array([1.0, -448.0], dtype=ml_dtypes.float8_e4m3fn)
+    stored = _narrow_for_file("c/out", "f8e4m3", typed)
+    assert stored.dtype == typed.dtype and stored.view(np.uint8).tolist() == [0x38, 0xFE]
+    assert _narrow_for_file("c/out", "f8e4m3", b(0x38, 0xFE)).view(np.uint8).tolist() == [0x38, 0xFE]
+    assert _narrow_for_file("c/out", "f4e2m1", b(0x2)).dtype == np.uint8  # fp4: U8 bit patterns
+    with pytest.raises(ValueError, match="c/out: a f8e4m3 tensor is given as float8_e4m3fn values or uint8"):
+        _narrow_for_file("c/out", "f8e4m3", np.array([1.0]))  # float64 values would be cast, not kept
