@@ -58,6 +58,10 @@ def test_protocol_passes_plan_check_for_every_architecture(plan, capsys):
         assert "digest" in out and "frozen  yes" in out
         return
     loaded_archs = data["hardware"]["architectures"]
+    if any(arch.endswith("a") for arch in loaded_archs):  # arch-specific code runs on its own target only
+        assert all(arch in out for arch in loaded_archs)
+        assert "digest" in out and "every launch fits" in out
+        return
     for arch in ("sm_89", "sm_90", "sm_120"):
         assert arch in loaded_archs
         assert arch in out

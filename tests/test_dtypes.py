@@ -29,7 +29,9 @@ from qualify.dtypes import (
 )
 from qualify.plan.model import Buffer
 
-ALL = ("bf16", "f16", "f32", "f64", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64")
+WIDE = ("bf16", "f16", "f32", "f64", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64")
+NARROW = ("f8e4m3", "f8e5m2", "f6e2m3", "f6e3m2", "f4e2m1")  # tests/test_narrow_floats.py
+ALL = WIDE + NARROW
 EXPECTED_NUMPY = {
     "f16": np.float16,
     "f32": np.float32,
@@ -48,9 +50,11 @@ EXPECTED_NUMPY = {
 def test_every_table_covers_exactly_the_plan_dtypes():
     assert typing.get_args(dtypes.DType) == ALL
     assert tuple(ITEMSIZE) == ALL and tuple(STORAGE) == ALL and tuple(SAFETENSORS) == ALL
-    assert set(NUMPY_DTYPES) == set(ALL) - {"bf16"}
-    assert FLOATS == ("bf16", "f16", "f32", "f64")
+    assert tuple(dtypes.BITS) == ALL
+    assert set(NUMPY_DTYPES) == set(WIDE) - {"bf16"}
+    assert FLOATS == ("bf16", "f16", "f32", "f64", *NARROW) and dtypes.NARROW_FLOATS == NARROW
     assert set(MANTISSA) == set(EXPONENT_BITS) == set(LARGEST_FINITE_BITS) == set(FLOATS)
+    assert set(dtypes.ML_DTYPES) == set(NARROW)
 
 
 def test_the_plan_model_admits_every_dtype_and_no_other():
@@ -60,7 +64,7 @@ def test_the_plan_model_admits_every_dtype_and_no_other():
         Buffer(name="x", dtype="f8", shape=[1], role="output")
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", WIDE)
 def test_sizes_and_numpy_types(name):
     storage = np.dtype(STORAGE[name])
     assert storage.itemsize == ITEMSIZE[name]
@@ -91,7 +95,7 @@ def test_bf16_format_tables():
     assert float(bf16_bits_to_f32(np.array([EXPONENT_BITS["bf16"]], np.uint16))[0]) == math.inf
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", WIDE)
 def test_round_trip_through_float64(name):
     if name in FLOATS:
         values = np.array([0.0, -0.0, 1.0, -2.5, 0.15625, 448.0, 3.0e-3], dtype=np.float64)

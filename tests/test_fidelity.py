@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from qualify.dtypes import NUMPY_DTYPES
+from qualify.dtypes import NARROW_FLOATS, NUMPY_DTYPES
 from qualify.evaluate.fidelity import compare
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.plan.model import Fidelity
@@ -24,8 +24,8 @@ I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 
 
 def raw(dtype: str, values) -> np.ndarray:
-    """A flat uint8 buffer of `values`; bf16 values are given as their 16-bit patterns."""
-    kind = np.uint16 if dtype == "bf16" else NUMPY_DTYPES[dtype]
+    """A flat uint8 buffer of `values`; bf16 and narrow float values are given as their bit patterns."""
+    kind = np.uint16 if dtype == "bf16" else np.uint8 if dtype in NARROW_FLOATS else NUMPY_DTYPES[dtype]
     return np.asarray(values, dtype=kind).view(np.uint8)
 
 
@@ -64,6 +64,22 @@ TABLE = [
     ("bf16", 0xBF80, 0x3F80, (2 * 0x3F80, 2.0, 2.0)),  # -1.0 and 1.0
     ("bf16", 0x3F80, 0x7FC0, (None, None, None)),  # NaN
     ("bf16", 0x8000, 0x0000, (0, 0.0, 0.0)),  # -0 and +0
+    # narrow floats, as bit patterns: e4m3 1.0 = 0x38, e5m2 1.0 = 0x3C, e2m3 1.0 = 0x08,
+    # e3m2 1.0 = 0x0C, e2m1 1.0 = 0x2; the sign is the top bit of the format, not of the byte
+    ("f8e4m3", 0x38, 0x39, (1, 0.125, 0.125)),
+    ("f8e4m3", 0xFE, 0x7E, (252, 896.0, 2.0)),  # -448 and 448, e4m3's largest finite
+    ("f8e4m3", 0x7E, 0x7F, (None, None, None)),  # 0x7F is e4m3's NaN, not an infinity
+    ("f8e4m3", 0x80, 0x00, (0, 0.0, 0.0)),
+    ("f8e4m3", 0x00, 0x01, (1, 2.0**-9, None)),  # the smallest subnormal
+    ("f8e5m2", 0x3C, 0x3D, (1, 0.25, 0.25)),
+    ("f8e5m2", 0x7B, 0x7C, (None, None, None)),  # 57344 and infinity
+    ("f6e2m3", 0x08, 0x09, (1, 0.125, 0.125)),
+    ("f6e2m3", 0x1F, 0x3F, (62, 15.0, 2.0)),  # 7.5 and -7.5: sign bit 5
+    ("f6e3m2", 0x0C, 0x0D, (1, 0.25, 0.25)),
+    ("f6e3m2", 0x1F, 0x3E, (61, 52.0, 52 / 28)),  # 28 and -24
+    ("f4e2m1", 0x2, 0x3, (1, 0.5, 0.5)),
+    ("f4e2m1", 0x7, 0xF, (14, 12.0, 2.0)),  # 6 and -6: sign bit 3
+    ("f4e2m1", 0x8, 0x0, (0, 0.0, 0.0)),
     ("i8", -128, 127, (255, 255.0, 255 / 128)),
     ("u8", 200, 100, (100, 100.0, 0.5)),
     ("i16", -1, 0, (1, 1.0, 1.0)),
@@ -92,9 +108,14 @@ def test_every_dtype_of_the_plan_schema_is_in_the_table():
 
 @pytest.mark.parametrize("dtype", sorted({row[0] for row in TABLE}))
 def test_identical_buffers_are_equal_whatever_they_hold(dtype):
-    values = {"bf16": [0x7FC0, 0x8000, 0x0001]}.get(
-        dtype, [0, 1, 2] if dtype[0] in "iu" else [math.nan, -0.0, math.inf]
-    )
+    values = {
+        "bf16": [0x7FC0, 0x8000, 0x0001],
+        "f8e4m3": [0x7F, 0x80, 0x01],
+        "f8e5m2": [0x7C, 0x80, 0x7E],
+        "f6e2m3": [0x3F, 0x20, 0x01],
+        "f6e3m2": [0x3F, 0x20, 0x01],
+        "f4e2m1": [0xF, 0x8, 0x1],
+    }.get(dtype, [0, 1, 2] if dtype[0] in "iu" else [math.nan, -0.0, math.inf])
     p = compare("out", dtype, raw(dtype, values), raw(dtype, values))
     assert p == BufferParity(
         buffer="out",

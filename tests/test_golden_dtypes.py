@@ -27,9 +27,22 @@ DTYPES = {
     "u32": ("U32", np.array([0, 1, 2**32 - 1], np.uint32)),
     "i64": ("I64", np.array([-(2**63), 0, 2**63 - 1], np.int64)),
     "u64": ("U64", np.array([0, 1, 2**64 - 1], np.uint64)),
+    # narrow floats as their bit patterns: 448 and the smallest subnormal; 57344 and -0
+    "f8e4m3": ("F8_E4M3", np.array([0x7E, 0x01, 0xB8], np.uint8)),
+    "f8e5m2": ("F8_E5M2", np.array([0x7B, 0x80, 0x3C], np.uint8)),
+    "f6e2m3": ("U8", np.array([0x1F, 0x21, 0x08], np.uint8)),
+    "f6e3m2": ("U8", np.array([0x1F, 0x3E, 0x0C], np.uint8)),
+    "f4e2m1": ("U8", np.array([0x7, 0xF, 0x1], np.uint8)),
 }
 # the pattern of a non-finite value of each float dtype
-NON_FINITE = {"bf16": np.uint16(0x7FC0), "f16": np.float16(np.inf), "f32": np.float32(np.nan), "f64": -np.inf}
+NON_FINITE = {
+    "bf16": np.uint16(0x7FC0),
+    "f16": np.float16(np.inf),
+    "f32": np.float32(np.nan),
+    "f64": -np.inf,
+    "f8e4m3": np.uint8(0xFF),  # e4m3's NaN: it has no infinity
+    "f8e5m2": np.uint8(0x7C),  # e5m2's infinity
+}
 
 
 def _repo(tmp_path, dtype: str):
@@ -63,6 +76,11 @@ def test_a_golden_of_every_dtype_reads_back_bit_for_bit(tmp_path, dtype):
     values = DTYPES[dtype][1]
     write_golden(path.parent / "golden.safetensors", loaded.plan, _tensors(loaded, dtype, values), PRODUCER)
     golden = _load(path, loaded)
+    if DTYPES[dtype][0] != "BF16-as-U16":
+        from safetensors import safe_open
+
+        with safe_open(str(path.parent / "golden.safetensors"), framework="numpy") as f:
+            assert {f.get_slice(k).get_dtype() for k in f.keys() if k.endswith("/out")} == {DTYPES[dtype][0]}
     for case in loaded.cases:
         assert np.array_equal(golden.expected(case.id, "out"), np.resize(values, case.values["N"]).view(np.uint8))
 

@@ -24,12 +24,19 @@ from qualify.plan.model import ARM_SIDES, MAX_SHARED_PER_BLOCK, BuildControl, Cu
 from qualify.plan.model.hardware import target_for
 
 
-def kernel_spec(loaded: LoadedPlan, side: str, arch: str, extra_defines: dict | None = None) -> KernelSpec:
-    """`arch`: a plan architecture, or a device's own (sm_90), which compiles for the plan's
-    target on that device (sm_90a where the plan lists it and not sm_90; see target_for)."""
+def kernel_spec(
+    loaded: LoadedPlan, side: str, arch: str, extra_defines: dict | None = None, kernel: str | None = None
+) -> KernelSpec:
+    """The NVRTC program of one kernel of a CUDA arm: its `kernel`, or `kernel` named among its own
+    launches (each compiled from the arm's source as a program of its own).
+
+    `arch`: a plan architecture, or a device's own (sm_90), which compiles for the plan's target on
+    that device (sm_90a where the plan lists it and not sm_90; see target_for)."""
     arch = target_for(loaded.plan.hardware.architectures, arch) or arch
     arm = loaded.plan.arm(side)
     assert isinstance(arm, CudaArm)
+    kernel = kernel or arm.kernel
+    assert kernel in arm.kernels
     base = loaded.path.parent
     defines = {**arm.defines, **(extra_defines or {})}
     # A frozen plan compiles against its lock's hashes (what was pre-registered), an unfrozen one
@@ -37,7 +44,7 @@ def kernel_spec(loaded: LoadedPlan, side: str, arch: str, extra_defines: dict | 
     frozen = loaded.lock["files"] if loaded.lock is not None else {}
     return KernelSpec(
         source=(base / arm.source).resolve(),
-        kernel=arm.kernel,
+        kernel=kernel,
         arch=arch,
         defines=tuple((k, str(v)) for k, v in sorted(defines.items())),
         options=tuple(normalize_option(o) for o in arm.options),
@@ -48,10 +55,39 @@ def kernel_spec(loaded: LoadedPlan, side: str, arch: str, extra_defines: dict | 
     )
 
 
+def launch_label(side: str, index: int | None) -> str:
+    """How plan check names a compiled kernel: the side for an arm launched by workload.launch,
+    the plan field of the launch ('base.launches[1]') for an arm with its own launches."""
+    return side if index is None else f"{side}.launches[{index}]"
+
+
+def parse_label(label: str) -> tuple[str, int | None]:
+    """launch_label's inverse: (side, launch index or None)."""
+    side, _, rest = label.partition(".launches[")
+    return side, (int(rest.rstrip("]")) if rest else None)
+
+
+def arm_kernels(loaded: LoadedPlan) -> list[tuple[str, str]]:
+    """(label, kernel name) of every kernel launch of the plan's CUDA arms, in side then launch order."""
+    out = []
+    for side in ARM_SIDES:
+        arm = loaded.plan.arm(side)
+        if isinstance(arm, CudaArm):
+            if arm.launches is None:
+                out.append((launch_label(side, None), arm.kernel))
+            else:
+                out += [(launch_label(side, i), launch.kernel) for i, launch in enumerate(arm.launches)]
+    return out
+
+
 def compile_arms(loaded: LoadedPlan, archs: list[str], jobs: int = 2) -> dict[tuple[str, str], CompiledKernel]:
-    """Compile every CUDA arm for every architecture; keys are (side, arch)."""
-    keys = [(side, arch) for side in ARM_SIDES if isinstance(loaded.plan.arm(side), CudaArm) for arch in archs]
-    specs = {key: kernel_spec(loaded, *key) for key in keys}
+    """Compile every launch of every CUDA arm for every architecture; keys are (label, arch), the
+    label being the side, or the launch's field for an arm with its own launches (launch_label)."""
+    specs = {
+        (label, arch): kernel_spec(loaded, parse_label(label)[0], arch, kernel=kernel)
+        for label, kernel in arm_kernels(loaded)
+        for arch in archs
+    }
     # NVRTC programs are independent; two threads halve the wall time of a check on CI's 2 cores.
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         compiled = dict(zip(specs, pool.map(compile_kernel, specs.values())))
@@ -64,19 +100,19 @@ def headers_read(loaded: LoadedPlan, jobs: int = 2) -> dict[str, Path]:
     control's defines (a define can select another header). Keys are as in the lock: repository
     paths, and CCCL headers under generation.CCCL_PREFIX (a CCCL upgrade changes the digest)."""
     archs = loaded.plan.hardware.architectures
+    launches = arm_kernels(loaded)
     specs = [
-        kernel_spec(loaded, side, arch)
-        for side in ARM_SIDES
-        if isinstance(loaded.plan.arm(side), CudaArm)
+        kernel_spec(loaded, parse_label(label)[0], arch, kernel=kernel) for label, kernel in launches for arch in archs
+    ]
+    specs += [
+        kernel_spec(loaded, "candidate", arch, extra_defines=c.defines, kernel=kernel)
+        for c in loaded.plan.controls.negative
+        if isinstance(c, BuildControl)
+        for label, kernel in launches
+        if parse_label(label)[0] == "candidate"
         for arch in archs
     ]
-    if isinstance(loaded.plan.arm("candidate"), CudaArm):
-        specs += [
-            kernel_spec(loaded, "candidate", arch, extra_defines=c.defines)
-            for c in loaded.plan.controls.negative
-            if isinstance(c, BuildControl)
-            for arch in archs
-        ]
+    specs = list(dict.fromkeys(specs))  # a kernel launched twice is read once
     # unlocked: the headers are being frozen now, so they are only required to be in the repository
     specs = [replace(spec, frozen=(), locked=False) for spec in specs]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -114,14 +150,16 @@ class FitRow:
 
 def shared_memory_fit(loaded: LoadedPlan, compiled: dict[tuple[str, str], CompiledKernel]) -> list[FitRow]:
     rows = []
-    for (side, arch), kernel in compiled.items():
+    for (label, arch), kernel in compiled.items():
+        side, index = parse_label(label)
         for case in loaded.cases:
-            launch = case.arms[side].launch
+            arm = case.arms[side]
+            launch = arm.launch if index is None else arm.steps[index].launch
             assert launch is not None
             dyn = launch.shared_bytes
             rows.append(
                 FitRow(
-                    side=side,
+                    side=label,
                     arch=arch,
                     case=case.id,
                     dynamic_shared_bytes=dyn,

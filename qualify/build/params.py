@@ -119,8 +119,11 @@ def planned_sizes(args) -> list[int]:
     return [ARG_BYTES[a.kind] for a in args]
 
 
-def launch_mismatch(side: str, arch: str, kernel: str, args, params: list[KernelParam]) -> LaunchMismatch | None:
-    """Compare a launch's arguments with the compiled parameters (count, then bytes each).
+def launch_mismatch(
+    side: str, arch: str, kernel: str, args, params: list[KernelParam], field: str = "workload.launch.args"
+) -> LaunchMismatch | None:
+    """Compare a launch's arguments (the plan's `field`) with the compiled parameters (count,
+    then bytes each).
 
     Only sizes can be compared: the CUBIN does not say whether four bytes hold an int or a float.
     """
@@ -128,10 +131,9 @@ def launch_mismatch(side: str, arch: str, kernel: str, args, params: list[Kernel
     compiled = [p.size for p in params]
     if planned == compiled:
         return None
-    field = "workload.launch.args"
     if len(planned) == len(compiled):
         k = next(i for i, (a, b) in enumerate(zip(planned, compiled)) if a != b)
-        field = f"workload.launch.args[{k}]"
+        field = f"{field}[{k}]"
     return LaunchMismatch(side, arch, kernel, field, planned, compiled)
 
 
@@ -141,20 +143,26 @@ def check_launches(loaded, compiled) -> None:
     Checked per architecture, since a source may declare its kernel differently under
     `__CUDA_ARCH__`. PlanError names the field, the arm, the architecture and both lists.
     """
+    from qualify.build.arms import parse_label
     from qualify.errors import PlanError, ToolError
 
-    launch = loaded.plan.workload.launch
-    if launch is None:
-        return
-    for (side, arch), kernel in sorted(compiled.items()):
+    for (label, arch), kernel in sorted(compiled.items()):
+        side, index = parse_label(label)
+        if index is None:
+            launch, field, kernel_field = loaded.plan.workload.launch, "workload.launch.args", f"arms.{side}.kernel"
+        else:
+            launch = loaded.plan.arm(side).launches[index]
+            field, kernel_field = f"arms.{label}.args", f"arms.{label}.kernel"
+        if launch is None:
+            continue
         try:
             params = kernel_params(kernel.cubin, kernel.lowered_name)
         except ElfProblem as exc:
             raise ToolError(
                 f"cannot read {kernel.spec.kernel}'s parameter list from its {arch} CUBIN: {exc}",
                 file=loaded.path,
-                field=f"arms.{side}.kernel",
+                field=kernel_field,
             ) from None
-        mismatch = launch_mismatch(side, arch, kernel.spec.kernel, launch.args, params)
+        mismatch = launch_mismatch(label, arch, kernel.spec.kernel, launch.args, params, field)
         if mismatch is not None:
             raise PlanError(mismatch.message(), file=loaded.path, field=mismatch.field)

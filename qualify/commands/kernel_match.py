@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from qualify.build.arms import parse_label
 from qualify.build.elf import ElfProblem
 from qualify.build.launch_bounds import launch_bounds
 from qualify.commands.scaffold import SCALAR_TYPES, declared_params
@@ -33,10 +34,15 @@ def _kind(arg) -> str:
     return "buffer" if isinstance(arg, BufferArg) else arg.kind
 
 
-def kind_problems(loaded) -> list[PlanError]:
+def _declared_launches(loaded, side: str, arm: CudaArm):
+    """(kernel, args, field of the args) of each launch an arm's kernels are declared for."""
+    if arm.launches:
+        return [(step.kernel, step.args, f"arms.{side}.launches[{i}].args") for i, step in enumerate(arm.launches)]
     launch = loaded.plan.workload.launch
-    if launch is None:
-        return []
+    return [] if launch is None else [(arm.kernel, launch.args, "workload.launch.args")]
+
+
+def kind_problems(loaded) -> list[PlanError]:
     out: list[PlanError] = []
     for side in ("base", "candidate"):
         arm = loaded.plan.arm(side)
@@ -46,43 +52,47 @@ def kind_problems(loaded) -> list[PlanError]:
             text = (loaded.path.parent / arm.source).read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue  # the compile reports an unreadable source
-        params = declared_params(text, arm.kernel)
-        if params is None or len(params) != len(launch.args):
-            continue  # a declaration not found here (a macro, a header) or a count the size check refuses
-        for k, (arg, param) in enumerate(zip(launch.args, params)):
-            kind = _kind(arg)
-            if param.pointer:
-                expected = "buffer"
-            else:
-                expected = SCALAR_TYPES.get(param.ctype)
-                if expected is None:
-                    continue
-            if kind != expected:
-                fix = "a buffer argument" if expected == "buffer" else f"kind {expected!r}"
-                out.append(
-                    PlanError(
-                        f"{kind!r} passed for parameter {param.name!r} ({param.ctype}) of {arm.kernel} "
-                        f"({side} arm, declared in {arm.source}); pass {fix}",
-                        file=loaded.path,
-                        field=f"workload.launch.args[{k}]",
+        for kernel, args, field in _declared_launches(loaded, side, arm):
+            params = declared_params(text, kernel)
+            if params is None or len(params) != len(args):
+                continue  # a declaration not found here (a macro, a header) or a count the size check refuses
+            for k, (arg, param) in enumerate(zip(args, params)):
+                kind = _kind(arg)
+                if param.pointer:
+                    expected = "buffer"
+                else:
+                    expected = SCALAR_TYPES.get(param.ctype)
+                    if expected is None:
+                        continue
+                if kind != expected:
+                    fix = "a buffer argument" if expected == "buffer" else f"kind {expected!r}"
+                    out.append(
+                        PlanError(
+                            f"{kind!r} passed for parameter {param.name!r} ({param.ctype}) of {kernel} "
+                            f"({side} arm, declared in {arm.source}); pass {fix}",
+                            file=loaded.path,
+                            field=f"{field}[{k}]",
+                        )
                     )
-                )
     return out
 
 
 def bounds_problems(loaded, compiled) -> list[PlanError]:
     out: list[PlanError] = []
-    for (side, arch), kernel in sorted(compiled.items()):
+    for (label, arch), kernel in sorted(compiled.items()):
+        side, index = parse_label(label)
         try:
             bounds = launch_bounds(kernel.cubin, kernel.lowered_name)
         except ElfProblem as exc:
             raise ToolError(
                 f"cannot read {kernel.spec.kernel}'s launch bounds from its {arch} CUBIN: {exc}",
                 file=loaded.path,
-                field=f"arms.{side}.kernel",
+                field=f"arms.{side}.kernel" if index is None else f"arms.{side}.launches[{index}].kernel",
             ) from None
         for case in loaded.cases:
-            launch = case.arms[side].launch
+            arm = case.arms[side]
+            launch = arm.launch if index is None else arm.steps[index].launch
+            field = "workload.launch.block" if index is None else f"arms.{side}.launches[{index}].block"
             if launch is None:
                 continue
             block = tuple(launch.block) + (1,) * (3 - len(launch.block))
@@ -95,7 +105,7 @@ def bounds_problems(loaded, compiled) -> list[PlanError]:
                         f"that {where} is compiled for (__launch_bounds__, .maxntid "
                         f"{','.join(map(str, bounds.max_threads))}); the launch would fail",
                         file=loaded.path,
-                        field="workload.launch.block",
+                        field=field,
                     )
                 )
                 break
@@ -105,7 +115,7 @@ def bounds_problems(loaded, compiled) -> list[PlanError]:
                         f"case {case.id}: block {'x'.join(map(str, block))} is not the "
                         f"{'x'.join(map(str, bounds.required))} that {where} requires (.reqntid)",
                         file=loaded.path,
-                        field="workload.launch.block",
+                        field=field,
                     )
                 )
                 break

@@ -20,14 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from qualify.build.arms import kernel_spec
-from qualify.build.nvrtc import compile_kernel
-from qualify.dtypes import EXPONENT_BITS, FLOATS, ITEMSIZE, UNSIGNED
+from qualify.dtypes import BITS, FLOATS, ITEMSIZE, UNSIGNED, as_float64
 from qualify.evaluate.fidelity import _ordered, compare
 from qualify.plan.load import LoadedPlan
 from qualify.plan.model import ARM_SIDES, LibraryArm
 from qualify.run import inputs as input_gen
-from qualify.run.arms import ArmExec
+from qualify.run.arms import ArmExec, compile_and_load, unload
 from qualify.run.reference import host_values, load_reference, reference_outputs
 
 # Histogram edges of the per-element ulp distance: 0 (identical value, ±0 included), 1, 2, 3-4,
@@ -63,10 +61,10 @@ def ulp_histogram(dtype: str, expected: np.ndarray, actual: np.ndarray) -> tuple
     differ = np.flatnonzero(a != b)
     if differ.size == 0:
         return (), 0
-    mask = a.dtype.type(EXPONENT_BITS[dtype])
-    nonfinite = ((a[differ] & mask) == mask) | ((b[differ] & mask) == mask)
+    # finiteness from the values: e4m3 keeps finite values under an all-ones exponent
+    nonfinite = ~(np.isfinite(as_float64(expected, dtype)[differ]) & np.isfinite(as_float64(actual, dtype)[differ]))
     finite = differ[~nonfinite]
-    dist = np.abs(_ordered(a[finite], size) - _ordered(b[finite], size))
+    dist = np.abs(_ordered(a[finite], BITS[dtype]) - _ordered(b[finite], BITS[dtype]))
     rows = []
     lower = 0
     for upper in ULP_EDGES:
@@ -179,7 +177,7 @@ def run_probe(loaded: LoadedPlan, device, libraries: dict[str, Path] | None = No
     finally:
         for side, kernel in kernels.items():
             if not isinstance(loaded.plan.arm(side), LibraryArm):
-                device.unload_kernel(kernel)
+                unload(device, kernel)
     return ProbeResult(
         loaded.plan.name,
         lock,
@@ -208,9 +206,7 @@ def _load_arms(loaded: LoadedPlan, device, libraries: dict[str, Path]) -> dict[s
                 )
             kernels[side] = load_library(side, Path(path), arm, f"arms.{side}.library")
         else:
-            compiled = compile_kernel(kernel_spec(loaded, side, device.info.arch))
-            smem = max(c.arms[side].launch.shared_bytes for c in loaded.cases)
-            kernels[side] = device.load_kernel(side, compiled, smem)
+            kernels[side] = compile_and_load(device, loaded, side, loaded.cases)[1]
     return kernels
 
 

@@ -145,7 +145,9 @@ def _common(name: str, archs: list[str], fidelity: str, bound: float | None, tod
         "acceptance.gates: the speed-up (or the regression) that counts as success",
     ]
     # every device of each architecture; a plan for one GPU model names it ('NVIDIA H200*')
-    devices = [{"compute_capability": f"{a[3:-1]}.{a[-1]}"} for a in archs]
+    from qualify.plan.model.hardware import compute_capability_of
+
+    devices = [{"compute_capability": "{}.{}".format(*compute_capability_of(a))} for a in dict.fromkeys(archs)]
     fid: dict = {"mode": fidelity}
     if fidelity != "bytes":
         fid["bound"] = bound

@@ -15,15 +15,17 @@ import math
 
 import numpy as np
 
-from qualify.dtypes import FLOATS, ITEMSIZE, NUMPY_DTYPES, SIGNED, UNSIGNED, as_float64
+from qualify.dtypes import BITS, FLOATS, ITEMSIZE, NUMPY_DTYPES, UNSIGNED, as_float64
 from qualify.results.model import BufferParity
 
 
-def _ordered(bits: np.ndarray, size: int) -> np.ndarray:
-    """Float bit patterns → int64 keys, in the order of the values, one apart per ulp (±0 → 0)."""
-    signed = bits.view(SIGNED[size]).astype(np.int64)
-    magnitude = signed & np.int64((1 << (8 * size - 1)) - 1)
-    return np.where(signed < 0, -magnitude, magnitude)
+def _ordered(bits: np.ndarray, width: int) -> np.ndarray:
+    """Float bit patterns of `width` bits (sign bit width - 1) → int64 keys, in the order of the
+    values, one apart per ulp (±0 → 0)."""
+    unsigned = bits.astype(np.uint64)
+    magnitude = (unsigned & np.uint64((1 << (width - 1)) - 1)).astype(np.int64)
+    negative = ((unsigned >> np.uint64(width - 1)) & np.uint64(1)) == 1
+    return np.where(negative, -magnitude, magnitude)
 
 
 def _distance(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -53,7 +55,7 @@ def _distances(dtype: str, size: int, a: np.ndarray, b: np.ndarray) -> tuple[int
         x, y = as_float64(a.view(np.uint8), dtype), as_float64(b.view(np.uint8), dtype)
         if not (np.isfinite(x) & np.isfinite(y)).all():
             return None, None, None
-        ulp = int(_distance(_ordered(a, size), _ordered(b, size)).max())
+        ulp = int(_distance(_ordered(a, BITS[dtype]), _ordered(b, BITS[dtype])).max())
         with np.errstate(over="ignore"):  # f64 extremes: the difference is infinite, reported as None
             diff = np.abs(x - y)
         return ulp, _finite(float(diff.max())), _relative(diff, x)

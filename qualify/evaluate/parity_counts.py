@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qualify.dtypes import FLOATS, ITEMSIZE, SIGNED, UNSIGNED, as_float64
+from qualify.dtypes import BITS, FLOATS, ITEMSIZE, UNSIGNED, as_float64
 from qualify.results.tolerance import ParityCounts
 
 
@@ -22,13 +22,14 @@ def step_index(data: np.ndarray, dtype: str) -> np.ndarray:
     """Each element's position on the dtype's grid of representable values (int64, monotonic).
 
     Sign-magnitude bit patterns become a signed count of steps from zero, so the difference of two
-    positions is the number of representable values between them; +0 and -0 both sit at 0.
+    positions is the number of representable values between them; +0 and -0 both sit at 0. The
+    sign is bit BITS - 1 (bit 5 of an fp6 byte, bit 3 of an fp4 byte), the magnitude the bits below.
     """
-    size = ITEMSIZE[dtype]
-    bits = data.view(UNSIGNED[size])
-    magnitude_mask = (1 << (8 * size - 1)) - 1
+    width = BITS[dtype]
+    bits = data.view(UNSIGNED[ITEMSIZE[dtype]])
+    magnitude_mask = (1 << (width - 1)) - 1
     magnitude = (bits & bits.dtype.type(magnitude_mask)).astype(np.int64)
-    negative = bits.view(SIGNED[size]) < 0
+    negative = ((bits >> bits.dtype.type(width - 1)) & bits.dtype.type(1)) == 1
     return np.where(negative, -magnitude, magnitude)
 
 

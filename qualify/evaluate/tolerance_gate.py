@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from qualify import expr
-from qualify.dtypes import ITEMSIZE, LARGEST_FINITE_BITS, MANTISSA, UNSIGNED, as_float64
+from qualify.dtypes import BITS, ITEMSIZE, LARGEST_FINITE_BITS, MANTISSA, UNSIGNED, as_float64
 from qualify.evaluate.parity_counts import count
 from qualify.plan.model import BuildControl, Calibration, CaseSelector, Fidelity, InputControl, ToleranceRule
 from qualify.results.tolerance import ControlOutcome, MutationResolution, MutationStep, ParityCounts
@@ -151,8 +151,7 @@ def perturb(actual: np.ndarray, dtype: str, quanta: int, elements: int, seed: in
     n = words.size
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(quanta, elements))))
     chosen = rng.choice(n, size=min(elements, n), replace=False)
-    bits = 8 * words.itemsize
-    sign = np.uint64(1) << np.uint64(bits - 1)
+    sign = np.uint64(1) << np.uint64(BITS[dtype] - 1)
     w = words[chosen].astype(np.uint64)
     magnitude = np.minimum(w & (sign - np.uint64(1)), np.uint64(largest_finite)).astype(np.int64)
     up = magnitude + quanta

@@ -42,8 +42,10 @@ def cross_check(plan: Plan, file: str | None = None) -> None:
     roles = {b.name: b.role for b in wl.buffers}
 
     kinds = {type(plan.arm(side)) for side in ARM_SIDES}
-    if CudaArm in kinds and wl.launch is None:
-        raise fail("workload.launch", "CUDA source arms need a launch")
+    if any(isinstance(plan.arm(s), CudaArm) and plan.arm(s).launches is None for s in ARM_SIDES) and wl.launch is None:
+        raise fail("workload.launch", "a CUDA arm that names `kernel` needs workload.launch")
+    for side in ARM_SIDES:
+        _check_own_launches(plan.arm(side), roles, f"arms.{side}", fail)
     if LibraryArm in kinds and wl.call is None:
         raise fail("workload.call", "shared-library arms need the call's arguments")
     for field, args in (
@@ -130,9 +132,12 @@ def _check_parameters(plan: Plan, fail) -> None:
             raise fail(f"workload.cases[{i}]", f"sets {sorted(case)}; every case must set {keys}")
     sources = {"workload.params": set(wl.params), "workload.cases": set(keys)}
     arm_params = [set(plan.arm(side).params) for side in ARM_SIDES]
-    if arm_params[0] != arm_params[1]:
+    # one shared workload.launch needs every name it uses in both arms; an arm with its own
+    # launches has its own geometry, so its parameters are its own
+    own = any(isinstance(plan.arm(side), CudaArm) and plan.arm(side).launches is not None for side in ARM_SIDES)
+    if arm_params[0] != arm_params[1] and not own:
         raise fail("arms.candidate.params", "both arms must set the same parameters")
-    sources["arms.*.params"] = arm_params[0]
+    sources["arms.*.params"] = arm_params[0] | arm_params[1]
     seen: dict[str, str] = {}
     for where, names in sources.items():
         for name in sorted(names):
@@ -228,3 +233,19 @@ def warmup_launches(planned: int, elapsed_s: float, per_launch_s: float, max_wal
     if per_launch_s <= 0:
         return planned
     return min(planned, int(left // per_launch_s))
+
+
+def _check_own_launches(arm, roles: dict[str, str], field: str, fail) -> None:
+    """An arm's own launches pass buffers of the workload or of its own scratch; a scratch buffer
+    is named once and never shadows a workload buffer."""
+    if not isinstance(arm, CudaArm) or arm.launches is None:
+        return
+    own = set()
+    for j, buf in enumerate(arm.scratch):
+        if buf.name in roles or buf.name in own:
+            raise fail(f"{field}.scratch[{j}].name", f"buffer {buf.name!r} is declared twice")
+        own.add(buf.name)
+    for i, launch in enumerate(arm.launches):
+        for k, arg in enumerate(launch.args):
+            if isinstance(arg, BufferArg) and arg.name not in roles and arg.name not in own:
+                raise fail(f"{field}.launches[{i}].args[{k}].name", f"unknown buffer {arg.name!r}")

@@ -173,7 +173,11 @@ def collect_files(plan: Plan, plan_path: Path, frozen: tuple[str, ...] = ()) -> 
                 include_dirs.append(folder)
             for path in local_includes(source, include_dirs, root, plan_path, f"arms.{side}.source", defined):
                 add(path)
-            check_kernel_declared(source, arm.kernel, plan_path, f"arms.{side}.kernel", include_dirs)
+            if arm.launches is None:
+                check_kernel_declared(source, arm.kernel, plan_path, f"arms.{side}.kernel", include_dirs)
+            for i, launch in enumerate(arm.launches or []):
+                field = f"arms.{side}.launches[{i}].kernel"
+                check_kernel_declared(source, launch.kernel, plan_path, field, include_dirs)
         elif isinstance(arm, LibraryArm) and arm.library is not None:
             library = _resolve(plan_path, root, arm.library, f"arms.{side}.library")
             problem = shared_object_problem(library)

@@ -9,7 +9,8 @@ str → str map in the header) records:
   producer        the repository path of the script that wrote it (the plan's golden_script)
   config_sha256   `config_digest` of the plan it was written for
   dtypes          JSON map tensor → qualify dtype; bf16 is stored as U16 bit patterns, since
-                  NumPy (and so safetensors' NumPy API) has no bfloat16
+                  NumPy (and so safetensors' NumPy API) has no bfloat16; fp8 as safetensors'
+                  F8_E4M3 and F8_E5M2; fp6 and fp4 as U8 bit patterns, one element a byte
 
 Provenance is checked before any comparison, and every problem is an error naming the golden and
 the tensor: a golden for another configuration (exit 3, the input it was frozen for changed), a
@@ -34,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from qualify import strict_json
-from qualify.dtypes import FLOATS, SAFETENSORS, STORAGE, as_float64
+from qualify.dtypes import FLOATS, NARROW_FLOATS, SAFETENSORS, STORAGE, as_float64, ml_dtype
 from qualify.errors import EnvironmentProblem, FrozenInputChanged, PlanError
 from qualify.plan.digest import canonical_json, sha256_bytes
 from qualify.plan.model import GoldenInit, Plan
@@ -42,6 +43,10 @@ from qualify.plan.resolve import ResolvedCase
 
 FORMAT = "qualify-golden"
 FORMAT_VERSION = 1
+
+# safetensors types whose tensors safetensors' NumPy API cannot return (NumPy has no fp8): their
+# bytes are read raw
+RAW_READ = frozenset(SAFETENSORS[d] for d in NARROW_FLOATS) - {"U8"}
 
 
 def config_digest(plan: Plan) -> str:
@@ -74,12 +79,16 @@ def write_golden(
     producer: str,
     extra_metadata: dict[str, str] | None = None,
 ) -> None:
-    """Write a golden; `tensors` maps name → (qualify dtype, array of that dtype, bf16 as uint16 bits)."""
+    """Write a golden; `tensors` maps name → (qualify dtype, array of that dtype, bf16 as uint16 bits,
+    a narrow float as its ml-dtypes array or uint8 bit patterns)."""
     from safetensors.numpy import save_file
 
     arrays, dtypes = {}, {}
     for name, (dtype, array) in tensors.items():
-        arrays[name] = np.ascontiguousarray(np.asarray(array).astype(STORAGE[dtype], copy=False))
+        if dtype in NARROW_FLOATS:
+            arrays[name] = _narrow_for_file(name, dtype, np.asarray(array))
+        else:
+            arrays[name] = np.ascontiguousarray(np.asarray(array).astype(STORAGE[dtype], copy=False))
         dtypes[name] = dtype
     metadata = {
         **(extra_metadata or {}),
@@ -175,6 +184,22 @@ def _load(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCase], pa
     return Golden(path=path, producer=producer, config_sha256=wanted, tensors=tensors)
 
 
+def _narrow_for_file(name: str, dtype: str, array: np.ndarray) -> np.ndarray:
+    """A narrow float tensor as safetensors stores it: fp8 typed (safetensors names ml-dtypes' types
+    F8_E4M3 and F8_E5M2), fp6 and fp4 as their uint8 bit patterns."""
+    values = ml_dtype(dtype)
+    if array.dtype == values:
+        bits = array.view(np.uint8)
+    elif array.dtype == np.uint8:
+        bits = array
+    else:
+        raise ValueError(
+            f"{name}: a {dtype} tensor is given as {values.name} values or uint8 bit patterns, not {array.dtype}"
+        )
+    bits = np.ascontiguousarray(bits)
+    return bits.view(values) if SAFETENSORS[dtype] in RAW_READ else bits
+
+
 class _Reader:
     """A safetensors file read one piece at a time; each failure of the library is one error.
 
@@ -212,8 +237,23 @@ class _Reader:
 
     def tensor(self, name: str) -> np.ndarray:
         """The tensor's bytes, flat (uint8)."""
+        if self.header(name)[0] in RAW_READ:  # safetensors' NumPy reader has no fp8 type to return
+            return self._call(lambda: self._raw_bytes(name), name, data=True)
         array = self._call(lambda: self._file.get_tensor(name), name, data=True)
         return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+    def _raw_bytes(self, name: str) -> np.ndarray:
+        """One tensor's bytes read at its offsets in the file (the layout safetensors documents: a
+        little-endian u64 header length, the JSON header, then the data), nothing else read."""
+        with open(self.path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = strict_json.parse(f.read(size).decode("utf-8"))
+            begin, end = header[name]["data_offsets"]
+            f.seek(8 + size + begin)
+            data = np.frombuffer(f.read(end - begin), dtype=np.uint8).copy()
+        if data.size != end - begin:
+            raise ValueError(f"{name}: the file ends inside the tensor")
+        return data
 
     def _call(self, read, field: str, data: bool = False):
         """`data`: the call reads a tensor's values, where a failure to allocate can happen."""

@@ -89,12 +89,27 @@ class ResolvedLaunch:
 
 
 @dataclass(frozen=True)
+class ResolvedStep:
+    """One launch of an arm's own sequence."""
+
+    kernel: str
+    launch: ResolvedLaunch
+    args: tuple[ResolvedArg, ...]
+
+
+@dataclass(frozen=True)
 class ResolvedArm:
     side: str
     params: dict[str, Union[int, float]]
-    buffers: tuple[ResolvedBuffer, ...]
+    buffers: tuple[ResolvedBuffer, ...]  # the workload's, then the arm's own scratch
     args: tuple[ResolvedArg, ...]
-    launch: ResolvedLaunch | None  # None for shared-library arms
+    launch: ResolvedLaunch | None  # None for shared-library arms and arms with their own launches
+    steps: tuple[ResolvedStep, ...] = ()  # an arm's own launches, in order; () for every other arm
+
+    @property
+    def launches(self) -> tuple[ResolvedLaunch, ...]:
+        """Every launch one call of the arm makes (none for a library arm)."""
+        return tuple(s.launch for s in self.steps) if self.steps else (() if self.launch is None else (self.launch,))
 
     def buffer(self, name: str) -> ResolvedBuffer:
         return next(b for b in self.buffers if b.name == name)
@@ -151,9 +166,27 @@ class _Resolver:
                     f"{where}: {rb.nbytes:,} bytes exceeds the {MAX_BUFFER_BYTES:,}-byte limit",
                 )
             buffers.append(rb)
+        if isinstance(arm, CudaArm) and arm.launches is not None:
+            for j, buf in enumerate(arm.scratch):
+                field = f"arms.{side}.scratch[{j}]"
+                shape = tuple(self.int_(dim, params, f"{field}.shape[{k}]", where) for k, dim in enumerate(buf.shape))
+                rb = ResolvedBuffer(buf.name, buf.dtype, shape, "scratch")
+                if rb.nbytes > MAX_BUFFER_BYTES:
+                    raise self.fail(
+                        f"{field}.shape", f"{where}: {rb.nbytes:,} bytes exceeds the {MAX_BUFFER_BYTES:,}-byte limit"
+                    )
+                buffers.append(rb)
+            by_name = {b.name: b for b in buffers}
+            steps = []
+            for i, spec in enumerate(arm.launches):
+                field = f"arms.{side}.launches[{i}]"
+                launch = self.launch(params, where, spec, field)
+                args = tuple(self.arg(a, params, by_name, f"{field}.args[{k}]", where) for k, a in enumerate(spec.args))
+                steps.append(ResolvedStep(spec.kernel, launch, args))
+            return ResolvedArm(side, params, tuple(buffers), (), None, tuple(steps))
         by_name = {b.name: b for b in buffers}
         if isinstance(arm, CudaArm):
-            launch = self.launch(params, where)
+            launch = self.launch(params, where, plan.workload.launch, "workload.launch")
             args_field, arg_specs = "workload.launch.args", plan.workload.launch.args
         else:
             launch = None
@@ -161,21 +194,21 @@ class _Resolver:
         args = tuple(self.arg(a, params, by_name, f"{args_field}[{k}]", where) for k, a in enumerate(arg_specs))
         return ResolvedArm(side, params, tuple(buffers), args, launch)
 
-    def launch(self, params, where: str) -> ResolvedLaunch:
-        spec = self.plan.workload.launch
-        grid = [self.int_(g, params, f"workload.launch.grid[{j}]", where) for j, g in enumerate(spec.grid)]
-        block = [self.int_(b, params, f"workload.launch.block[{j}]", where) for j, b in enumerate(spec.block)]
+    def launch(self, params, where: str, spec, field: str) -> ResolvedLaunch:
+        """The geometry of workload.launch or of one of an arm's own launches (`field` names it)."""
+        grid = [self.int_(g, params, f"{field}.grid[{j}]", where) for j, g in enumerate(spec.grid)]
+        block = [self.int_(b, params, f"{field}.block[{j}]", where) for j, b in enumerate(spec.block)]
         grid += [1] * (3 - len(grid))
         block += [1] * (3 - len(block))
         for j, (g, limit) in enumerate(zip(grid, _GRID_LIMITS)):
             if g > limit:
-                raise self.fail(f"workload.launch.grid[{j}]", f"{where}: {g} exceeds {limit}")
+                raise self.fail(f"{field}.grid[{j}]", f"{where}: {g} exceeds {limit}")
         if math.prod(block) > MAX_THREADS_PER_BLOCK:
             raise self.fail(
-                "workload.launch.block",
+                f"{field}.block",
                 f"{where}: {math.prod(block)} threads exceed {MAX_THREADS_PER_BLOCK} per block",
             )
-        smem = self.int_(spec.shared_bytes, params, "workload.launch.shared_bytes", where, minimum=0)
+        smem = self.int_(spec.shared_bytes, params, f"{field}.shared_bytes", where, minimum=0)
         return ResolvedLaunch(tuple(grid), tuple(block), smem)
 
     def arg(self, spec, params, by_name, field: str, where: str) -> ResolvedArg:

@@ -37,6 +37,7 @@ from qualify.evaluate.verdict import fidelity_passes
 from qualify.io import MAX_JSON_BYTES
 from qualify.plan.digest import sha256_file
 from qualify.plan.model import ARM_SIDES, LibraryArm, Plan
+from qualify.plan.model.hardware import target_for
 from qualify.plan.resolve import case_id, resolve_cases
 from qualify.results.model import CodeIdentity, Trial
 from qualify.results.samples import key
@@ -326,9 +327,18 @@ def _code_plan_problems(trial: Trial, plan: Plan) -> list[str]:
     if code is None:
         return []
     out = []
-    if code.arch != trial.provenance.device.arch:
-        out.append(f"code.arch is {code.arch!r}, but the trial ran on {trial.provenance.device.arch}")
     kind = "library" if isinstance(plan.arms.base, LibraryArm) else "nvrtc"
+    device_arch = trial.provenance.device.arch
+    # a library's code is the fat binary's entry for the device; an NVRTC arm's is the plan's
+    # target for it (sm_90a where the plan lists that and not sm_90)
+    expected = (
+        device_arch if kind == "library" else (target_for(plan.hardware.architectures, device_arch) or device_arch)
+    )
+    if code.arch != expected:
+        out.append(
+            f"code.arch is {code.arch!r}, but the trial ran on {device_arch}"
+            + (f", for which the plan compiles {expected}" if expected != device_arch else "")
+        )
     if code.arms != kind:
         out.append(f"code.arms is {code.arms!r}, but the plan's arms are {kind} arms")
     elif kind == "nvrtc":

@@ -154,7 +154,10 @@ def arm_text(plan: Plan, side: str) -> Md:
     arm = plan.arm(side)
     params = _assignments(arm.params)
     if isinstance(arm, CudaArm):
-        text = f"CUDA kernel {code(arm.kernel)} from {code(arm.source)}"
+        if arm.launches is None:
+            text = f"CUDA kernel {code(arm.kernel)} from {code(arm.source)}"
+        else:  # its own sequence, timed as one call
+            text = f"CUDA launches {' then '.join(code(k) for k in arm.kernels)} from {code(arm.source)}"
         if arm.defines:
             text += ", defines " + _assignments(arm.defines)
         if arm.options:

@@ -52,10 +52,12 @@ def _number_column(table: Table, name: str) -> None:
     table.add_column(name, justify="right", overflow="fold", no_wrap=False)
 
 
-def _arm_label(check: PlanCheck, side: str) -> Text:
+def _arm_label(check: PlanCheck, key: str) -> Text:
+    side, _, launch = key.partition(".launches[")
     arm = check.loaded.plan.arm(side)
     if isinstance(arm, CudaArm):
-        return label(f"{side} ({arm.kernel})")
+        kernel = arm.kernel if not launch else arm.launches[int(launch.rstrip("]"))].kernel
+        return label(f"{key} ({kernel})")
     return label(f"{side} ({arm.symbol} in {arm.library})")
 
 
@@ -103,6 +105,13 @@ def _cases_table(check: PlanCheck) -> Table:
         for side in ARM_SIDES:
             arm = case.arms[side]
             mib = sum(b.nbytes for b in arm.buffers) / 2**20
+            for i, step in enumerate(arm.steps):  # an arm's own launches, one row each
+                launch = step.launch
+                grid, block = "×".join(map(str, launch.grid)), "×".join(map(str, launch.block))
+                name = f"{side}.launches[{i}] ({step.kernel})"
+                table.add_row(label(case.id), label(name), grid, block, f"{launch.shared_bytes:,}", f"{mib:,.1f}")
+            if arm.steps:
+                continue
             if arm.launch is None:
                 table.add_row(label(case.id), side, "-", "-", "-", f"{mib:,.1f}")
                 continue

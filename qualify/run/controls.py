@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from qualify import expr
-from qualify.dtypes import ITEMSIZE, NUMPY_DTYPES, UNSIGNED, as_float64, to_bf16_bits
+from qualify.dtypes import BITS, FLOATS, ITEMSIZE, NUMPY_DTYPES, UNSIGNED, as_float64, from_float64
 from qualify.plan.model import Mutation
 
 
@@ -25,8 +25,8 @@ def mutate(data: np.ndarray, dtype: str, mutation: Mutation, params: dict) -> np
     if not 0 <= index < n:
         raise ValueError(f"mutation index {index} outside {n} elements")
     if mutation.op == "flip_bit":
-        if mutation.bit >= 8 * size:
-            raise ValueError(f"bit {mutation.bit} outside a {8 * size}-bit element")
+        if mutation.bit >= BITS[dtype]:
+            raise ValueError(f"bit {mutation.bit} outside a {BITS[dtype]}-bit {dtype} element")
         words = out.view(UNSIGNED[size])
         words[index] ^= words.dtype.type(1) << words.dtype.type(mutation.bit)
         return out
@@ -51,6 +51,6 @@ def _swap(out: np.ndarray, size: int, n: int, mutation: Mutation, params: dict) 
 def _from_floats(values: np.ndarray, dtype: str) -> np.ndarray:
     """Mutated values back to bytes; integers are cast (truncated toward zero), not rounded as
     `qualify.dtypes.from_float64` rounds generated inputs."""
-    if dtype == "bf16":
-        return to_bf16_bits(values).view(np.uint8)
+    if dtype in FLOATS:
+        return from_float64(values, dtype)
     return values.astype(NUMPY_DTYPES[dtype]).view(np.uint8)

@@ -39,7 +39,7 @@ def generate(seeds: Seeds, case_id: str, spec: Buffer, resolved: ResolvedBuffer)
         values = np.zeros(n)
     else:  # pragma: no cover - the model admits no other kind
         raise AssertionError(init)
-    return from_float64(values, resolved.dtype)
+    return from_float64(values, resolved.dtype, spec.overflow or "nonfinite")
 
 
 # Inputs already generated in this process, by everything that determines their bytes: a second

@@ -19,13 +19,11 @@ import json
 import sys
 from pathlib import Path
 
-from qualify.build.arms import kernel_spec
-from qualify.build.nvrtc import compile_kernel
 from qualify.errors import QualifyError
 from qualify.plan.load import load_plan
 from qualify.plan.model import ARM_SIDES, LibraryArm
 from qualify.run import golden_stage
-from qualify.run.arms import ArmExec
+from qualify.run.arms import ArmExec, compile_and_load
 from qualify.run.device import CudaDevice, KernelFault
 from qualify.run.library import EntryPointFailed, load_library
 
@@ -42,9 +40,7 @@ def _load_arm(loaded, side: str, dev, case_ids, by_id, library: str | None):
         if path is None:
             raise QualifyError(f"the {side} arm names no library: pass --library")
         return load_library(side, Path(path), arm, f"arms.{side}.library")
-    compiled = compile_kernel(kernel_spec(loaded, side, dev.info.arch))
-    smem = max(by_id[c].arms[side].launch.shared_bytes for c in case_ids)
-    return dev.load_kernel(side, compiled, smem)
+    return compile_and_load(dev, loaded, side, [by_id[c] for c in case_ids])[1]
 
 
 def run_cases(plan_path: str, case_ids: list[str], side: str, ordinal: int = 0, library: str | None = None) -> int:
@@ -65,7 +61,7 @@ def run_cases(plan_path: str, case_ids: list[str], side: str, ordinal: int = 0, 
                 buffers = {b.name: dev.alloc(b.nbytes) for b in arm.buffers}
                 for name, data in golden_stage.case_inputs(loaded.plan, golden, cid, arm).items():
                     dev.upload(buffers[name], data)
-                for spec in loaded.plan.workload.buffers:
+                for spec in arm.buffers:  # the workload's and the arm's own scratch
                     if spec.role != "input":
                         dev.poison(buffers[spec.name])
                 ex = ArmExec(side, kernel, arm, buffers, [b.name for b in arm.buffers if b.role == "output"])

@@ -27,7 +27,7 @@ from qualify.plan.model.acceptance import (
     SpeedGate,
     ToleranceRule,
 )
-from qualify.plan.model.arms import ARM_SIDES, Arm, Arms, CudaArm, LibraryArm
+from qualify.plan.model.arms import ARM_SIDES, Arm, ArmLaunch, Arms, CudaArm, LibraryArm, ScratchBuffer
 from qualify.plan.model.controls import (
     BuildControl,
     Controls,
@@ -119,6 +119,7 @@ __all__ = [
     "Acceptance",
     "AddedFields",
     "Arg",
+    "ArmLaunch",
     "Arm",
     "Arms",
     "Budget",
@@ -159,6 +160,7 @@ __all__ = [
     "SanitizerCheck",
     "ScalarArg",
     "ScalarType",
+    "ScratchBuffer",
     "Schedule",
     "Seeds",
     "SpeedGate",

@@ -2,25 +2,70 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from qualify.plan.model.fields import Identifier, PathText, Strict
+from qualify.dtypes import DType
+from qualify.plan.model.fields import AddedFields, Expr, Identifier, PathText, Strict
 from qualify.plan.model.nvrtc_options import DefineValue, NvrtcOption
+from qualify.plan.model.workload import Arg
+
+KERNEL_NAME = r"^[A-Za-z_][A-Za-z0-9_:]*(<[A-Za-z0-9_:, +\-*()]*>)?$"
+MAX_LAUNCHES = 16  # launches of one arm's sequence
+
+
+class ArmLaunch(Strict):
+    """One launch of an arm that declares its own sequence: a kernel of the arm's source and its
+    geometry and arguments, in the arm's own parameters."""
+
+    kernel: str = Field(min_length=1, max_length=200, pattern=KERNEL_NAME, description="A kernel of the arm's source.")
+    grid: list[Expr] = Field(min_length=1, max_length=3)
+    block: list[Expr] = Field(min_length=1, max_length=3)
+    shared_bytes: Expr = Field(default=0, description="Dynamic shared memory per block.")
+    args: list[Arg] = Field(min_length=1)
+
+
+class ScratchBuffer(Strict):
+    """A buffer only this arm allocates: what one launch of its sequence writes and a later one
+    reads. Poisoned before each call like outputs, never compared."""
+
+    name: Identifier
+    dtype: DType
+    shape: list[Expr] = Field(min_length=1, max_length=8)
+
 
 # the two sides of every comparison, in the order results and records list them
 ARM_SIDES = ("base", "candidate")
 
 
-class CudaArm(Strict):
+class CudaArm(AddedFields):
+    _added: ClassVar[frozenset[str]] = frozenset({"launches", "scratch"})
+
     kind: Literal["cuda"]
     source: PathText = Field(description="CUDA source, relative to the plan file.")
-    kernel: str = Field(
+    kernel: str | None = Field(
+        default=None,
         min_length=1,
         max_length=200,
-        pattern=r"^[A-Za-z_][A-Za-z0-9_:]*(<[A-Za-z0-9_:, +\-*()]*>)?$",
-        description="Kernel name; a template instantiation is allowed ('attention<64>').",
+        pattern=KERNEL_NAME,
+        description=(
+            "Kernel name, launched as workload.launch says; a template instantiation is allowed "
+            "('attention<64>'). Leave it out when the arm declares `launches`."
+        ),
+    )
+    launches: list[ArmLaunch] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_LAUNCHES,
+        description=(
+            "The arm's own sequence of launches, in order, instead of `kernel` and workload.launch: "
+            "one call of the arm enqueues all of them, timed as one."
+        ),
+    )
+    scratch: list[ScratchBuffer] = Field(
+        default_factory=list,
+        description="Buffers only this arm allocates (between its launches); never compared.",
     )
     params: dict[Identifier, Union[int, float]] = Field(
         default_factory=dict, description="Parameters this arm sets (the tile, say)."
@@ -31,6 +76,19 @@ class CudaArm(Strict):
         description="Extra NVRTC options, from a closed list (docs/plan.md): none that reads or writes a file.",
     )
     include_dirs: list[PathText] = Field(default_factory=list, description="Relative to the plan file.")
+
+    @model_validator(mode="after")
+    def _kernel_or_launches(self) -> CudaArm:
+        if (self.kernel is None) == (self.launches is None):
+            raise ValueError("a CUDA arm names either `kernel` (launched by workload.launch) or its own `launches`")
+        if self.scratch and self.launches is None:
+            raise ValueError("`scratch` buffers belong to an arm with its own `launches`")
+        return self
+
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        """The kernels the arm launches, in launch order (repeats kept)."""
+        return (self.kernel,) if self.launches is None else tuple(launch.kernel for launch in self.launches)
 
 
 class LibraryArm(Strict):

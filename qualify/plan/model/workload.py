@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, model_validator
 
-from qualify.dtypes import DType
-from qualify.plan.model.fields import Expr, FloatExpr, Identifier, Strict
+from qualify.dtypes import FLOATS, DType, Overflow
+from qualify.plan.model.fields import AddedFields, Expr, FloatExpr, Identifier, Strict
 
 ScalarType = Literal["i32", "u32", "i64", "u64", "f32", "f64"]
 
@@ -51,7 +51,9 @@ class GoldenInit(Strict):
 Init = Annotated[Union[NormalInit, UniformInit, ConstantInit, ZerosInit, GoldenInit], Field(discriminator="kind")]
 
 
-class Buffer(Strict):
+class Buffer(AddedFields):
+    _added: ClassVar[frozenset[str]] = frozenset({"overflow"})
+
     name: Identifier
     dtype: DType
     shape: list[Expr] = Field(min_length=1, max_length=8)
@@ -60,6 +62,14 @@ class Buffer(Strict):
         default=None,
         description="Inputs: required. Outputs and scratch are poisoned before every launch.",
     )
+    overflow: Overflow | None = Field(
+        default=None,
+        description=(
+            "Float inputs: a generated value beyond the dtype's largest finite one is clamped to it "
+            "('saturate', CUDA's __NV_SATFINITE) or cast as it falls ('nonfinite': infinity, NaN for "
+            "e4m3, the largest finite value for fp6/fp4). Unset: 'nonfinite'."
+        ),
+    )
 
     @model_validator(mode="after")
     def _init_for_inputs(self) -> Buffer:
@@ -67,6 +77,8 @@ class Buffer(Strict):
             raise ValueError("an input buffer needs init")
         if self.role != "input" and self.init is not None:
             raise ValueError("only inputs take init (outputs and scratch are poisoned)")
+        if self.overflow is not None and (self.role != "input" or self.dtype not in FLOATS):
+            raise ValueError("overflow applies to float inputs only")
         return self
 
 

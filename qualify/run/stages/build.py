@@ -8,12 +8,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from qualify.build.arms import kernel_spec
-from qualify.build.nvrtc import CompiledKernel, compile_kernel
+from qualify.build.nvrtc import CompiledKernel
 from qualify.plan.load import LoadedPlan
 from qualify.plan.model import ARM_SIDES, LibraryArm
 from qualify.results.model import CodeIdentity, LibraryInfo
 from qualify.run import code_identity
+from qualify.run.arms import compile_and_load
 from qualify.run.stages import libraries
 from qualify.run.stages.where import watch
 
@@ -38,9 +38,7 @@ def build_and_load(
             if isinstance(arm, LibraryArm):
                 kernels[side], found_libraries[side] = libraries.load(loaded, side, arm, given_libraries)
                 continue
-            compiled[side] = compile_kernel(kernel_spec(loaded, side, arch))
-            smem = max(c.arms[side].launch.shared_bytes for c in loaded.cases)
-            kernels[side] = device.load_kernel(side, compiled[side], smem)
+            compiled[side], kernels[side] = compile_and_load(device, loaded, side, loaded.cases)
     return Built(kernels, _code_identity(loaded, compiled, found_libraries, arch))
 
 
@@ -52,6 +50,9 @@ def _code_identity(
 ) -> CodeIdentity:
     """Both arms' machine code compared once the arms are built and loaded; never fatal."""
     try:
+        if any(isinstance(c, tuple) for c in compiled.values()):
+            reason = "an arm launches a sequence of kernels: machine code is compared for single-kernel arms only"
+            return code_identity.unknown(arch, "nvrtc", reason)
         if len(compiled) == len(ARM_SIDES):
             # the exact target compiled (sm_90a where the plan asks for it), not the device's name
             target = compiled["base"].spec.arch

@@ -7,8 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from qualify.build.arms import kernel_spec
-from qualify.build.nvrtc import compile_kernel
 from qualify.evaluate.fidelity import compare
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.plan.golden import Golden
@@ -17,7 +15,7 @@ from qualify.plan.resolve import ResolvedCase
 from qualify.results.model import ControlResult
 from qualify.results.tolerance import ControlOutcome
 from qualify.run import golden_stage
-from qualify.run.arms import ArmExec
+from qualify.run.arms import ArmExec, compile_and_load
 from qualify.run.controls import mutate
 from qualify.run.stages.case_setup import CaseSetup
 from qualify.run.stages.fidelity import Reference
@@ -41,10 +39,11 @@ class ControlKernels:
 
     def get(self, control) -> object:
         if control.name not in self._loaded_kernels:
-            spec = kernel_spec(self._loaded, "candidate", self._device.info.arch, extra_defines=control.defines)
-            smem = max(c.arms["candidate"].launch.shared_bytes for c in self._loaded.cases)
             label = f"candidate+{control.name}"
-            self._loaded_kernels[control.name] = self._device.load_kernel(label, compile_kernel(spec), smem)
+            _, kernel = compile_and_load(
+                self._device, self._loaded, "candidate", self._loaded.cases, control.defines, label
+            )
+            self._loaded_kernels[control.name] = kernel
         return self._loaded_kernels[control.name]
 
 
@@ -99,5 +98,7 @@ def _run_one(control, case: ResolvedCase, setup: CaseSetup, cand: ArmExec, kerne
             return cand.run_once(device)
         finally:
             device.upload(cand.buffers[control.buffer], original)
-    variant = ArmExec("candidate", kernels.get(control), cand.resolved, cand.buffers, cand.outputs, cand.args)
+    variant = ArmExec(
+        "candidate", kernels.get(control), cand.resolved, cand.buffers, cand.outputs, cand.args, cand.step_args
+    )
     return variant.run_once(device)
