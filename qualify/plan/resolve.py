@@ -95,6 +95,9 @@ class ResolvedArm:
     buffers: tuple[ResolvedBuffer, ...]
     args: tuple[ResolvedArg, ...]
     launch: ResolvedLaunch | None  # None for shared-library arms
+    bytes_moved: int = 0  # the plan's expression, or each input read once and each output written once
+    bytes_declared: bool = False  # bytes_moved is the plan's own expression
+    flops: float | None = None  # the plan's expression; None when it states none
 
     def buffer(self, name: str) -> ResolvedBuffer:
         return next(b for b in self.buffers if b.name == name)
@@ -159,7 +162,25 @@ class _Resolver:
             launch = None
             args_field, arg_specs = "workload.call", plan.workload.call
         args = tuple(self.arg(a, params, by_name, f"{args_field}[{k}]", where) for k, a in enumerate(arg_specs))
-        return ResolvedArm(side, params, tuple(buffers), args, launch)
+        moved, declared, flops = self.work(params, buffers, where)
+        return ResolvedArm(side, params, tuple(buffers), args, launch, moved, declared, flops)
+
+    def work(self, params, buffers: list[ResolvedBuffer], where: str) -> tuple[int, bool, float | None]:
+        """(bytes one launch moves, whether the plan stated them, its FLOPs or None)."""
+        spec = self.plan.workload
+        if spec.bytes_moved is not None:
+            moved = self.int_(spec.bytes_moved, params, "workload.bytes_moved", where, minimum=0)
+        else:
+            moved = sum(b.nbytes for b in buffers if b.role in ("input", "output"))
+        flops = None
+        if spec.flops is not None:
+            try:
+                flops = float(expr.evaluate(spec.flops, params))
+            except expr.ExprError as exc:
+                raise self.fail("workload.flops", f"{where}: {exc}") from None
+            if not math.isfinite(flops) or flops < 0:
+                raise self.fail("workload.flops", f"{where}: {flops!r} must be a finite number, at least 0")
+        return moved, spec.bytes_moved is not None, flops
 
     def launch(self, params, where: str) -> ResolvedLaunch:
         spec = self.plan.workload.launch

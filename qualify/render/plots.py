@@ -2,7 +2,7 @@
 
 Per device, three SVG images under `plots/`:
 
-  device-<k>-ratio.svg    the ratio candidate / base and its 95 % interval per case and trial,
+  device-<k>-ratio.svg    the change in time per launch and its 95 % interval per case and trial,
                           against the "same" band and the bounds of the gates that judge the case
   device-<k>-samples.svg  each arm's distribution of time per launch, per case (all trials)
   device-<k>-order.svg    every timed sample in the order it was taken, coloured by arm, with the
@@ -75,7 +75,7 @@ class PlotFile:
 
 
 KINDS = {
-    "ratio": "ratio candidate / base per case, 95 % interval per trial, against the gates' bounds",
+    "ratio": "change in time per launch per case (negative is faster), 95 % interval per trial, against the gates' bounds",
     "samples": "time per launch of each arm, per case",
     "order": "samples in the order taken, coloured by arm, with the SM clock",
 }
@@ -186,8 +186,9 @@ def _ratio(label: str, trials: list[Trial], plan: Plan, digest: _Digest):
     fig = _figure(8.0, 1.1 + 0.45 * len(cases), left=0.9, right=2.9, top=0.35, bottom=0.55)
     ax = fig.add_subplot()
     ys = {cid: len(cases) - 1 - i for i, cid in enumerate(cases)}
-    ax.axvspan(1 - SAME_BAND, 1 + SAME_BAND, color="#999999", alpha=0.25, lw=0, label=f"same (±{SAME_BAND * 100:g} %)")
-    ax.axvline(1.0, color="black", lw=0.8)
+    band = SAME_BAND * 100
+    ax.axvspan(-band, band, color="#999999", alpha=0.25, lw=0, label=f"same (±{band:g} %)")
+    ax.axvline(0.0, color="black", lw=0.8)
     shown = set()
     for gate in plan.acceptance.gates:
         for cid in selected_cases(gate, plan):
@@ -195,13 +196,13 @@ def _ratio(label: str, trials: list[Trial], plan: Plan, digest: _Digest):
                 continue
             y = ys[cid]
             for bound, colour, what in (
-                (gate.min_speedup_pct, "#2ca02c", "needs speed-up ≥"),
-                (gate.max_regression_pct, "#d62728", "allows regression ≤"),
+                (gate.min_speedup_pct, "#2ca02c", "needs change ≤"),
+                (gate.max_regression_pct, "#d62728", "allows change ≤"),
             ):
                 if bound is None:
                     continue
-                x = 1 - bound / 100 if colour == "#2ca02c" else 1 + bound / 100
-                name = f"{visible(gate.name)}: {what} {bound:g} %"
+                x = -bound if colour == "#2ca02c" else bound
+                name = f"{visible(gate.name)}: {what} {x:+g} %"
                 ax.plot(
                     [x, x], [y - 0.4, y + 0.4], color=colour, lw=1.5, ls="--", label=None if name in shown else name
                 )
@@ -214,10 +215,12 @@ def _ratio(label: str, trials: list[Trial], plan: Plan, digest: _Digest):
         for c in t.cases:
             if c.case not in ys:
                 continue
-            xs.append(c.stats.ratio)
+            # the change in time per launch, in %: the record's one convention (negative is faster)
+            ratio = c.stats.ratio
+            xs.append((ratio - 1) * 100)
             ys_.append(ys[c.case] + offset)
-            lo.append(c.stats.ratio - (c.stats.ci_low if c.stats.ci_low is not None else c.stats.ratio))
-            hi.append((c.stats.ci_high if c.stats.ci_high is not None else c.stats.ratio) - c.stats.ratio)
+            lo.append((ratio - (c.stats.ci_low if c.stats.ci_low is not None else ratio)) * 100)
+            hi.append(((c.stats.ci_high if c.stats.ci_high is not None else ratio) - ratio) * 100)
         digest.add(xs, ys_, lo, hi)
         state = "" if t.status == "complete" else f" ({t.status})"
         ax.errorbar(
@@ -233,8 +236,8 @@ def _ratio(label: str, trials: list[Trial], plan: Plan, digest: _Digest):
         )
     ax.set_yticks(list(ys.values()), [visible(c) for c in ys])
     ax.set_ylim(-0.6, len(cases) - 0.4)
-    ax.set_xlabel("candidate / base, time per launch (below 1: candidate faster)")
-    ax.set_title(visible(f"{label}: ratio and 95 % interval per case"), loc="left")
+    ax.set_xlabel("change in time per launch, candidate against base, % (negative: candidate faster)")
+    ax.set_title(visible(f"{label}: change and 95 % interval per case"), loc="left")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return fig
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, model_validator
 
 from qualify.dtypes import DType
-from qualify.plan.model.fields import Expr, FloatExpr, Identifier, Strict
+from qualify.plan.model.fields import AddedFields, Expr, FloatExpr, Identifier, Strict
 
 ScalarType = Literal["i32", "u32", "i64", "u64", "f32", "f64"]
 
@@ -91,7 +91,9 @@ class Launch(Strict):
     args: list[Arg] = Field(min_length=1)
 
 
-class Workload(Strict):
+class Workload(AddedFields):
+    _added: ClassVar[frozenset[str]] = frozenset({"bytes_moved", "flops"})
+
     params: dict[Identifier, Union[int, float]] = Field(
         default_factory=dict, description="Parameters fixed for every case."
     )
@@ -103,6 +105,15 @@ class Workload(Strict):
     call: list[Arg] | None = Field(
         default=None,
         description="Arguments of shared-library entry points, the stream excluded (it goes last).",
+    )
+    bytes_moved: Expr | None = Field(
+        default=None,
+        description="DRAM bytes one launch (or call) reads and writes, for throughput; default: each "
+        "input buffer read once and each output buffer written once (scratch not counted).",
+    )
+    flops: FloatExpr | None = Field(
+        default=None,
+        description="Floating-point operations of one launch (or call), for TFLOP/s; default: not stated.",
     )
 
 
