@@ -1,12 +1,14 @@
 """Plots of a record, drawn with matplotlib from its raw samples and written beside its README.
 
-Per device, three SVG images under `plots/`:
+Per device, four SVG images under `plots/`:
 
   device-<k>-ratio.svg    the change in time per launch and its 95 % interval per case and trial,
                           against the "same" band and the bounds of the gates that judge the case
   device-<k>-samples.svg  each arm's distribution of time per launch, per case (all trials)
   device-<k>-order.svg    every timed sample in the order it was taken, coloured by arm, with the
                           SM clock beneath: drift, throttling and the ABBA structure at a glance
+  device-<k>-roofline.svg each arm's DRAM throughput per case under the device's peak bandwidth
+                          (qualify.render.roofline)
 
 Determinism, and what `report --check` compares. An SVG written by one matplotlib version is the
 same bytes every time here: the Agg-free SVG backend, text kept as text (`svg.fonttype: none`,
@@ -44,6 +46,8 @@ from qualify.plan.model import ARM_SIDES, Plan
 from qualify.plan.resolve import case_id
 from qualify.plan.schedule import AA, MAIN, block_halves
 from qualify.render.plain import visible
+from qualify.render.roofline import TITLE as ROOFLINE_TITLE
+from qualify.render.roofline import draw_roofline
 from qualify.results import samples as raw
 from qualify.results.model import Results, Trial
 from qualify.results.samples import THROTTLE_MASK, key
@@ -69,7 +73,7 @@ _CREATOR = re.compile(r"<dc:creator>\s*<cc:Agent>\s*<dc:title>Matplotlib v([^,<]
 
 @dataclass(frozen=True)
 class PlotFile:
-    kind: str  # ratio / samples / order
+    kind: str  # ratio / samples / order / roofline
     path: str  # relative to the record folder, POSIX
     title: str
 
@@ -78,6 +82,7 @@ KINDS = {
     "ratio": "change in time per launch per case (negative is faster), 95 % interval per trial, against the gates' bounds",
     "samples": "time per launch of each arm, per case",
     "order": "samples in the order taken, coloured by arm, with the SM clock",
+    "roofline": ROOFLINE_TITLE,
 }
 
 
@@ -395,6 +400,8 @@ def render_plots(folder: Path, results: Results, plan: Plan) -> dict[str, bytes]
                     fig = _ratio(label, trials, plan, digest)
                 elif f.kind == "samples":
                     fig = _samples(label, trials, plan, Path(folder), digest)
+                elif f.kind == "roofline":
+                    fig = draw_roofline(label, trials, plan, digest, _figure, COLOURS)
                 else:
                     fig = _order(label, trials, plan, Path(folder), digest)
                 out[f.path] = _svg(fig, digest, visible(f"{label}: {f.title}"))

@@ -197,7 +197,8 @@ def timer_words(trial: Trial) -> Md:
     if "floor_samples" in fields:
         parts.append(f"floor from {fields['floor_samples']} empty windows")
     if "iterations_per_sample" in fields:
-        parts.append(f"{fields['iterations_per_sample']} launches per window")
+        n = fields["iterations_per_sample"]
+        parts.append(f"{n} launch{'' if n == 1 else 'es'} per window")
     if "preflight" in fields:
         parts.append("preflight: " + _PREFLIGHT.get(str(fields["preflight"]), str(fields["preflight"])))
     if "telemetry" in fields:

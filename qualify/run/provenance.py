@@ -30,7 +30,8 @@ def _porcelain_paths(status: str) -> list[str]:
     """The paths of `git status --porcelain` lines (a rename's new path)."""
     out = []
     for line in status.splitlines():
-        path = line[3:]
+        # "XY path": the status is one or two letters (a leading space may have been stripped)
+        path = line.strip().split(maxsplit=1)[-1]
         if " -> " in path:
             path = path.split(" -> ", 1)[1]
         out.append(path.strip('"'))
