@@ -543,7 +543,7 @@ def test_merge_gives_one_record_with_a_table_per_device(two_records, tmp_path):
     headings = [line for line in readme_lines(dest) if line.startswith("## Results on ")]
     assert headings == ["## Results on NVIDIA H200 (GPU-1111aaaa)", "## Results on NVIDIA L40S (GPU-2222bbbb)"]
     assert (
-        "| case | median of trials | trial 3 | trial 4 | 95 % CI of the ratio | class | smallest detectable | timing ended |"
+        "| case | median of trials | trial 3 | trial 4 | 95 % CI of the change | class | smallest detectable | timing ended |"
         in readme_lines(dest)
     )
     ledger = Record(dest).ledger()
@@ -790,7 +790,7 @@ def test_readme_shows_the_pooled_change_interval_parts_and_mde(built):
         for cid, p in cases.items():
             assert p.trials == 2 and p.between_pct is not None  # the L40S's interrupted trial is left out
             row = (
-                f"| {cid} | 2 | {p.delta_pct:+.2f} % | [{p.ci_low:.4f}, {p.ci_high:.4f}] | {p.case_class} | "
+                f"| {cid} | 2 | {p.delta_pct:+.2f} % | [{(p.ci_low - 1) * 100:+.2f} %, {(p.ci_high - 1) * 100:+.2f} %] | {p.case_class} | "
                 f"{p.within_pct:.2f} % | {p.between_pct:.2f} % | {p.df:.1f} | {p.mde_pct:.2f} % |"
             )
             assert row in section
@@ -804,7 +804,10 @@ def test_a_one_trial_readme_says_its_interval_covers_one_process_only(built):
     assert p.trials == 1 and p.between_pct is None and p.reason.endswith("covers one process only")
     text = render_readme(results, plan)
     assert "From one trial the interval covers one process only" in text
-    assert f"| N=1024 | 1 | {p.delta_pct:+.2f} % | [{p.ci_low:.4f}, {p.ci_high:.4f}] |" in text
+    assert (
+        f"| N=1024 | 1 | {p.delta_pct:+.2f} % | [{(p.ci_low - 1) * 100:+.2f} %, {(p.ci_high - 1) * 100:+.2f} %] |"
+        in text
+    )
     assert "| n/a (one trial) |" in text
 
 

@@ -112,7 +112,7 @@ def _undecided(
     if mde_pct is None:
         why = "the case has no interval (fewer than two blocks in a trial)"
     else:
-        why = f"the smallest change this case resolves is {mde_pct:.2f}%, above the gate's {margin:g}%"
+        why = f"the smallest change this case can detect is {mde_pct:.2f}%, above the gate's {margin:g}%"
     interval = "" if lo is None or hi is None else f", 95% CI [{(lo - 1) * 100:+.2f}%, {(hi - 1) * 100:+.2f}%]"
     return (
         f"gate {gate.name} can't tell at {cid} on {device} ({where}): needs {gate_bound_text(gate)}, "
