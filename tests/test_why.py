@@ -208,8 +208,32 @@ def test_a_template_change_pairs_its_functions_with_numbers():
     code = results.trials[0].code
     pairs = code_pairs(results.trials, code)
     assert len(pairs) == 1
-    assert pairs[0].startswith("`attention_gated_fwd<64>` ↔ `attention_gated_fwd<128>` (at T=512: ")
-    assert "dynamic shared memory 67,584 B → 101,376 B" in pairs[0]
+    assert pairs[0].startswith(
+        "`attention_gated_fwd<64>` ↔ `attention_gated_fwd<128>`: instruction counts not recorded"
+    )
+    assert "; at T=512: dynamic shared memory 67,584 B → 101,376 B" in pairs[0]
+    counted = code.model_copy(
+        update={
+            "differences": [
+                "pair attention_gated_fwd<64> ↔ attention_gated_fwd<128>: instructions 9 ↔ 9, 2 of them different",
+                *code.differences,
+            ]
+        }
+    )
+    pairs = code_pairs(results.trials, counted)
+    assert pairs[0].startswith("`attention_gated_fwd<64>` ↔ `attention_gated_fwd<128>`: instructions 9 ↔ 9, 2 of them")
+
+
+def test_the_run_pairs_a_templates_instantiations_and_counts_their_instructions():
+    from qualify.build.machine_code import CubinCode, FunctionCode, compare
+    from qualify.run.code_identity import template_pairs
+
+    a_name, b_name = "_Z3fwdILi64EEvPf", "_Z3fwdILi128EEvPf"
+    word = bytes(16)
+    a = CubinCode(90, {a_name: FunctionCode(a_name, word * 3, ())}, ())
+    b = CubinCode(90, {b_name: FunctionCode(b_name, word * 2 + b"\x01" * 16, ())}, ())
+    lines = template_pairs(a, b, compare(a, b, labels=("base", "candidate")))
+    assert lines == ["pair fwd<64> ↔ fwd<128>: instructions 3 ↔ 3, 1 of them different"]
 
 
 def test_a_stream_escape_is_worded_for_the_arm_kind():

@@ -97,10 +97,22 @@ def gate_groups(results: Results) -> list[GateGroup]:
 # machine code of a template change, paired
 
 
+PAIR = "pair "  # how run.code_identity writes a template's two instantiations, with instruction counts
+
+
 def code_pairs(trials: list[Trial], identity: CodeIdentity) -> list[Md]:
     """Functions only in one arm whose demangled names differ only in template arguments, paired
-    (`fwd<64>` ↔ `fwd<128>`) with the numbers the record holds for each arm's launch (registers,
-    shared memory, local memory: from the first traced or measured case)."""
+    (`fwd<64>` ↔ `fwd<128>`) with what differs in numbers: instructions where the trial counted
+    them, registers, shared and local memory from the arms' launch in the first measured case."""
+    numbers = _resource_numbers(trials)
+    counted = [line.removeprefix(PAIR) for line in identity.differences if line.startswith(PAIR)]
+    if counted:
+        out = []
+        for line in counted:
+            pair, _, instructions = line.partition(": ")
+            x, _, y = pair.partition(" ↔ ")
+            out.append(Md(f"{code(x)} ↔ {code(y)}: {md(instructions)}{numbers}"))
+        return out
     names: dict[str, str] = {}
     for t in trials:
         if t.kernel_trace is not None:
@@ -117,8 +129,13 @@ def code_pairs(trials: list[Trial], identity: CodeIdentity) -> list[Md]:
         match = next((c for c in only["candidate"] if template_name(names.get(c, c)) == template_name(bname)), None)
         if match is None or bname == b:
             continue
-        out.append(Md(f"{code(bname)} ↔ {code(names[match])}{_resource_numbers(trials)}"))
+        out.append(Md(f"{code(bname)} ↔ {code(names[match])}: instruction counts not recorded{numbers}"))
     return out
+
+
+def differences_listed(identity: CodeIdentity) -> list[str]:
+    """The comparison's lines other than the pairs `code_pairs` states."""
+    return [line for line in identity.differences if not line.startswith(PAIR)]
 
 
 def _resource_numbers(trials: list[Trial]) -> str:
@@ -138,7 +155,7 @@ def _resource_numbers(trials: list[Trial]) -> str:
     text = "; ".join(parts) if parts else "the same resources"
     if same:
         text += f"; the same {', '.join(same)}"
-    return f" (at {md(case.case)}: {text}; instruction counts not recorded)"
+    return f"; at {md(case.case)}: {text}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,6 +263,7 @@ WHY_FUNCTIONS = (
     peak_text,
     gate_groups,
     code_pairs,
+    differences_listed,
     dirty_text,
     timer_words,
     user_command,
