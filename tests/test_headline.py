@@ -247,7 +247,7 @@ def test_a_speed_up_short_of_its_gate_and_one_not_resolved():
     _, reasons = lines(plan, [wide])
     # N=640's interval straddles the bound and it resolves only 3.5 %: can't tell, never a miss
     assert reasons[0] == "gate faster missed at N=512 (change <= -1%; 1 of 5 judgements): faster by only 0.3 %."
-    assert any(r.startswith("gate faster can't tell at N=640") and "resolves is 3.47%" in r for r in reasons)
+    assert any(r.startswith("gate faster can't tell at N=640") and "can detect is 3.47%" in r for r in reasons)
     plan2 = make_plan(gates=[{"name": "faster", "min_speedup_pct": 1.0}], sanitizer=[])
     _, reasons = lines(plan2, [trial(1, (-0.3, -0.5, -3, -3, -3, -3)), trial(2, (-0.3, -0.5, -3, -3, -3, -3))])
     assert reasons[0] == (
