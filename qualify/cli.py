@@ -523,14 +523,13 @@ def report_cmd(folders: tuple[Path, ...], check_only: bool, merge_into: Path | N
 def summary_cmd(folder: Path, target: Path | None) -> None:
     """Markdown summary of RECORD for a CI run's page; exits with the verdict's code, as report does."""
     from qualify.commands.pipeline import exit_code
-    from qualify.render.summary import render_summary
+    from qualify.commands.summary import checked_summary
     from qualify.results.store import Record
 
     if target is not None and target.exists() and not target.is_file():
         # a FIFO would block the job until something reads it; a device or folder is no summary
         raise UsageError("not a regular file; the summary is appended to files only", file=target, field="--append-to")
-    results = Record(folder).results()
-    markdown = render_summary(results, str(folder))
+    markdown, failed_check = checked_summary(folder)
     if target is None:
         click.echo(markdown, nl=False)
     else:
@@ -539,7 +538,7 @@ def summary_cmd(folder: Path, target: Path | None) -> None:
                 f.write(markdown)
         except OSError as exc:
             raise UsageError(f"cannot append: {exc.strerror}", file=target) from None
-    raise SystemExit(exit_code(results))
+    raise SystemExit(failed_check if failed_check is not None else exit_code(Record(folder).results()))
 
 
 @cli.command("changed")

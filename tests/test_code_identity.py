@@ -61,7 +61,9 @@ def test_different_kernels_differ_and_the_verdict_judges_the_measurement(tmp_pat
     assert code.status == "differs" and code.arms == "nvrtc" and code.arch == "sm_90"
     assert code.digests["base"] != code.digests["candidate"]
     assert code.launches_match is False and not code.free_aa
-    assert sorted(d.split(": ")[1] for d in code.differences) == ["only in base", "only in candidate"]
+    pair, *rest = code.differences  # a template's two instantiations, paired first, then each as compared
+    assert pair.startswith("pair axpy<1> ↔ axpy<4>: instructions ")
+    assert sorted(d.split(": ")[1] for d in rest) == ["only in base", "only in candidate"]
     assert verdict(loaded.plan, [trial]).gates[0].passed  # measured 20 % faster, the gate asks 1 %
     text = readme(loaded, trial)
     assert "## Machine code" in text and "machine code (compiled by NVRTC) differs" in text

@@ -188,14 +188,14 @@ def test_slower_everywhere():
     assert head == [
         "The candidate is slower at all 6 cases, by 11.0 % to 23.4 % (time per launch, median of 2 complete trials).",
         "Outputs: byte-identical to the base arm in all 12 case-trial checks.",
-        "A/A control found no difference in 12 runs; negative controls caught in 2 of 2 runs; "
+        "A/A control of 12 runs: 12 same; none came out faster or slower; negative controls caught in 2 of 2 runs; "
         "compute-sanitizer clean (memcheck; 4 runs).",
     ]
     # one line per gate, the slowdown worded as one, never as a negative speed-up
     assert reasons == [
-        "gate faster_from_2048 missed at N=2048, N=4096, N=8192, all its cases (speed-up >= 5%; "
+        "gate faster_from_2048 missed at N=2048, N=4096, N=8192, all its cases (change <= -5%; "
         "6 of 6 judgements): slower by 16.4 % to 21.3 %.",
-        "gate no_regression missed at all 6 of its cases (regression <= 2%; 12 of 12 judgements): "
+        "gate no_regression missed at all 6 of its cases (change <= +2%; 12 of 12 judgements): "
         "slower by 10.9 % to 23.8 %.",
     ]
     assert not any("-" in line.split(":")[-1] for line in reasons)
@@ -208,7 +208,7 @@ def test_faster_from_a_length_on_and_the_same_below_states_the_crossover():
     assert head[0] == (
         "The candidate is the same up to N=1024 (within ±0.5 %); faster from N=2048, by 6.2 % to 8.9 % "
         "(time per launch, median of 2 complete trials). It crosses over: faster from N=2048; the data would "
-        "support a gate where N >= 2048 with a speed-up of at least 5.5 % in a new, separately frozen plan "
+        "support a gate where N >= 2048 with a change of at most -5.5 % in a new, separately frozen plan "
         "(this verdict stands)."
     )
     assert reasons == []
@@ -246,12 +246,12 @@ def test_a_speed_up_short_of_its_gate_and_one_not_resolved():
     wide.cases[1] = wide.cases[1].model_copy(update={"stats": stats(-2.0, 2.5)})
     _, reasons = lines(plan, [wide])
     # N=640's interval straddles the bound and it resolves only 3.5 %: can't tell, never a miss
-    assert reasons[0] == "gate faster missed at N=512 (speed-up >= 1%; 1 of 5 judgements): faster by only 0.3 %."
-    assert any(r.startswith("gate faster can't tell at N=640") and "resolves is 3.47%" in r for r in reasons)
+    assert reasons[0] == "gate faster missed at N=512 (change <= -1%; 1 of 5 judgements): faster by only 0.3 %."
+    assert any(r.startswith("gate faster can't tell at N=640") and "can detect is 3.47%" in r for r in reasons)
     plan2 = make_plan(gates=[{"name": "faster", "min_speedup_pct": 1.0}], sanitizer=[])
     _, reasons = lines(plan2, [trial(1, (-0.3, -0.5, -3, -3, -3, -3)), trial(2, (-0.3, -0.5, -3, -3, -3, -3))])
     assert reasons[0] == (
-        "gate faster missed at N=512, N=640 (speed-up >= 1%; 4 of 12 judgements): faster by only 0.3 % to 0.5 %."
+        "gate faster missed at N=512, N=640 (change <= -1%; 4 of 12 judgements): faster by only 0.3 % to 0.5 %."
     )
 
 
@@ -261,7 +261,7 @@ def test_a_gate_missed_both_ways_gives_the_span():
     _, reasons = lines(plan, [trial(1, deltas), trial(2, deltas)])
     assert (
         reasons[0]
-        == "gate big missed at N=512, N=640 (speed-up >= 10%; 2 of 6 judgements): from 4.0 % slower to 3.0 % faster."
+        == "gate big missed at N=512, N=640 (change <= -10%; 2 of 6 judgements): from 3.0 % faster to 4.0 % slower."
     )
 
 
@@ -302,7 +302,7 @@ def test_fidelity_failure_and_vacuous_control_are_in_the_headline():
         "N=1024 (trial 1) and 4 more."
     )
     assert head[2] == (
-        "A/A control found no difference in 12 runs; negative control NOT caught: flip at N=512 "
+        "A/A control of 12 runs: 12 same; none came out faster or slower; negative control NOT caught: flip at N=512 "
         "(trial 1) (the fidelity gate is vacuous); compute-sanitizer: memcheck at N=512 (candidate): "
         "findings."
     )
@@ -329,6 +329,5 @@ def test_a_large_crossover_length_is_written_whole():
     t = t.model_copy(update={"cases": [c.model_copy(update={"case": f"N={n}"}) for c, n in zip(t.cases, sizes)]})
     head, _ = lines(plan, [t])
     assert (
-        "faster from N=4194304;" in head[0]
-        and "a gate where N >= 4194304 with a speed-up of at least 11.5 %" in head[0]
+        "faster from N=4194304;" in head[0] and "a gate where N >= 4194304 with a change of at most -11.5 %" in head[0]
     )

@@ -54,9 +54,10 @@ def digests(plots: dict[str, bytes]) -> dict[str, str]:
     return {k: hashlib.sha256(v).hexdigest() for k, v in plots.items()}
 
 
-def test_every_device_gets_three_plots_named_in_the_readme(record):
+def test_every_device_gets_four_plots_named_in_the_readme(record):
     names = sorted(p.relative_to(record).as_posix() for p in (record / "plots").iterdir())
-    assert names == [f"plots/device-{k}-{kind}.svg" for k in (1, 2) for kind in ("order", "ratio", "samples")]
+    kinds = ("order", "ratio", "roofline", "samples")
+    assert names == [f"plots/device-{k}-{kind}.svg" for k in (1, 2) for kind in kinds]
     readme = (record / "README.md").read_text(encoding="utf-8")
     for name in names:
         assert f"]({name})" in readme
@@ -107,7 +108,7 @@ def test_report_adds_plots_to_a_record_without_changing_its_numbers(copy):
     before = {p.relative_to(copy).as_posix(): p.read_bytes() for p in copy.rglob("*") if p.is_file()}
     plan, _ = plan_and_lock()
     problems = plot_problems(copy, Record(copy).results(), plan)
-    assert len(problems) == 6 and all(p.endswith(f"missing; `qualify report {copy}` draws it") for p in problems)
+    assert len(problems) == 8 and all(p.endswith(f"missing; `qualify report {copy}` draws it") for p in problems)
     write_plots(copy, Record(copy).results(), plan)
     after = {p.relative_to(copy).as_posix(): p.read_bytes() for p in copy.rglob("*") if p.is_file()}
     assert {k: v for k, v in after.items() if not k.startswith("plots/")} == before

@@ -343,16 +343,20 @@ def test_verdict_headline_and_grouped_reasons_come_before_the_protocol(built):
     gate_lines = [line for line in head if line.startswith("- gate ")]
     assert gate_lines == [
         "- gate faster missed at N=4096 on NVIDIA H200 (GPU-1111aaaa) "
-        "(speed-up >= 1%; 2 of 2 judgements): faster by only 0.3 %."
+        "(change <= -1%; 2 of 2 judgements): faster by only 0.3 %."
     ]
     # every other reason is kept as the verdict wrote it
     missed = sum(not g.passed for g in results.verdict.gates)
-    assert len(results.verdict.reasons) == missed + len([line for line in head if line.startswith("- ")]) - 1
+    reasons = head[head.index("Reasons for the verdict (changes are in time per launch: negative is faster):") :]
+    assert len(results.verdict.reasons) == missed + len([line for line in reasons if line.startswith("- ")]) - 1
+    # and before them, one line per device and case: why it moved, the arms side by side
+    causes = [line for line in head[: head.index(reasons[0])] if line.startswith("- N=")]
+    assert len(causes) == 4 and all(" CTAs on " in line and " registers" in line for line in causes)
     assert "- trial 5 on NVIDIA L40S (GPU-2222bbbb) is interrupted" in head
     # the forest plot of each device is on the first screen
     assert (
-        "![NVIDIA H200 (GPU-1111aaaa): ratio candidate / base per case, 95 % interval per trial, against "
-        "the gates' bounds](plots/device-1-ratio.svg)" in head
+        "![NVIDIA H200 (GPU-1111aaaa): change in time per launch per case (negative is faster), 95 % interval "
+        "per trial, against the gates' bounds](plots/device-1-ratio.svg)" in head
     )
 
 
@@ -539,7 +543,7 @@ def test_merge_gives_one_record_with_a_table_per_device(two_records, tmp_path):
     headings = [line for line in readme_lines(dest) if line.startswith("## Results on ")]
     assert headings == ["## Results on NVIDIA H200 (GPU-1111aaaa)", "## Results on NVIDIA L40S (GPU-2222bbbb)"]
     assert (
-        "| case | median of trials | trial 3 | trial 4 | 95 % CI of the ratio | class | resolves | stopped |"
+        "| case | median of trials | trial 3 | trial 4 | 95 % CI of the change | class | smallest detectable | timing ended |"
         in readme_lines(dest)
     )
     ledger = Record(dest).ledger()
@@ -786,7 +790,7 @@ def test_readme_shows_the_pooled_change_interval_parts_and_mde(built):
         for cid, p in cases.items():
             assert p.trials == 2 and p.between_pct is not None  # the L40S's interrupted trial is left out
             row = (
-                f"| {cid} | 2 | {p.delta_pct:+.2f} % | [{p.ci_low:.4f}, {p.ci_high:.4f}] | {p.case_class} | "
+                f"| {cid} | 2 | {p.delta_pct:+.2f} % | [{(p.ci_low - 1) * 100:+.2f} %, {(p.ci_high - 1) * 100:+.2f} %] | {p.case_class} | "
                 f"{p.within_pct:.2f} % | {p.between_pct:.2f} % | {p.df:.1f} | {p.mde_pct:.2f} % |"
             )
             assert row in section
@@ -800,7 +804,10 @@ def test_a_one_trial_readme_says_its_interval_covers_one_process_only(built):
     assert p.trials == 1 and p.between_pct is None and p.reason.endswith("covers one process only")
     text = render_readme(results, plan)
     assert "From one trial the interval covers one process only" in text
-    assert f"| N=1024 | 1 | {p.delta_pct:+.2f} % | [{p.ci_low:.4f}, {p.ci_high:.4f}] |" in text
+    assert (
+        f"| N=1024 | 1 | {p.delta_pct:+.2f} % | [{(p.ci_low - 1) * 100:+.2f} %, {(p.ci_high - 1) * 100:+.2f} %] |"
+        in text
+    )
     assert "| n/a (one trial) |" in text
 
 

@@ -117,13 +117,16 @@ def test_run_summary_opens_with_the_verdict_in_words_and_grouped_reasons():
     lines = out.splitlines()
     assert lines[0] == "verdict: not qualified"
     assert lines[1].startswith("The candidate is slower at all 6 cases, by 11.0 % to 23.4 %")
-    assert lines[4] == "why:"
-    assert lines[5].startswith(
+    assert lines[4] == "why, case by case (base → candidate):"
+    causes = lines[5 : lines.index("reasons (changes in time per launch: negative is faster):")]
+    assert len(causes) == 6 and all(line.startswith("  - N=") for line in causes)
+    at = lines.index("reasons (changes in time per launch: negative is faster):")
+    assert lines[at + 1].startswith(
         "  - gate faster_from_2048 missed at N=2048, N=4096, N=8192, all its cases "
-        "(speed-up >= 5%; 6 of 6 judgements): slower by"
+        "(change <= -5%; 6 of 6 judgements): slower by"
     )
-    assert lines[7].rstrip() == "record records/tiny"
-    assert not any("speed-up -" in line for line in lines)
+    assert lines[at + 3].rstrip() == "record records/tiny"
+    assert not any("speed-up" in line for line in lines)
 
 
 def test_run_summary_escapes_labels_from_the_record():

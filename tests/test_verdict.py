@@ -43,10 +43,10 @@ def test_gate_limit_is_the_tighter_bound():
     ],
 )
 def test_judge_gate(gate, ratio, lo, hi, mde, outcome):
-    result, speedup, bound = judge_gate(gate, ratio, lo, hi, mde)
+    result, change, bound = judge_gate(gate, ratio, lo, hi, mde)
     assert result == outcome
-    assert speedup == pytest.approx((1 - ratio) * 100)
-    assert bound in ("speed-up >= 5%", "regression <= 2%")
+    assert change == pytest.approx((ratio - 1) * 100)  # change in time per launch: negative is faster
+    assert bound in ("change <= -5%", "change <= +2%")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,7 +76,7 @@ def test_a_gate_finer_than_the_noise_is_cant_tell_with_the_mde(tmp_path):
     lines = [r for r in v.reasons if r.startswith("gate one_pct can't tell")]
     assert len(lines) == 2  # both cases
     mde = trial.cases[0].stats.mde_pct
-    assert f"the smallest change this case resolves is {mde:.2f}%, above the gate's 1%" in lines[0]
+    assert f"the smallest change this case can detect is {mde:.2f}%, above the gate's 1%" in lines[0]
 
 
 def test_a_clear_result_is_judged_even_on_a_noisy_case(tmp_path):

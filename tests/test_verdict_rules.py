@@ -258,7 +258,7 @@ def test_a_gate_the_case_cannot_resolve_names_the_interval_it_straddles(recorded
     device = trials[0].provenance.device
     assert (
         f"gate fine can't tell at {case} on {device.name} ({device.uuid[:12]}) (trial {trials[0].index}): "
-        f"needs speed-up >= 3.5%, measured speed-up {(1 - s.ratio) * 100:+.2f}%, "
-        f"95% CI [{s.ci_low:.4f}, {s.ci_high:.4f}]; the smallest change this case resolves is 10.00%, "
+        f"needs change <= -3.5%, measured change {(s.ratio - 1) * 100:+.2f}%, "
+        f"95% CI [{(s.ci_low - 1) * 100:+.2f}%, {(s.ci_high - 1) * 100:+.2f}%]; the smallest change this case can detect is 10.00%, "
         "above the gate's 3.5%"
     ) in v.reasons

@@ -25,8 +25,10 @@ from qualify.evaluate.headline_model import (
     Headline,
     Run,
 )
-from qualify.evaluate.headline_text import headline_lines, reason_lines  # noqa: F401 - the headline's words
+from qualify.evaluate.headline_text import cause_lines, headline_lines, reason_lines  # noqa: F401 - the words
+from qualify.evaluate.throughput import case_rates
 from qualify.evaluate.verdict import device_label, fidelity_passes, free_aa
+from qualify.evaluate.why import case_causes
 from qualify.plan.model import ARM_SIDES, Plan
 from qualify.plan.resolve import case_id
 from qualify.results.model import Results, Trial
@@ -193,7 +195,7 @@ def fidelity(plan: Plan, results: Results) -> Fidelity:
 
 
 def checks(plan: Plan, results: Results) -> Checks:
-    aa_runs, aa_resolved = 0, []
+    aa_runs, aa_resolved, aa_classes = 0, [], {}
     neg_runs, neg_missed = 0, []
     san_runs, san_bad, tools = 0, [], []
     seen: dict[str, set] = {}
@@ -202,6 +204,7 @@ def checks(plan: Plan, results: Results) -> Checks:
         for c in t.cases:
             if c.aa is not None:
                 aa_runs += 1
+                aa_classes[c.aa.case_class] = aa_classes.get(c.aa.case_class, 0) + 1
                 if c.aa.case_class in ("faster", "slower"):
                     aa_resolved.append(f"{c.aa.case_class} at {c.case} (trial {t.index})")
         for ctl in t.controls:
@@ -222,6 +225,7 @@ def checks(plan: Plan, results: Results) -> Checks:
         aa_declared=plan.controls.aa,
         aa_runs=aa_runs,
         aa_resolved=tuple(aa_resolved),
+        aa_classes=tuple(sorted(aa_classes.items(), key=lambda kv: -kv[1])),
         negative_declared=len(plan.controls.negative),
         negative_runs=neg_runs,
         negative_missed=tuple(neg_missed),
@@ -250,7 +254,7 @@ def gate_misses(plan: Plan, results: Results) -> tuple[GateMiss, ...]:
             gate is not None
             and gate.min_speedup_pct is not None
             and g.trial is not None
-            and g.value_pct >= gate.min_speedup_pct
+            and -g.value_pct >= gate.min_speedup_pct
             and classes.get((g.trial, g.case)) != "faster"
             for g in missed
         )
@@ -264,8 +268,8 @@ def gate_misses(plan: Plan, results: Results) -> tuple[GateMiss, ...]:
                 all_cases=set(cases) == {g.case for g in judged},
                 missed=len(missed),
                 judged=len(judged),
-                low_speedup_pct=min(g.value_pct for g in missed),
-                high_speedup_pct=max(g.value_pct for g in missed),
+                low_change_pct=min(g.value_pct for g in missed),
+                high_change_pct=max(g.value_pct for g in missed),
                 unresolved=unresolved,
             )
         )
@@ -281,6 +285,8 @@ def _gate_reason_prefixes(results: Results) -> tuple[str, ...]:
 def headline(results: Results, plan: Plan) -> Headline:
     prefixes = _gate_reason_prefixes(results)
     others = tuple(r for r in results.verdict.reasons if not r.startswith(prefixes))
+    groups = _by_device(results.trials)
+    causes, left = case_causes(plan, groups, case_rates(plan, groups))
     return Headline(
         status=results.verdict.status,
         devices=device_effects(plan, results),
@@ -288,4 +294,6 @@ def headline(results: Results, plan: Plan) -> Headline:
         checks=checks(plan, results),
         gate_misses=gate_misses(plan, results),
         other_reasons=others,
+        causes=tuple(causes),
+        causes_left=left,
     )

@@ -72,7 +72,10 @@ class Checks:
     sanitizer_tools: tuple[str, ...]
     sanitizer_bad: tuple[str, ...]  # "memcheck at T=512 (candidate): findings"
     sanitizer_not_run: int
-    negative_declared_outcomes: bool = False  # judged against declarations (a golden): missed = not as declared
+    negative_declared_outcomes: bool = False
+    aa_classes: tuple[
+        tuple[str, int], ...
+    ] = ()  # (class, runs) of the A/A, most frequent first  # judged against declarations (a golden): missed = not as declared
 
 
 @dataclass(frozen=True)
@@ -86,8 +89,8 @@ class GateMiss:
     all_cases: bool  # every case the gate judged on this device missed
     missed: int  # judgements missed (one per trial, or one per case pooled over trials)
     judged: int
-    low_speedup_pct: float  # speed-up in %: positive is faster
-    high_speedup_pct: float
+    low_change_pct: float  # change in time per launch in %: negative is faster
+    high_change_pct: float
     unresolved: bool  # at least one miss had the speed-up but not the interval to back it
 
 
@@ -99,3 +102,5 @@ class Headline:
     checks: Checks
     gate_misses: tuple[GateMiss, ...]
     other_reasons: tuple[str, ...]  # the verdict's reasons that are not gate misses, as written
+    causes: tuple = ()  # qualify.evaluate.why.Cause per device and case: the arms side by side
+    causes_left: int = 0  # cases whose cause a many-case plan leaves out of the headline

@@ -87,8 +87,8 @@ def device_sentence(d: DeviceEffect, esc: Escape, many_devices: bool) -> str:
         value = x.value if isinstance(x.value, int) else f"{x.value:g}"  # 4194304, never 4.1943e+06
         text += (
             f" It crosses over: faster {edge} {esc(x.parameter)}={value}; the data would support a gate "
-            f"where {esc(x.parameter)} {x.direction} {value} with a speed-up of at least "
-            f"{x.supported_speedup_pct:g} % in a new, separately frozen plan (this verdict stands)."
+            f"where {esc(x.parameter)} {x.direction} {value} with a change of at most "
+            f"-{x.supported_speedup_pct:g} % in a new, separately frozen plan (this verdict stands)."
         )
     return text
 
@@ -108,15 +108,23 @@ def fidelity_sentence(f: Fidelity, esc: Escape) -> str:
     return text
 
 
+_AA_CLASS = {"cant_tell": "can't tell", "same": "same", "faster": "faster", "slower": "slower"}
+
+
 def checks_sentence(c: Checks, esc: Escape) -> str:
     parts = []
     if c.aa_declared:
         if not c.aa_runs:
             parts.append("A/A control not run")
-        elif c.aa_resolved:
-            parts.append(f"A/A control resolved a difference that is not there ({_cases(c.aa_resolved, esc)})")
         else:
-            parts.append(f"A/A control found no difference in {c.aa_runs} runs")
+            counts = ", ".join(f"{n} {_AA_CLASS.get(cls, cls)}" for cls, n in c.aa_classes)
+            if c.aa_resolved:
+                parts.append(
+                    f"A/A control of {c.aa_runs} runs: {counts}; a difference that is not there came out: "
+                    f"{_cases(c.aa_resolved, esc)}"
+                )
+            else:
+                parts.append(f"A/A control of {c.aa_runs} runs: {counts}; none came out faster or slower")
     if c.negative_declared:
         if not c.negative_runs:
             parts.append("negative controls not run")
@@ -151,15 +159,15 @@ def checks_sentence(c: Checks, esc: Escape) -> str:
 
 
 def gate_line(m: GateMiss, esc: Escape, many_devices: bool) -> str:
-    lo, hi = m.low_speedup_pct, m.high_speedup_pct
-    if hi < 0:
+    lo, hi = m.low_change_pct, m.high_change_pct
+    if lo > 0:
         values = f"slower by {pct_range(lo, hi)}"
-    elif lo >= 0:
+    elif hi <= 0:
         values = f"faster by only {pct_range(lo, hi)}"
         if m.unresolved:
             values = f"faster by {pct_range(lo, hi)}, not resolved by every trial's 95 % interval"
     else:
-        values = f"from {pct(lo)} slower to {pct(hi)} faster"
+        values = f"from {pct(lo)} faster to {pct(hi)} slower"
     if m.all_cases and len(m.cases) > 4:
         where = f"all {len(m.cases)} of its cases"
     else:
@@ -185,3 +193,16 @@ def reason_lines(h: Headline, esc: Escape) -> list[str]:
     """The verdict's reasons: one line per missed gate, then every other reason as written."""
     many = len(h.devices) > 1
     return [gate_line(m, esc, many) for m in h.gate_misses] + [esc(r) for r in h.other_reasons]
+
+
+def cause_lines(h: Headline, esc: Escape) -> list[str]:
+    """Per case, why it moved: its change, then the arms' geometry, occupancy and throughput side by
+    side (base → candidate where they differ, "both" where they agree)."""
+    many = len(h.devices) > 1
+    lines = [
+        f"{esc(c.case)}{f' on {esc(c.device)}' if many else ''} ({c.delta_pct:+.1f} % time per launch): {esc(c.text)}"
+        for c in h.causes
+    ]
+    if h.causes_left:
+        lines.append(f"… and {h.causes_left} more cases: see the kernels and resources tables.")
+    return lines

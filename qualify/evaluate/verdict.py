@@ -13,6 +13,7 @@ from collections import defaultdict
 from qualify.evaluate.cupti_delta import traced_disagreements
 from qualify.evaluate.pooled import pool
 from qualify.evaluate.second_timer import disagreement_text
+from qualify.evaluate.throughput import impossible_reasons
 from qualify.plan.checks import selected_cases
 from qualify.plan.model import ARM_SIDES, Fidelity, Plan, SpeedGate
 from qualify.plan.resolve import case_id
@@ -48,18 +49,21 @@ def gate_limit(gate: SpeedGate) -> float:
 
 
 def gate_bound_text(gate: SpeedGate) -> str:
+    """The gate in the record's one convention: change in time per launch, negative is faster."""
     bounds = []
     if gate.min_speedup_pct is not None:
-        bounds.append(f"speed-up >= {gate.min_speedup_pct:g}%")
+        bounds.append(f"change <= {-gate.min_speedup_pct:+g}%")
     if gate.max_regression_pct is not None:
-        bounds.append(f"regression <= {gate.max_regression_pct:g}%")
+        bounds.append(f"change <= {gate.max_regression_pct:+g}%")
     return " and ".join(bounds)
 
 
 def judge_gate(
     gate: SpeedGate, ratio: float, lo: float | None, hi: float | None, mde_pct: float | None
 ) -> tuple[str, float, str]:
-    """(outcome, speed-up in %, bound) of one gate on one case: outcome is pass, miss or cant_tell.
+    """(outcome, change in %, bound) of one gate on one case: outcome is pass, miss or cant_tell.
+
+    The change is in time per launch, (ratio - 1) x 100: negative is faster.
 
     A gate is a bound L on the ratio. The interval decides first: wholly at or below L passes,
     wholly above misses — whatever the case's noise, the data then support the answer. When the
@@ -70,7 +74,7 @@ def judge_gate(
     resolvable, the point estimate decides.
     """
     limit = gate_limit(gate)
-    speedup = (1.0 - ratio) * 100.0
+    speedup = (ratio - 1.0) * 100.0
     bound = gate_bound_text(gate)
     if lo is not None and hi is not None:
         if hi <= limit:
@@ -109,11 +113,11 @@ def _undecided(
     if mde_pct is None:
         why = "the case has no interval (fewer than two blocks in a trial)"
     else:
-        why = f"the smallest change this case resolves is {mde_pct:.2f}%, above the gate's {margin:g}%"
-    interval = "" if lo is None or hi is None else f", 95% CI [{lo:.4f}, {hi:.4f}]"
+        why = f"the smallest change this case can detect is {mde_pct:.2f}%, above the gate's {margin:g}%"
+    interval = "" if lo is None or hi is None else f", 95% CI [{(lo - 1) * 100:+.2f}%, {(hi - 1) * 100:+.2f}%]"
     return (
         f"gate {gate.name} can't tell at {cid} on {device} ({where}): needs {gate_bound_text(gate)}, "
-        f"measured speed-up {speedup:+.2f}%{interval}; {why}"
+        f"measured change {speedup:+.2f}%{interval}; {why}"
     )
 
 
@@ -243,7 +247,7 @@ def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
             why = "; identical machine code and launches: no change by construction" if by_construction else ""
             failed.append(
                 f"gate {g.gate} missed at {g.case} on {g.device} ({trial}): "
-                f"speed-up {g.value_pct:+.2f}%, needs {g.bound}{why}"
+                f"change {g.value_pct:+.2f}%, needs {g.bound}{why}"
             )
     if not trials:
         unsure.append("no trials")
@@ -297,6 +301,9 @@ def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
         if count < plan.schedule.trials:
             unsure.append(f"{device}: {count} of {plan.schedule.trials} planned trials complete")
     unsure.extend(undecided)
+    # a rate above the DRAM peak: the candidate's result cannot stand; the base's says the timer errs
+    for side, reason in impossible_reasons(plan, by_device(trials)):
+        (failed if side == "candidate" else unsure).append(reason)
     _sanitizer(plan, trials, failed, unsure)
     if failed:
         status = "not_qualified"

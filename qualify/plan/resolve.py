@@ -105,6 +105,9 @@ class ResolvedArm:
     args: tuple[ResolvedArg, ...]
     launch: ResolvedLaunch | None  # None for shared-library arms and arms with their own launches
     steps: tuple[ResolvedStep, ...] = ()  # an arm's own launches, in order; () for every other arm
+    bytes_moved: int = 0  # the plan's expression, or each input read once and each output written once
+    bytes_declared: bool = False  # bytes_moved is the plan's own expression
+    flops: float | None = None  # the plan's expression; None when it states none
 
     @property
     def launches(self) -> tuple[ResolvedLaunch, ...]:
@@ -183,7 +186,19 @@ class _Resolver:
                 launch = self.launch(params, where, spec, field)
                 args = tuple(self.arg(a, params, by_name, f"{field}.args[{k}]", where) for k, a in enumerate(spec.args))
                 steps.append(ResolvedStep(spec.kernel, launch, args))
-            return ResolvedArm(side, params, tuple(buffers), (), None, tuple(steps))
+            # scratch is the sequence's own business: the default bytes are the workload's buffers
+            moved, declared, flops = self.work(params, [b for b in buffers if b.role != "scratch"], where)
+            return ResolvedArm(
+                side,
+                params,
+                tuple(buffers),
+                (),
+                None,
+                tuple(steps),
+                bytes_moved=moved,
+                bytes_declared=declared,
+                flops=flops,
+            )
         by_name = {b.name: b for b in buffers}
         if isinstance(arm, CudaArm):
             launch = self.launch(params, where, plan.workload.launch, "workload.launch")
@@ -192,7 +207,27 @@ class _Resolver:
             launch = None
             args_field, arg_specs = "workload.call", plan.workload.call
         args = tuple(self.arg(a, params, by_name, f"{args_field}[{k}]", where) for k, a in enumerate(arg_specs))
-        return ResolvedArm(side, params, tuple(buffers), args, launch)
+        moved, declared, flops = self.work(params, buffers, where)
+        return ResolvedArm(
+            side, params, tuple(buffers), args, launch, bytes_moved=moved, bytes_declared=declared, flops=flops
+        )
+
+    def work(self, params, buffers: list[ResolvedBuffer], where: str) -> tuple[int, bool, float | None]:
+        """(bytes one launch moves, whether the plan stated them, its FLOPs or None)."""
+        spec = self.plan.workload
+        if spec.bytes_moved is not None:
+            moved = self.int_(spec.bytes_moved, params, "workload.bytes_moved", where, minimum=0)
+        else:
+            moved = sum(b.nbytes for b in buffers if b.role in ("input", "output"))
+        flops = None
+        if spec.flops is not None:
+            try:
+                flops = float(expr.evaluate(spec.flops, params))
+            except expr.ExprError as exc:
+                raise self.fail("workload.flops", f"{where}: {exc}") from None
+            if not math.isfinite(flops) or flops < 0:
+                raise self.fail("workload.flops", f"{where}: {flops!r} must be a finite number, at least 0")
+        return moved, spec.bytes_moved is not None, flops
 
     def launch(self, params, where: str, spec, field: str) -> ResolvedLaunch:
         """The geometry of workload.launch or of one of an arm's own launches (`field` names it)."""

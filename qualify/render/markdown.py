@@ -117,7 +117,8 @@ def interval(stats: CaseStats | PooledStats | None) -> str:
         return Md("n/a")
     if stats.ci_low is None or stats.ci_high is None:
         return Md("none (fewer than 2 blocks)")
-    return Md(f"[{stats.ci_low:.4f}, {stats.ci_high:.4f}]")
+    # the interval of the ratio candidate / base, written as the change in time it spans
+    return Md(f"[{(stats.ci_low - 1) * 100:+.2f} %, {(stats.ci_high - 1) * 100:+.2f} %]")
 
 
 def count(n: int | float | None) -> str:

@@ -1,12 +1,14 @@
 """Plots of a record, drawn with matplotlib from its raw samples and written beside its README.
 
-Per device, three SVG images under `plots/`:
+Per device, four SVG images under `plots/`:
 
-  device-<k>-ratio.svg    the ratio candidate / base and its 95 % interval per case and trial,
+  device-<k>-ratio.svg    the change in time per launch and its 95 % interval per case and trial,
                           against the "same" band and the bounds of the gates that judge the case
   device-<k>-samples.svg  each arm's distribution of time per launch, per case (all trials)
   device-<k>-order.svg    every timed sample in the order it was taken, coloured by arm, with the
                           SM clock beneath: drift, throttling and the ABBA structure at a glance
+  device-<k>-roofline.svg each arm's DRAM throughput per case under the device's peak bandwidth
+                          (qualify.render.roofline)
 
 Determinism, and what `report --check` compares. An SVG written by one matplotlib version is the
 same bytes every time here: the Agg-free SVG backend, text kept as text (`svg.fonttype: none`,
@@ -45,6 +47,8 @@ from qualify.plan.model import ARM_SIDES, Plan
 from qualify.plan.resolve import case_id
 from qualify.plan.schedule import AA, MAIN, block_halves
 from qualify.render.plain import visible
+from qualify.render.roofline import TITLE as ROOFLINE_TITLE
+from qualify.render.roofline import draw_roofline
 from qualify.results import samples as raw
 from qualify.results.model import Results, Trial
 from qualify.results.samples import THROTTLE_MASK, key
@@ -70,15 +74,16 @@ _CREATOR = re.compile(r"<dc:creator>\s*<cc:Agent>\s*<dc:title>Matplotlib v([^,<]
 
 @dataclass(frozen=True)
 class PlotFile:
-    kind: str  # ratio / samples / order
+    kind: str  # ratio / samples / order / roofline
     path: str  # relative to the record folder, POSIX
     title: str
 
 
 KINDS = {
-    "ratio": "ratio candidate / base per case, 95 % interval per trial, against the gates' bounds",
+    "ratio": "change in time per launch per case (negative is faster), 95 % interval per trial, against the gates' bounds",
     "samples": "time per launch of each arm, per case",
     "order": "samples in the order taken, coloured by arm, with the SM clock",
+    "roofline": ROOFLINE_TITLE,
 }
 
 
@@ -187,8 +192,9 @@ def _ratio(label: str, trials: list[Trial], plan: Plan, digest: _Digest):
     fig = _figure(8.0, 1.1 + 0.45 * len(cases), left=0.9, right=2.9, top=0.35, bottom=0.55)
     ax = fig.add_subplot()
     ys = {cid: len(cases) - 1 - i for i, cid in enumerate(cases)}
-    ax.axvspan(1 - SAME_BAND, 1 + SAME_BAND, color="#999999", alpha=0.25, lw=0, label=f"same (±{SAME_BAND * 100:g} %)")
-    ax.axvline(1.0, color="black", lw=0.8)
+    band = SAME_BAND * 100
+    ax.axvspan(-band, band, color="#999999", alpha=0.25, lw=0, label=f"same (±{band:g} %)")
+    ax.axvline(0.0, color="black", lw=0.8)
     shown = set()
     for gate in plan.acceptance.gates:
         for cid in selected_cases(gate, plan):
@@ -196,13 +202,13 @@ def _ratio(label: str, trials: list[Trial], plan: Plan, digest: _Digest):
                 continue
             y = ys[cid]
             for bound, colour, what in (
-                (gate.min_speedup_pct, "#2ca02c", "needs speed-up ≥"),
-                (gate.max_regression_pct, "#d62728", "allows regression ≤"),
+                (gate.min_speedup_pct, "#2ca02c", "needs change ≤"),
+                (gate.max_regression_pct, "#d62728", "allows change ≤"),
             ):
                 if bound is None:
                     continue
-                x = 1 - bound / 100 if colour == "#2ca02c" else 1 + bound / 100
-                name = f"{visible(gate.name)}: {what} {bound:g} %"
+                x = -bound if colour == "#2ca02c" else bound
+                name = f"{visible(gate.name)}: {what} {x:+g} %"
                 ax.plot(
                     [x, x], [y - 0.4, y + 0.4], color=colour, lw=1.5, ls="--", label=None if name in shown else name
                 )
@@ -215,10 +221,12 @@ def _ratio(label: str, trials: list[Trial], plan: Plan, digest: _Digest):
         for c in t.cases:
             if c.case not in ys:
                 continue
-            xs.append(c.stats.ratio)
+            # the change in time per launch, in %: the record's one convention (negative is faster)
+            ratio = c.stats.ratio
+            xs.append((ratio - 1) * 100)
             ys_.append(ys[c.case] + offset)
-            lo.append(c.stats.ratio - (c.stats.ci_low if c.stats.ci_low is not None else c.stats.ratio))
-            hi.append((c.stats.ci_high if c.stats.ci_high is not None else c.stats.ratio) - c.stats.ratio)
+            lo.append((ratio - (c.stats.ci_low if c.stats.ci_low is not None else ratio)) * 100)
+            hi.append(((c.stats.ci_high if c.stats.ci_high is not None else ratio) - ratio) * 100)
         digest.add(xs, ys_, lo, hi)
         state = "" if t.status == "complete" else f" ({t.status})"
         ax.errorbar(
@@ -234,8 +242,8 @@ def _ratio(label: str, trials: list[Trial], plan: Plan, digest: _Digest):
         )
     ax.set_yticks(list(ys.values()), [visible(c) for c in ys])
     ax.set_ylim(-0.6, len(cases) - 0.4)
-    ax.set_xlabel("candidate / base, time per launch (below 1: candidate faster)")
-    ax.set_title(visible(f"{label}: ratio and 95 % interval per case"), loc="left")
+    ax.set_xlabel("change in time per launch, candidate against base, % (negative: candidate faster)")
+    ax.set_title(visible(f"{label}: change and 95 % interval per case"), loc="left")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return fig
 
@@ -393,6 +401,8 @@ def render_plots(folder: Path, results: Results, plan: Plan) -> dict[str, bytes]
                     fig = _ratio(label, trials, plan, digest)
                 elif f.kind == "samples":
                     fig = _samples(label, trials, plan, Path(folder), digest)
+                elif f.kind == "roofline":
+                    fig = draw_roofline(label, trials, plan, digest, _figure, COLOURS)
                 else:
                     fig = _order(label, trials, plan, Path(folder), digest)
                 out[f.path] = _svg(fig, digest, visible(f"{label}: {f.title}"))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import shlex
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from qualify.plan.resolve import case_id
 from qualify.render.kernels_text import KERNEL_FILTERS, KERNEL_FUNCTIONS, KERNEL_GLOBALS
 from qualify.render.markdown import FILTERS, Md, code, finalize, line_start, md
 from qualify.render.plots import device_plots
+from qualify.render.why_text import WHY_FILTERS, WHY_FUNCTIONS, user_command
 from qualify.results.model import (
     CaseTrial,
     CodeIdentity,
@@ -136,13 +136,14 @@ def gate_cases(gate: SpeedGate, plan: Plan) -> list[str]:
 
 
 def gate_bound(gate: SpeedGate) -> str:
+    """The gate as declared, in the record's one convention: change in time per launch, negative is faster."""
     bounds = []
     if gate.min_speedup_pct is not None:
         # judged per trial, a speed-up must also be resolved by the trial's interval (class faster)
         resolved = " with class faster" if gate.every_trial else ""
-        bounds.append(f"speed-up >= {gate.min_speedup_pct:g} %{resolved}")
+        bounds.append(f"change <= {-gate.min_speedup_pct:+g} %{resolved}")
     if gate.max_regression_pct is not None:
-        bounds.append(f"regression <= {gate.max_regression_pct:g} %")
+        bounds.append(f"change <= {gate.max_regression_pct:+g} %")
     return " and ".join(bounds)
 
 
@@ -398,7 +399,7 @@ def commands(trials: list[Trial]) -> list[tuple[str, str]]:
     """(trial numbers, command line) for each distinct command the trials ran under."""
     by_command: dict[str, list[str]] = {}
     for t in trials:
-        by_command.setdefault(shlex.join(t.provenance.command), []).append(str(t.index))
+        by_command.setdefault(user_command(t.provenance.command), []).append(str(t.index))
     return [(", ".join(indices), command) for command, indices in by_command.items()]
 
 
@@ -435,6 +436,7 @@ FUNCTIONS = {
     )
 }
 FUNCTIONS.update({f.__name__: f for f in KERNEL_FUNCTIONS})
+FUNCTIONS.update({f.__name__: f for f in WHY_FUNCTIONS})
 FUNCTIONS.update(KERNEL_GLOBALS)
 
 # ---------------------------------------------------------------------------------------------
@@ -453,6 +455,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters.update(FILTERS)
     env.filters.update(KERNEL_FILTERS)
+    env.filters.update(WHY_FILTERS)
     env.globals.update(FUNCTIONS)
     return env
 

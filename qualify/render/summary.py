@@ -12,28 +12,27 @@ many cases, devices or failed gates it holds.
 
 from __future__ import annotations
 
-import re
-
-from qualify.render.markdown import case_class, duration, signed_pct, verdict_status
+from qualify.evaluate.headline import headline, headline_lines, reason_lines
+from qualify.plan.model import Plan
+from qualify.render.markdown import case_class, duration, line_start, md, signed_pct, verdict_status
 from qualify.render.readme import device_groups, median_of_trials
 from qualify.results.model import Results
 
 MAX_ROWS = 60  # device x case rows of the table
-MAX_ITEMS = 20  # failed gates, reasons, failures
+MAX_ITEMS = 20  # reasons, problems
 MAX_LABEL = 80  # characters of one label a user or a device wrote
 MAX_BYTES = 256 * 1024  # a quarter of GitHub's 1 MiB: room for the job's other steps and devices
 
-_MARKDOWN = re.compile(r"([\\`*_\[\]<|~])")
 _ICON = {"qualified": "✅", "not_qualified": "❌", "incomplete": "⚠️"}
 
 
 def text(value: object, limit: int = MAX_LABEL) -> str:
-    """A label as literal text in Markdown: one line, cut, every character that could open a
-    link, an image, HTML or a table cell escaped (a case name is data, not markup)."""
+    """A label as literal text in Markdown, escaped as the README escapes it (links, images, HTML,
+    entities, math, table cells; control and bidi characters made visible), one line, cut."""
     flat = " ".join(str(value).split())
     if len(flat) > limit:
         flat = flat[: limit - 1] + "…"
-    return _MARKDOWN.sub(r"\\\1", flat)
+    return md(flat)
 
 
 def _capped(lines: list[str], what: str) -> list[str]:
@@ -69,50 +68,59 @@ def case_rows(results: Results) -> list[str]:
     return rows
 
 
-def summary_lines(results: Results, record: str) -> list[str]:
-    """The summary as lines of Markdown; `record` is the record's path as the job knows it."""
+def _complete_faults(results: Results) -> list[str]:
+    """A fault recorded in a trial that still completed: what that means for the reader."""
+    out = []
+    for t in results.trials:
+        faults = [f for f in t.failures if f.kind == "fault"]
+        if t.status == "complete" and faults:
+            where = ", ".join(f"{f.case} ({f.side})" if f.side else str(f.case) for f in faults)
+            out.append(
+                f"- trial {t.index} completed with a fault recorded at {text(where, 200)}: every case was "
+                "still timed, and the fault counts against the candidate in the verdict"
+            )
+    return out
+
+
+def summary_lines(results: Results, plan: Plan, record: str, holder: str | None = None) -> list[str]:
+    """The summary as lines of Markdown; `record` is the record's path as the job knows it and
+    `holder` the commit that last changed it, where the record is in a repository.
+
+    Each thing is said once: the table gives every case's change, the reasons give each missed
+    gate once (its cases and range) and every other reason of the verdict; the README has the rest.
+    """
     verdict = results.verdict
     complete = sum(t.status == "complete" for t in results.trials)
     devices = device_groups(results.trials)
+    revisions = sorted({t.provenance.git_revision[:12] for t in results.trials if t.provenance.git_revision})
+    where = f" (committed in `{holder[:12]}`)" if holder else ""
+    ran = f"; trials ran at {', '.join(f'`{text(r)}`' for r in revisions)}" if revisions else ""
+    head = headline(results, plan)
     lines = [
         f"### {_ICON[verdict.status]} qualify: {text(results.plan_name)} — {verdict_status(verdict.status)}",
         "",
-        f"Record {text(record, 200)}, plan digest `{results.plan_digest[:12]}`: "
+        f"Record {text(record, 200)}{where}, plan digest `{results.plan_digest[:12]}`: "
         f"{complete} of {len(results.trials)} trials complete on {len(devices)} "
-        f"device{'s' if len(devices) != 1 else ''}.",
+        f"device{'s' if len(devices) != 1 else ''}{ran}. " + " ".join(headline_lines(head, text)[: len(head.devices)]),
         "",
     ]
     rows = case_rows(results)
     if rows:
-        lines += ["| device | case | base | candidate | change | class |", "|---|---|---:|---:|---:|---|"]
+        lines += ["| device | case | base | candidate | change in time | class |", "|---|---|---:|---:|---:|---|"]
         lines += rows[:MAX_ROWS]
         if len(rows) > MAX_ROWS:
             lines.append(f"| … | {len(rows) - MAX_ROWS} more rows in the record's README | | | | |")
         lines.append("")
-    failed = [
-        f"- {text(g.gate)} at {text(g.case)} on {text(g.device)}"
-        f"{'' if g.trial is None else f' (trial {g.trial})'}: speed-up {g.value_pct:+.2f} %, needs {text(g.bound)}"
-        for g in verdict.gates
-        if not g.passed
-    ]
-    if failed:
-        lines += [f"**Gates missed ({len(failed)}):**", "", *_capped(failed, "missed gates"), ""]
-    if verdict.reasons:
-        lines += ["**Why the evidence cannot decide:**" if verdict.status == "incomplete" else "**Reasons:**", ""]
-        lines += [*_capped([f"- {text(r, 300)}" for r in verdict.reasons], "reasons"), ""]
-    failures = [
-        f"- trial {t.index}: {f.kind}{'' if f.case is None else f' at {text(f.case)}'}"
-        f"{'' if f.side is None else f' ({f.side})'}: {text(f.message, 300)}"
-        for t in results.trials
-        for f in t.failures
-    ]
-    if failures:
-        lines += ["**Trial failures:**", "", *_capped(failures, "failures"), ""]
+    reasons = [f"- {line_start(line)}" for line in reason_lines(head, lambda v: text(v, 300))]
+    if reasons:
+        title = "Why the evidence cannot decide" if verdict.status == "incomplete" else "Reasons"
+        lines += [f"**{title}** (changes in time per launch: negative is faster):", ""]
+        lines += [*_capped(reasons, "reasons"), *_complete_faults(results)]
     return lines
 
 
-def render_summary(results: Results, record: str) -> str:
-    out = "\n".join(summary_lines(results, record)).rstrip("\n") + "\n"
+def render_summary(results: Results, plan: Plan, record: str, holder: str | None = None) -> str:
+    out = "\n".join(summary_lines(results, plan, record, holder)).rstrip("\n") + "\n"
     # the caps above bound the size; this guards the bound itself against a future edit
     assert len(out.encode()) <= MAX_BYTES, len(out.encode())
     return out

@@ -21,7 +21,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from qualify.evaluate.headline import headline, headline_lines, reason_lines
+from qualify.evaluate.headline import cause_lines, headline, headline_lines, reason_lines
 from qualify.plan.model import ARM_SIDES, CudaArm
 from qualify.render.plain import visible
 
@@ -176,9 +176,13 @@ def verdict_block(results, plan) -> Group:
     h = headline(results, plan)
     parts = [Text(f"verdict: {results.verdict.status.replace('_', ' ')}", style=VERDICT_STYLE[results.verdict.status])]
     parts.extend(Text(line) for line in headline_lines(h, visible))
+    causes = cause_lines(h, visible)
+    if causes:
+        parts.append(Text("why, case by case (base → candidate):"))
+        parts.extend(Text(f"  - {line}") for line in causes)
     reasons = reason_lines(h, visible)
     if reasons:
-        parts.append(Text("why:"))
+        parts.append(Text("reasons (changes in time per launch: negative is faster):"))
         parts.extend(Text(f"  - {line}") for line in reasons)
     return Group(*parts)
 

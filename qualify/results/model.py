@@ -44,6 +44,9 @@ class DeviceInfo(Model):
     max_shared_per_block_optin: int
     sm_clock_max_mhz: int | None = None
     mem_clock_max_mhz: int | None = None
+    memory_bus_width_bits: int | None = Field(
+        default=None, description="DRAM interface width; with the memory clock it gives the peak bandwidth"
+    )
     driver_version: str
     cuda_driver_version: str
     pci_bus_id: str | None = None
@@ -63,6 +66,14 @@ class Provenance(Model):
     numpy_version: str
     git_revision: str | None
     git_dirty: bool | None
+    dirty_paths: list[str] | None = Field(
+        default=None,
+        description="paths git reported changed when the trial ran (capped); None: not recorded",
+    )
+    dirty_frozen: list[str] | None = Field(
+        default=None,
+        description="those of dirty_paths the plan's lock covers (the plan, its lock, bound files); None: not recorded",
+    )
     host: str
     command: list[str]
 

@@ -31,11 +31,12 @@ from qualify.build.elf import ElfProblem
 from qualify.build.fatbin import read_cubins
 from qualify.build.machine_code import CubinCode, compare, first_instructions, machine_code, merged
 from qualify.build.nvrtc import CompiledKernel
-from qualify.evaluate.kernels import traced_launches_match
-from qualify.io import UnreadableFile
+from qualify.evaluate.kernels import template_name, traced_launches_match
+from qualify.io import UnreadableFile, read_limited
 from qualify.plan.model import ARM_SIDES
 from qualify.plan.resolve import ResolvedCase
 from qualify.results.model import CodeIdentity
+from qualify.run.demangle import demangle_all
 
 # nvdisasm only renders the first differing instruction for a reader; the CUDA toolkit's usual home
 # is searched when it is not on the PATH (the GPU machine's case).
@@ -115,6 +116,7 @@ def _identity(
         shown = [_instruction(cubins_, first.name, first.first_offset) for cubins_ in raw]
         if all(shown):
             lines.insert(0, f"{first.name} at {first.first_offset:#06x}: base {shown[0]} / candidate {shown[1]}")
+    lines = template_pairs(a, b, diff) + lines
     if len(lines) > MAX_DIFFERENCES:
         lines = lines[:MAX_DIFFERENCES] + [f"... and {len(lines) - MAX_DIFFERENCES} more"]
     return CodeIdentity(
@@ -127,6 +129,34 @@ def _identity(
         launches_match=launches,
         free_aa=diff.identical and launches is True,
     )
+
+
+PAIR = "pair "  # a differences line pairing a template's two instantiations (render.why_text reads it)
+INSTRUCTION_BYTES = 16  # every SASS instruction from sm_70 on is 128 bits
+
+
+def template_pairs(a: CubinCode, b: CubinCode, diff) -> list[str]:
+    """Functions only in one arm whose names differ only in template arguments (`fwd<64>` only in
+    base, `fwd<128>` only in candidate), paired, with their instruction counts and how many of the
+    instructions differ where the counts agree."""
+    only = {side: [d.name for d in diff.functions if d.status == f"only in {side}"] for side in ARM_SIDES}
+    if not only["base"] or not only["candidate"]:
+        return []
+    _, names = demangle_all(only["base"] + only["candidate"])
+    out = []
+    for x in only["base"]:
+        y = next((y for y in only["candidate"] if template_name(names[y]) == template_name(names[x])), None)
+        if y is None or names[x] == x:
+            continue
+        tx, ty = a.functions[x].text, b.functions[y].text
+        nx, ny = len(tx) // INSTRUCTION_BYTES, len(ty) // INSTRUCTION_BYTES
+        text = f"{PAIR}{names[x]} ↔ {names[y]}: instructions {nx:,} ↔ {ny:,}"
+        if nx == ny:
+            words = range(0, len(tx), INSTRUCTION_BYTES)
+            differ = sum(tx[i : i + INSTRUCTION_BYTES] != ty[i : i + INSTRUCTION_BYTES] for i in words)
+            text += f", {differ:,} of them different"
+        out.append(text)
+    return out
 
 
 def _instruction(found: list[bytes], function: str, offset: int) -> str | None:

@@ -220,6 +220,7 @@ class CudaDevice:
             max_shared_per_block_optin=self._attr("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
             sm_clock_max_mhz=self._attr("CU_DEVICE_ATTRIBUTE_CLOCK_RATE") // 1000 or None,
             mem_clock_max_mhz=self._attr("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE") // 1000 or None,
+            memory_bus_width_bits=self._attr("CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH") or None,
             driver_version=driver_version() or "unknown",
             cuda_driver_version=f"{version // 1000}.{version % 1000 // 10}",
             pci_bus_id=pci,

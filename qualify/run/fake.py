@@ -29,6 +29,7 @@ FAKE_INFO = DeviceInfo(
     max_shared_per_block_optin=232_448,
     sm_clock_max_mhz=1980,
     mem_clock_max_mhz=3201,
+    memory_bus_width_bits=6144,
     driver_version="580.00",
     cuda_driver_version="13.0",
     pci_bus_id="0000:00:00.0",

@@ -27,6 +27,19 @@ def test_identity(device):
     assert info.arch == "sm_" + info.compute_capability.replace(".", "")
 
 
+def test_the_peak_dram_bandwidth_is_read_off_the_device(device):
+    """Memory clock and bus width as the driver reports them give the datasheet's peak: on the
+    H200 3,201 MHz x 2 x 6,144 bits, about 4.9 TB/s (its datasheet says 4.8)."""
+    from qualify.evaluate.throughput import peak_bandwidth
+
+    info = device.info
+    assert info.memory_bus_width_bits and info.memory_bus_width_bits % 64 == 0
+    peak = peak_bandwidth(info)
+    assert peak is not None and 1e11 < peak < 2e13
+    if "H200" in info.name:
+        assert info.memory_bus_width_bits == 6144 and 4.6e12 < peak < 5.1e12
+
+
 def test_empty_window_floor_is_small_and_stable(device):
     floors = [device.time_sample(lambda: None, cold=True) for _ in range(50)]
     median = float(np.median(floors))

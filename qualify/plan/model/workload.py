@@ -103,7 +103,9 @@ class Launch(Strict):
     args: list[Arg] = Field(min_length=1)
 
 
-class Workload(Strict):
+class Workload(AddedFields):
+    _added: ClassVar[frozenset[str]] = frozenset({"bytes_moved", "flops"})
+
     params: dict[Identifier, Union[int, float]] = Field(
         default_factory=dict, description="Parameters fixed for every case."
     )
@@ -115,6 +117,15 @@ class Workload(Strict):
     call: list[Arg] | None = Field(
         default=None,
         description="Arguments of shared-library entry points, the stream excluded (it goes last).",
+    )
+    bytes_moved: Expr | None = Field(
+        default=None,
+        description="DRAM bytes one launch (or call) reads and writes, for throughput; default: each "
+        "input buffer read once and each output buffer written once (scratch not counted).",
+    )
+    flops: FloatExpr | None = Field(
+        default=None,
+        description="Floating-point operations of one launch (or call), for TFLOP/s; default: not stated.",
     )
 
 
