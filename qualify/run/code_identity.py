@@ -32,7 +32,7 @@ from qualify.build.fatbin import read_cubins
 from qualify.build.machine_code import CubinCode, compare, first_instructions, machine_code, merged
 from qualify.build.nvrtc import CompiledKernel
 from qualify.evaluate.kernels import template_name, traced_launches_match
-from qualify.io import UnreadableFile, read_limited
+from qualify.io import UnreadableFile
 from qualify.plan.model import ARM_SIDES
 from qualify.plan.resolve import ResolvedCase
 from qualify.results.model import CodeIdentity
