@@ -221,3 +221,16 @@ def test_run_once_poisons_the_scratch_so_a_skipped_first_launch_shows(tmp_path):
 class _Compiled:
     def __init__(self, kernel):
         self.spec = type("Spec", (), {"kernel": kernel})()
+
+
+@pytest.mark.parametrize("archs, code_arch", [(["sm_90"], "sm_90"), (["sm_90a"], "sm_90a")])
+def test_a_sequence_arms_code_fact_names_the_target_it_compiled(tmp_path, archs, code_arch):
+    # machine code is not compared for a sequence, but the fact still names the exact target: an
+    # sm_90a plan on a 9.0 device compiles sm_90a, and report --check holds the fact to the plan
+    plan = two_step_plan()
+    plan["hardware"]["architectures"] = archs
+    loaded = load_plan(make_repo(tmp_path, plan, FILES, freeze=True))
+    device = _device(**{"base:scale_into": 4_000.0, "base:add_to": 6_000.0, "candidate": 7_000.0})
+    trial = run_trial(loaded, device, tmp_path)
+    assert trial.status == "complete", trial.failures
+    assert trial.code is not None and trial.code.status == "unknown" and trial.code.arch == code_arch

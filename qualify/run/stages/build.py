@@ -11,6 +11,7 @@ from pathlib import Path
 from qualify.build.nvrtc import CompiledKernel
 from qualify.plan.load import LoadedPlan
 from qualify.plan.model import ARM_SIDES, LibraryArm
+from qualify.plan.model.hardware import target_for
 from qualify.results.model import CodeIdentity, LibraryInfo
 from qualify.run import code_identity
 from qualify.run.arms import compile_and_load
@@ -49,17 +50,22 @@ def _code_identity(
     arch: str,
 ) -> CodeIdentity:
     """Both arms' machine code compared once the arms are built and loaded; never fatal."""
+    # NVRTC arms' code is the plan's exact target for this device (sm_90a where the plan asks for
+    # it), never the device's name; a library's is the fat binary's entry for the device
+    target = target_for(loaded.plan.hardware.architectures, arch) or arch
     try:
         if any(isinstance(c, tuple) for c in compiled.values()):
             reason = "an arm launches a sequence of kernels: machine code is compared for single-kernel arms only"
-            return code_identity.unknown(arch, "nvrtc", reason)
+            return code_identity.unknown(target, "nvrtc", reason)
         if len(compiled) == len(ARM_SIDES):
-            # the exact target compiled (sm_90a where the plan asks for it), not the device's name
-            target = compiled["base"].spec.arch
-            return code_identity.nvrtc(compiled["base"], compiled["candidate"], loaded.cases, target)
+            return code_identity.nvrtc(
+                compiled["base"], compiled["candidate"], loaded.cases, compiled["base"].spec.arch
+            )
         if len(found_libraries) == len(ARM_SIDES):
             paths = [Path(found_libraries[side].path) for side in ARM_SIDES]
             return code_identity.library(*paths, arch)
         return code_identity.unknown(arch, "library", "one arm is a library and the other compiled by NVRTC")
     except (ValueError, struct.error) as exc:  # a malformed binary this reader did not foresee
-        return code_identity.unknown(arch, "nvrtc" if compiled else "library", f"unreadable device code: {exc}")
+        return code_identity.unknown(
+            target if compiled else arch, "nvrtc" if compiled else "library", f"unreadable device code: {exc}"
+        )
