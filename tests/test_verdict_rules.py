@@ -15,7 +15,7 @@ import pytest
 from qualify.evaluate.verdict import gate_limit, judge_gate, verdict
 from qualify.plan.load import load_plan
 from qualify.plan.model import SpeedGate
-from qualify.results.model import Failure, Trial
+from qualify.results.model import Failure, TimerAgreement, Trial
 from qualify.results.store import Record
 
 RECORD = Path(__file__).resolve().parents[1] / "records" / "vecload"
@@ -205,13 +205,33 @@ def test_outputs_that_differ_name_each_differing_buffer_and_its_count(recorded):
 
 
 def test_timers_that_disagree_leave_the_verdict_incomplete(recorded):
+    # trace version 1's second timer (a traced call's window against its own span) decides:
+    # records traced that way re-derive as they were
     plan, trials = recorded
     case = trials[0].cases[1]
-    timers = {**case.kernels.timers, "candidate": case.kernels.timers["candidate"].model_copy(update={"agree": False})}
-    kernels = case.kernels.model_copy(update={"timers": timers})
+    disagreeing = TimerAgreement(
+        calls=1, bound="b", event_ns=[9000.0], cupti_span_ns=[5000.0], cupti_sum_ns=[5000.0], worst_call=0, agree=False
+    )
+    kernels = case.kernels.model_copy(update={"timers": {"candidate": disagreeing}})
     v = verdict(plan, [_with_case(trials[0], 1, kernels=kernels), *trials[1:]])
     assert v.status == "incomplete"
     assert any(r.startswith(f"trial {trials[0].index}: timers disagree at {case.case} (candidate") for r in v.reasons)
+
+
+def test_trace_version_2_disagreements_are_said_and_decide_nothing(recorded):
+    plan, trials = recorded
+    case = trials[0].cases[1]
+    assert case.kernels.sample_timers, "the committed record is traced like the samples (version 2)"
+    before = verdict(plan, trials)
+    timers = {
+        **case.kernels.sample_timers,
+        "candidate": case.kernels.sample_timers["candidate"].model_copy(update={"agree": False}),
+    }
+    kernels = case.kernels.model_copy(update={"sample_timers": timers})
+    v = verdict(plan, [_with_case(trials[0], 1, kernels=kernels), *trials[1:]])
+    assert v.status == before.status
+    assert any(r.startswith(f"trial {trials[0].index}: timers disagree at {case.case} (candidate") for r in v.reasons)
+    assert len(v.reasons) == len(before.reasons) + int(case.kernels.sample_timers["candidate"].agree)
 
 
 def test_a_sanitizer_run_that_is_not_clean_is_not_qualified(recorded):
