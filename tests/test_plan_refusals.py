@@ -248,6 +248,25 @@ def test_selectors_that_select_pass(tmp_path, capsys):
     assert check_lines(path, capsys, "--no-compile") == (0, [])
 
 
+def test_a_swap_of_two_separate_slices_inside_the_buffer_passes(tmp_path, capsys):
+    plan = plan_copy()
+    plan["controls"]["negative"][0].update(mutation={"op": "swap", "index": 0, "other": 100, "length": 100})
+    assert check_lines(make_repo(tmp_path, plan), capsys, "--no-compile") == (0, [])
+
+
+def test_a_reference_without_a_function_name_is_refused(tmp_path, capsys):
+    plan = plan_copy()
+    plan["acceptance"]["fidelity"] = {"mode": "ulp", "bound": 2, "against": "float64", "reference": "ref.py"}
+    files = {
+        "kernels/k.cu": KERNEL,
+        "kernels/common.cuh": HEADER,
+        "protocols/tiny/ref.py": "def ref(p, i):\n    return {}\n",
+    }
+    got, lines = check_lines(make_repo(tmp_path, plan, files), capsys, "--no-compile")
+    assert got == 2
+    assert lines[0].endswith("acceptance.fidelity.reference: 'ref.py': give the function as file.py:function")
+
+
 # 3. against the compiled kernel
 
 

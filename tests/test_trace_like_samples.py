@@ -262,3 +262,26 @@ def test_windows_of_several_launches_are_not_held_to_one_launch_traced(tmp_path)
     assert "A timed window holds 2 launches and a traced call one, so\nCUPTI is not held" in readme
     assert "### Second timer" not in readme
     assert check_record(tmp_path / "record") == []
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"block": None}, "lacks its draw"),
+        ({"flush_slot": "past"}, "and flush slot"),
+        ({"placement": 99}, "placement 99"),
+    ],
+)
+def test_a_committed_traced_call_without_its_block_or_outside_the_pools_is_refused(change, expected):
+    from pathlib import Path
+
+    from qualify.evaluate.cupti_delta import draw_problems
+
+    trial = Record(Path(__file__).resolve().parents[1] / "records" / "vecload").trials()[0]
+    assert trial.kernel_trace.version == 2 and draw_problems(trial) == []
+    case = trial.cases[0]
+    if change.get("flush_slot") == "past":
+        change = {"flush_slot": trial.kernel_trace.flush_slots or 1}  # one past the last slot
+    trace = {**case.trace, "base": [case.trace["base"][0].model_copy(update=change), *case.trace["base"][1:]]}
+    planted = trial.model_copy(update={"cases": [case.model_copy(update={"trace": trace}), *trial.cases[1:]]})
+    assert any(expected in p for p in draw_problems(planted))

@@ -261,3 +261,71 @@ def test_a_fault_in_a_complete_trial_is_explained_in_the_summary():
     out = render_summary(planted, plan, "records/qsa-keyload")
     assert "trial 1 completed with a fault recorded at R=8,S=8 (candidate): every case was still timed" in out
     assert out.count("kernel arm launches only on qualify's stream") == 1  # the reason, said once
+
+
+# ---------------------------------------------------------------------------------------------
+# the cause line, piece by piece (qualify/evaluate/why.py)
+
+
+def test_kernel_line_contrasts_the_arms_and_says_shared_facts_once():
+    from qualify.evaluate.why import KernelShape, kernel_line
+
+    base = KernelShape("fwd<64>", 128, 2, 8, "registers", 239, 0)
+    candidate = KernelShape("fwd<128>", 64, 1, 8, "registers", 239, 0)
+    assert kernel_line(base, candidate, 132) == (
+        "128 → 64 CTAs on 132 SMs; 128 → 64 SMs with work; both 0.48 waves; "
+        "both 8 warps/SM at most, limited by registers; both 239 registers; no local memory (spills)"
+    )
+
+
+def test_kernel_line_names_a_partial_last_wave_spills_and_what_is_unknown():
+    from qualify.evaluate.why import KernelShape, kernel_line
+
+    base = KernelShape("a", 300, 1, 4, "registers", 64, 16)
+    candidate = KernelShape("b", 300, None, None, None, 32, 0)
+    assert kernel_line(base, candidate, 132) == (
+        "both 300 CTAs on 132 SMs; both 132 SMs with work; 2.27 waves (the last 27 % full) → n/a waves; "
+        "4 → n/a warps/SM at most, limited by registers → n/a; 64 → 32 registers; "
+        "16 B → 0 B local memory per thread (spills)"
+    )
+
+
+def test_why_line_of_a_sequence_names_the_kernel_that_moved_most():
+    from qualify.evaluate.why import why_line
+
+    results, _ = record("vecload")
+    case = results.trials[0].cases[0]
+    inventory = case.kernels.inventory
+    two = case.kernels.model_copy(update={"inventory": {**inventory, "base": [inventory["base"][0]] * 2}})
+    line = why_line(case.model_copy(update={"kernels": two}), None, 132, None)
+    assert line.startswith("2 → 1 kernels per call; most change in axpy<1> → axpy<4>: ")
+    assert "; 4,096 → 1,024 CTAs on 132 SMs;" in line  # the pair the attribution names, base first
+    assert why_line(case, None, 132, None).startswith("4,096 → 1,024 CTAs on 132 SMs; ")  # one kernel each
+
+
+def test_why_line_without_a_peak_gives_rates_and_without_geometry_says_so():
+    from qualify.evaluate.why import why_line
+
+    results, plan = record("vecload")
+    trials = with_peak(results, bus_bits=0)
+    rate = next(r for r in case_rates(plan, by_device(trials)) if r.case == "N=1048576")
+    case = trials[0].cases[0]
+    line = why_line(case, None, 132, rate)
+    assert re.search(r"; [\d,]+ → [\d,]+ GB/s$", line), line
+    bare = case.model_copy(update={"kernels": None, "resources": {}})
+    assert why_line(bare, None, 132, None) == "no launch geometry recorded"
+
+
+def test_a_case_whose_floor_corrected_median_is_not_positive_has_no_rate():
+    results, plan = record("vecload")
+    trials = []
+    for t in results.trials:
+        cases = []
+        for c in t.cases:
+            timing = dict(c.timing)
+            if c.case == "N=1048576":
+                timing["candidate"] = timing["candidate"].model_copy(update={"median_ns": 0.0})
+            cases.append(c.model_copy(update={"timing": timing}))
+        trials.append(t.model_copy(update={"cases": cases}))
+    cases = {r.case for r in case_rates(plan, by_device(trials))}
+    assert "N=1048576" not in cases and "N=4194304" in cases
