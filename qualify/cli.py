@@ -156,48 +156,12 @@ def plan_freeze(plan_path: Path, replace: bool, records: tuple[Path, ...]) -> No
 @click.option("--fidelity", type=click.Choice(["bytes", "ulp", "abs", "rel"]), default="bytes", show_default=True)
 @click.option("--bound", type=float, help="The fidelity bound (ulp, abs, rel); a placeholder when left out.")
 @click.option("--name", help="The plan's (and record's) name (default: from PLAN's folder).")
-def plan_new(
-    plan_path: Path,
-    source,
-    kernel,
-    cand_source,
-    cand_kernel,
-    library_pair,
-    symbol,
-    signature,
-    base_so,
-    candidate_so,
-    abi_symbol,
-    abi_version,
-    error_symbol,
-    archs,
-    fidelity,
-    bound,
-    name,
-) -> None:
+def plan_new(plan_path: Path, **options) -> None:
     """Write a skeleton PLAN for a kernel pair (--cuda, --kernel) or a library pair (--library,
     --symbol, --signature) that passes `plan check` as written; then edit what it lists."""
     from qualify.commands import scaffold
 
-    skeleton = scaffold.skeleton_from_options(
-        plan_path,
-        name,
-        source,
-        kernel,
-        cand_source,
-        cand_kernel,
-        library_pair,
-        symbol,
-        signature,
-        base_so,
-        candidate_so,
-        abi_symbol,
-        abi_version,
-        error_symbol,
-        archs,
-        fidelity,
-        bound,
-    )
+    skeleton = scaffold.skeleton_from_options(plan_path, **options)
     scaffold.write_new_plan(plan_path, skeleton)
     out.print(f"wrote {plan_path} (plan check passes); edit before `qualify plan freeze`:", soft_wrap=True)
     for item in skeleton.todo:

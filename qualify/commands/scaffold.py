@@ -399,6 +399,7 @@ def check_architectures(archs: list[str]) -> None:
 
 def skeleton_from_options(
     plan_path: Path,
+    *,
     name: str | None,
     source: Path | None,
     kernel: str | None,
@@ -416,7 +417,8 @@ def skeleton_from_options(
     fidelity: str,
     bound: float | None,
 ) -> Skeleton:
-    """`plan new`'s options -> the skeleton they ask for; a missing or contradictory option is a UsageError."""
+    """`plan new`'s options (by their click names) -> the skeleton they ask for; a missing or
+    contradictory option is a UsageError."""
     name = name or default_name(plan_path)
     archs = list(dict.fromkeys(archs))
     check_architectures(archs)  # before anything is compiled for them
