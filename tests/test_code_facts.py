@@ -101,7 +101,7 @@ def test_a_missing_digest_is_a_one_line_error_not_a_crash(tmp_path, capsys, comm
 def test_an_honest_free_aa_passes_and_a_trace_of_other_kernels_refutes_it(tmp_path):
     from test_code_identity import SAME_AS_BASE, plan_for, trial_of
 
-    from qualify.record.evidence import _code_plan_problems
+    from qualify.record.code_facts import _code_plan_problems
 
     loaded, trial = trial_of(tmp_path, plan_for(SAME_AS_BASE))
     assert trial.code.free_aa and _code_plan_problems(trial, loaded.plan) == []

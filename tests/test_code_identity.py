@@ -318,7 +318,7 @@ def test_nvdisasm_is_looked_for_in_the_toolkits_home_when_not_on_the_path(monkey
 
 
 def test_an_edited_free_aa_or_status_is_named_by_the_evidence_check(tmp_path):
-    from qualify.record.evidence import _code_problems
+    from qualify.record.code_facts import _code_problems
 
     _, trial = trial_of(tmp_path, plan_for(SAME_AS_BASE))
     assert trial.code.free_aa and _code_problems(trial) == []
@@ -334,7 +334,7 @@ def test_an_edited_free_aa_or_status_is_named_by_the_evidence_check(tmp_path):
 
 
 def test_a_library_launch_claim_the_trace_does_not_bear_is_named():
-    from qualify.record.evidence import _code_problems
+    from qualify.record.code_facts import _code_problems
 
     code = _library_identical()
     same = [_case([_call()], [_call()])]

@@ -58,7 +58,7 @@ def test_a_library_build_the_lock_never_froze_is_named(library_record):
         str(p) for p in evidence.library_problems([_with_build(t, "candidate", stray) for t in trials], plan, lock)
     ]
     assert problems == [
-        f"trials/trial-{t.index}.json: libraries.candidate: sha256 {evidence._short(stray)} is not "
+        f"trials/trial-{t.index}.json: libraries.candidate: sha256 {evidence.short_digest(stray)} is not "
         "a build the lock froze"
         for t in trials
     ]

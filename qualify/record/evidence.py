@@ -23,13 +23,12 @@ Problems are data (`Problem`); what cannot be re-derived is listed in the README
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from qualify.evaluate.cupti_delta import draw_problems
 from qualify.evaluate.device_match import device_matches
-from qualify.evaluate.kernels import traced_launches_match
 from qualify.evaluate.sanitizer_output import parse
 from qualify.evaluate.tolerance_gate import declared_bound
 from qualify.evaluate.tolerance_gate import passes as tolerance_passes
@@ -37,9 +36,9 @@ from qualify.evaluate.verdict import fidelity_passes
 from qualify.io import MAX_JSON_BYTES
 from qualify.plan.digest import sha256_file
 from qualify.plan.model import ARM_SIDES, LibraryArm, Plan
-from qualify.plan.model.hardware import target_for
-from qualify.plan.resolve import case_id, resolve_cases
-from qualify.results.model import CodeIdentity, Trial
+from qualify.plan.resolve import case_id
+from qualify.record.code_facts import code_problems, short_digest
+from qualify.results.model import Trial
 from qualify.results.samples import key
 from qualify.results.store import LEDGER, Record
 
@@ -54,10 +53,6 @@ class Problem:
 
     def __str__(self) -> str:
         return self.text
-
-
-def _short(digest: object) -> str:
-    return f"{str(digest)[:16]}…"
 
 
 def _origin(event: dict) -> str:
@@ -119,8 +114,8 @@ def ledger_problems(events: list[dict], trials: list[Trial], plan: Plan, lock: d
         if event.get("digest") != digest:
             out.append(
                 Problem(
-                    f"{LEDGER}: trial {index} ran under plan digest {_short(event.get('digest'))}, the record's "
-                    f"plan.lock.json says {_short(digest)}: the plan or its lock changed after the run",
+                    f"{LEDGER}: trial {index} ran under plan digest {short_digest(event.get('digest'))}, the record's "
+                    f"plan.lock.json says {short_digest(digest)}: the plan or its lock changed after the run",
                     frozen=True,
                 )
             )
@@ -177,13 +172,13 @@ def hash_problems(record: Record, trial: Trial, end: dict) -> list[str]:
     ):
         out.append(
             f"{where}: sha256 differs from the one the {LEDGER} recorded when the trial "
-            f"ended ({_short(recorded)}): the trial file changed"
+            f"ended ({short_digest(recorded)}): the trial file changed"
         )
     recorded = end.get("samples_sha256")
     if recorded is not None and trial.samples_sha256 != recorded:
         out.append(
-            f"{where}: samples_sha256 {_short(trial.samples_sha256)} is not the "
-            f"{_short(recorded)} the {LEDGER} recorded: the raw samples were replaced"
+            f"{where}: samples_sha256 {short_digest(trial.samples_sha256)} is not the "
+            f"{short_digest(recorded)} the {LEDGER} recorded: the raw samples were replaced"
         )
     return out
 
@@ -288,106 +283,9 @@ def trial_fact_problems(trial: Trial, plan: Plan, arrays: dict[str, np.ndarray])
     out.extend(_parity_problems(trial, plan))
     out.extend(_control_problems(trial, plan))
     out.extend(_sanitizer_problems(trial, plan))
-    out.extend(_code_problems(trial))
-    out.extend(_code_plan_problems(trial, plan))
+    out.extend(code_problems(trial, plan))
     out.extend(draw_problems(trial))
     return out
-
-
-def _code_problems(trial: Trial) -> list[str]:
-    """The machine-code fact against itself and the trial's trace: a free A/A makes every gate read
-    a ratio of exactly 1, so it must follow from what the trial holds, never stand alone."""
-    code = trial.code
-    if code is None:
-        return []
-    out = []
-    digests = [code.digests.get(side) for side in ARM_SIDES]
-    if None not in digests and (digests[0] == digests[1]) != (code.status == "identical"):
-        out.append(
-            f"code.status is {code.status!r}, but its digests {_short(digests[0])} and "
-            f"{_short(digests[1])} {'agree' if digests[0] == digests[1] else 'differ'}"
-        )
-    if code.free_aa != (code.status == "identical" and code.launches_match is True):
-        out.append(
-            f"code.free_aa is {code.free_aa}, but the code is {code.status} and its launches_match "
-            f"is {code.launches_match}"
-        )
-    if code.arms == "library":
-        traced = traced_launches_match(trial.cases)
-        if traced is not None and code.launches_match != traced:
-            out.append(f"code.launches_match is {code.launches_match}, but the kernel trace and outputs say {traced}")
-    return out
-
-
-def _code_plan_problems(trial: Trial, plan: Plan) -> list[str]:
-    """The machine-code fact against the plan and the trial's device: the architecture compared is
-    the one the trial ran on, the kind of code the plan's arms', and NVRTC arms' `launches_match`
-    what the plan and the trace give."""
-    code = trial.code
-    if code is None:
-        return []
-    out = []
-    kind = "library" if isinstance(plan.arms.base, LibraryArm) else "nvrtc"
-    device_arch = trial.provenance.device.arch
-    # a library's code is the fat binary's entry for the device; an NVRTC arm's is the plan's
-    # target for it (sm_90a where the plan lists that and not sm_90)
-    expected = (
-        device_arch if kind == "library" else (target_for(plan.hardware.architectures, device_arch) or device_arch)
-    )
-    if code.arch != expected:
-        out.append(
-            f"code.arch is {code.arch!r}, but the trial ran on {device_arch}"
-            + (f", for which the plan compiles {expected}" if expected != device_arch else "")
-        )
-    if code.arms != kind:
-        out.append(f"code.arms is {code.arms!r}, but the plan's arms are {kind} arms")
-    elif kind == "nvrtc":
-        out.extend(_kernel_launch_problems(code, trial, plan))
-    return out
-
-
-def _kernel_launch_problems(code: CodeIdentity, trial: Trial, plan: Plan) -> list[str]:
-    """NVRTC arms: `launches_match` as the plan and the trace give it. The run compares the lowered
-    kernel names and every case's resolved launch (grid, block, shared memory, buffers, arguments,
-    parameters); the second comes from the plan alone, the first from the kernel names the trace
-    saw each arm launch."""
-    stated = code.launches_match
-    if code.status != "unknown" and stated is None:
-        return [f"code.launches_match is missing, but the {code.status} code of NVRTC arms always compares launches"]
-    if stated is not True:
-        # False is the cautious claim (the timing is judged as measured); it is still refused
-        # where the trace shows both arms launching the same kernels and the plan the same launch
-        if stated is False and _traced_kernel_names_match(trial) is True and _plan_launch_differs(plan) is None:
-            return [
-                "code.launches_match is False, but the plan launches both arms alike and the trace saw the same kernels"
-            ]
-        return []
-    out = []
-    differs = _plan_launch_differs(plan)
-    if differs is not None:
-        out.append(f"code.launches_match is True, but the plan launches the arms differently in case {differs}")
-    if _traced_kernel_names_match(trial) is False:
-        out.append("code.launches_match is True, but the kernel trace saw the arms launch different kernels")
-    return out
-
-
-def _plan_launch_differs(plan: Plan) -> str | None:
-    """The first case whose two arms the plan resolves to different launches; None if none does."""
-    for case in resolve_cases(plan):
-        if replace(case.arms["base"], side="") != replace(case.arms["candidate"], side=""):
-            return case.id
-    return None
-
-
-def _traced_kernel_names_match(trial: Trial) -> bool | None:
-    """Whether the traced calls of both arms launched kernels of the same names: False as soon as
-    one traced case says otherwise, True when every case was traced and agrees, None without a trace."""
-    traced = [c for c in trial.cases if c.trace and all(c.trace.get(side) for side in ARM_SIDES)]
-    for case in traced:
-        names = [{k.name for call in case.trace[side] for k in call.kernels} for side in ARM_SIDES]
-        if names[0] != names[1]:
-            return False
-    return True if traced and len(traced) == len(trial.cases) else None
 
 
 def _sample_budget_problems(arrays: dict[str, np.ndarray], plan: Plan, reported: set[str]) -> list[str]:
@@ -554,7 +452,9 @@ def library_problems(trials: list[Trial], plan: Plan, lock: dict) -> list[Proble
                 )
             if arm.library is not None and info.sha256 not in frozen_hashes:
                 out.append(
-                    Problem(f"{where}: libraries.{side}: sha256 {_short(info.sha256)} is not a build the lock froze")
+                    Problem(
+                        f"{where}: libraries.{side}: sha256 {short_digest(info.sha256)} is not a build the lock froze"
+                    )
                 )
             seen = first.setdefault(side, (trial.index, info.sha256))
             if seen[1] != info.sha256:

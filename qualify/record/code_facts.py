@@ -1,0 +1,125 @@
+"""The machine-code fact of a trial (`Trial.code`) held to what the trial and its plan give.
+
+A free A/A (identical code and launches) makes every gate read a ratio of exactly 1, so the fact
+must follow from the evidence, never stand alone: its status from its digests, `free_aa` from
+status and `launches_match`, the architecture from the device and the plan's target for it, the
+kind of code from the plan's arms, and NVRTC arms' `launches_match` from the plan's resolved
+launches and the kernel names the trace saw. The digests themselves cannot be recomputed offline
+(the CUBINs are not stored); they are held to the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from qualify.evaluate.kernels import traced_launches_match
+from qualify.plan.model import ARM_SIDES, LibraryArm, Plan
+from qualify.plan.model.hardware import target_for
+from qualify.plan.resolve import resolve_cases
+from qualify.results.model import CodeIdentity, Trial
+
+
+def code_problems(trial: Trial, plan: Plan) -> list[str]:
+    """Every way the trial's machine-code fact contradicts its own parts, its trace or its plan."""
+    return _code_problems(trial) + _code_plan_problems(trial, plan)
+
+
+def short_digest(digest: object) -> str:
+    """A digest as the record's problems quote it."""
+    return f"{str(digest)[:16]}…"
+
+
+def _code_problems(trial: Trial) -> list[str]:
+    """The machine-code fact against itself and the trial's trace: a free A/A makes every gate read
+    a ratio of exactly 1, so it must follow from what the trial holds, never stand alone."""
+    code = trial.code
+    if code is None:
+        return []
+    out = []
+    digests = [code.digests.get(side) for side in ARM_SIDES]
+    if None not in digests and (digests[0] == digests[1]) != (code.status == "identical"):
+        out.append(
+            f"code.status is {code.status!r}, but its digests {short_digest(digests[0])} and "
+            f"{short_digest(digests[1])} {'agree' if digests[0] == digests[1] else 'differ'}"
+        )
+    if code.free_aa != (code.status == "identical" and code.launches_match is True):
+        out.append(
+            f"code.free_aa is {code.free_aa}, but the code is {code.status} and its launches_match "
+            f"is {code.launches_match}"
+        )
+    if code.arms == "library":
+        traced = traced_launches_match(trial.cases)
+        if traced is not None and code.launches_match != traced:
+            out.append(f"code.launches_match is {code.launches_match}, but the kernel trace and outputs say {traced}")
+    return out
+
+
+def _code_plan_problems(trial: Trial, plan: Plan) -> list[str]:
+    """The machine-code fact against the plan and the trial's device: the architecture compared is
+    the one the trial ran on, the kind of code the plan's arms', and NVRTC arms' `launches_match`
+    what the plan and the trace give."""
+    code = trial.code
+    if code is None:
+        return []
+    out = []
+    kind = "library" if isinstance(plan.arms.base, LibraryArm) else "nvrtc"
+    device_arch = trial.provenance.device.arch
+    # a library's code is the fat binary's entry for the device; an NVRTC arm's is the plan's
+    # target for it (sm_90a where the plan lists that and not sm_90)
+    expected = (
+        device_arch if kind == "library" else (target_for(plan.hardware.architectures, device_arch) or device_arch)
+    )
+    if code.arch != expected:
+        out.append(
+            f"code.arch is {code.arch!r}, but the trial ran on {device_arch}"
+            + (f", for which the plan compiles {expected}" if expected != device_arch else "")
+        )
+    if code.arms != kind:
+        out.append(f"code.arms is {code.arms!r}, but the plan's arms are {kind} arms")
+    elif kind == "nvrtc":
+        out.extend(_kernel_launch_problems(code, trial, plan))
+    return out
+
+
+def _kernel_launch_problems(code: CodeIdentity, trial: Trial, plan: Plan) -> list[str]:
+    """NVRTC arms: `launches_match` as the plan and the trace give it. The run compares the lowered
+    kernel names and every case's resolved launch (grid, block, shared memory, buffers, arguments,
+    parameters); the second comes from the plan alone, the first from the kernel names the trace
+    saw each arm launch."""
+    stated = code.launches_match
+    if code.status != "unknown" and stated is None:
+        return [f"code.launches_match is missing, but the {code.status} code of NVRTC arms always compares launches"]
+    if stated is not True:
+        # False is the cautious claim (the timing is judged as measured); it is still refused
+        # where the trace shows both arms launching the same kernels and the plan the same launch
+        if stated is False and _traced_kernel_names_match(trial) is True and _plan_launch_differs(plan) is None:
+            return [
+                "code.launches_match is False, but the plan launches both arms alike and the trace saw the same kernels"
+            ]
+        return []
+    out = []
+    differs = _plan_launch_differs(plan)
+    if differs is not None:
+        out.append(f"code.launches_match is True, but the plan launches the arms differently in case {differs}")
+    if _traced_kernel_names_match(trial) is False:
+        out.append("code.launches_match is True, but the kernel trace saw the arms launch different kernels")
+    return out
+
+
+def _plan_launch_differs(plan: Plan) -> str | None:
+    """The first case whose two arms the plan resolves to different launches; None if none does."""
+    for case in resolve_cases(plan):
+        if replace(case.arms["base"], side="") != replace(case.arms["candidate"], side=""):
+            return case.id
+    return None
+
+
+def _traced_kernel_names_match(trial: Trial) -> bool | None:
+    """Whether the traced calls of both arms launched kernels of the same names: False as soon as
+    one traced case says otherwise, True when every case was traced and agrees, None without a trace."""
+    traced = [c for c in trial.cases if c.trace and all(c.trace.get(side) for side in ARM_SIDES)]
+    for case in traced:
+        names = [{k.name for call in case.trace[side] for k in call.kernels} for side in ARM_SIDES]
+        if names[0] != names[1]:
+            return False
+    return True if traced and len(traced) == len(trial.cases) else None
