@@ -26,6 +26,7 @@ from typing import Callable, Literal
 from pydantic import BaseModel, ConfigDict
 
 from qualify import generation
+from qualify.commands.nvml_state import NvmlState, read_nvml_state
 from qualify.errors import ExitCode, QualifyError
 from qualify.results.model import DeviceInfo
 
@@ -127,20 +128,6 @@ class DoctorReport(BaseModel):
     device: DeviceInfo | None
     cuda: CudaVersions
     checks: list[Check]
-
-
-@dataclass(frozen=True)
-class NvmlState:
-    """What NVML says about one GPU; None where this GPU or VM does not support the query."""
-
-    persistence: bool | None = None
-    sm_mhz: int | None = None
-    sm_max_mhz: int | None = None
-    clock_reasons: int | None = None
-    applications_clocks_set: bool | None = None
-    ecc: bool | None = None
-    mig: bool | None = None
-    other_processes: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -495,52 +482,6 @@ def _open_device(ordinal: int) -> DeviceInfo:
         device.close()
 
 
-def _nvml_state(uuid: str) -> NvmlState | str:
-    try:
-        import pynvml as n
-    except ImportError:
-        return "nvidia-ml-py is not installed"
-    try:
-        n.nvmlInit()
-    except Exception as exc:  # noqa: BLE001 - no library, no permission: NVML is optional
-        return f"NVML unavailable ({type(exc).__name__})"
-    try:
-        h = n.nvmlDeviceGetHandleByUUID(uuid)
-    except Exception as exc:  # noqa: BLE001
-        return f"NVML does not know {uuid} ({type(exc).__name__})"
-
-    def read(fn, default=None):
-        try:
-            return fn()
-        except Exception:  # noqa: BLE001 - a query this GPU or VM does not support
-            return default
-
-    def pids() -> list[int]:
-        found = []
-        for query in (n.nvmlDeviceGetComputeRunningProcesses, n.nvmlDeviceGetGraphicsRunningProcesses):
-            found += [p.pid for p in read(lambda q=query: q(h), []) or []]
-        return sorted({p for p in found if p != os.getpid()})
-
-    apps = read(lambda: n.nvmlDeviceGetApplicationsClock(h, n.NVML_CLOCK_SM))
-    default_apps = read(lambda: n.nvmlDeviceGetDefaultApplicationsClock(h, n.NVML_CLOCK_SM))
-    ecc = read(lambda: n.nvmlDeviceGetEccMode(h))
-    mig = read(lambda: n.nvmlDeviceGetMigMode(h))
-    return NvmlState(
-        persistence=_flag(read(lambda: n.nvmlDeviceGetPersistenceMode(h))),
-        sm_mhz=read(lambda: int(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM))),
-        sm_max_mhz=read(lambda: int(n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_SM))),
-        clock_reasons=read(lambda: int(n.nvmlDeviceGetCurrentClocksEventReasons(h))),
-        applications_clocks_set=None if apps is None or default_apps is None else apps != default_apps,
-        ecc=_flag(ecc[0] if isinstance(ecc, (list, tuple)) else ecc),
-        mig=_flag(mig[0] if isinstance(mig, (list, tuple)) else mig),
-        other_processes=read(pids),
-    )
-
-
-def _flag(value) -> bool | None:
-    return None if value is None else bool(value)
-
-
 def _driver_cuda() -> str | None:
     from qualify.run.device import driver_cuda_version
 
@@ -561,7 +502,7 @@ def real_host() -> Host:
 
     return Host(
         open_device=_open_device,
-        nvml_state=_nvml_state,
+        nvml_state=read_nvml_state,
         which=find_tool,
         package_version=_package_version,
         nvrtc_version=nvrtc_version,
