@@ -158,7 +158,7 @@ class Arms:
     def __init__(self, plan_path: Path, placements: int):
         import numpy as np
 
-        from qualify.commands.probe import _load_arms
+        from qualify.commands.probe import load_arms
         from qualify.plan.load import load_plan
         from qualify.plan.model import ARM_SIDES
         from qualify.run import inputs as input_gen
@@ -167,7 +167,7 @@ class Arms:
 
         self.dev = CudaDevice(0)
         loaded = load_plan(plan_path)
-        self.kernels = _load_arms(loaded, self.dev, {})
+        self.kernels = load_arms(loaded, self.dev, {})
         rng = np.random.default_rng(20261202)
         specs = [s for s in loaded.plan.workload.buffers if s.role == "input"]
         self.execs: dict[tuple[str, int, str], ArmExec] = {}

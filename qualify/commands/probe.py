@@ -141,7 +141,7 @@ def run_probe(loaded: LoadedPlan, device, libraries: dict[str, Path] | None = No
             lock = "changed since freezing"
     fid = loaded.plan.acceptance.fidelity
     function = load_reference(loaded.path, fid.reference) if fid.against == "float64" else None
-    kernels = _load_arms(loaded, device, libraries or {})
+    kernels = load_arms(loaded, device, libraries or {})
     rows: list[BufferProbe] = []
     try:
         specs = [s for s in loaded.plan.workload.buffers if s.role == "input"]
@@ -189,7 +189,9 @@ def run_probe(loaded: LoadedPlan, device, libraries: dict[str, Path] | None = No
     )
 
 
-def _load_arms(loaded: LoadedPlan, device, libraries: dict[str, Path]) -> dict[str, object]:
+def load_arms(loaded: LoadedPlan, device, libraries: dict[str, Path]) -> dict[str, object]:
+    """Both arms on `device`, outside any trial: a library as given (or as the plan names it), a
+    CUDA arm compiled and loaded as a trial loads it. The margin benchmark loads its arms here too."""
     from qualify.errors import UsageError
     from qualify.run.library import load_library
 
