@@ -119,3 +119,16 @@ def test_an_output_with_no_elements_is_within_with_nothing_to_report(dtype):
     assert (c.elements, c.identical, c.non_finite, c.max_abs) == (0, 0, 0, 0.0)
     assert c.worst_bound_fraction == 0.0 and c.worst_index is None and c.max_rel is None
     assert c.first_offending is None and c.within
+
+
+def _f32_bytes(*values: float) -> np.ndarray:
+    return np.array(values, dtype=np.float32).view(np.uint8)
+
+
+def test_relative_error_counts_from_the_floor_itself():
+    # |expected| equal to rel_floor is at the floor, so its relative error is reported; below it is not
+    as_bytes = _f32_bytes
+    at_floor = count("out", "f32", as_bytes(0.5), as_bytes(0.75), rel_floor=0.5)
+    assert at_floor.max_rel == 0.5
+    below = count("out", "f32", as_bytes(0.25), as_bytes(0.75), rel_floor=0.5)
+    assert below.max_rel is None and below.max_abs == 0.5
