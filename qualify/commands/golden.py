@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +104,7 @@ def resolve_reference(spec: str, plan_path: Path) -> Reference:
     sys.path.insert(0, str(Path.cwd()))
     try:
         module = importlib.import_module(target)
-    except Exception as exc:  # noqa: BLE001 - the user's module: report it, do not crash
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module: report it; sys.exit is no success
         raise UsageError(f"importing {target} failed: {type(exc).__name__}: {exc}", field=OPTION) from None
     finally:
         sys.path.pop(0)
@@ -165,7 +166,18 @@ def make_golden(loaded: PlanView, reference: Reference, out: Path | None = None)
                 "the plan names no golden (acceptance.fidelity.golden): give --out, or add the golden to the plan",
                 file=loaded.path,
             )
-        out = (loaded.path.parent / fid.golden).resolve()
+        # the name as written, never resolved: a dangling link or `../..` must not carry the write out
+        out = Path(os.path.normpath(loaded.path.parent.resolve() / fid.golden))
+        if not out.is_relative_to(loaded.root):
+            raise PlanError(
+                f"{fid.golden!r} names a file outside the repository ({loaded.root}); a golden lives in it",
+                file=loaded.path,
+                field="acceptance.fidelity.golden",
+            )
+        write_root = loaded.root
+    else:
+        out = Path(os.path.abspath(out))
+        write_root = out.parent  # the folder --out names; a link in the file's place is refused
     root = loaded.root
     producer = repository_path(reference.script, root)
     hint = None
@@ -209,8 +221,7 @@ def make_golden(loaded: PlanView, reference: Reference, out: Path | None = None)
         "reference": f"{producer}:{reference.spec.rpartition(':')[2]}",
         "reference_sha256": hashlib.sha256(reference.script.read_bytes()).hexdigest(),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_golden(out, plan, tensors, producer, extra_metadata=metadata)
+    write_golden(out, plan, tensors, producer, extra_metadata=metadata, root=write_root)
     return GoldenMade(path=out, producer=producer, cases=len(loaded.cases), tensors=len(tensors), hint=hint)
 
 

@@ -24,6 +24,7 @@ from qualify.evaluate.fidelity import compare
 from qualify.evaluate.rehearsal import declared_identical, reordered
 from qualify.evaluate.tolerance_gate import calibrate, control_outcome, judge_case, passes
 from qualify.evaluate.verdict import fidelity_passes
+from qualify.io import atomic_write_text
 from qualify.plan.golden import Golden, load_golden
 from qualify.plan.model import GoldenInit, InputControl
 from qualify.plan.resolve import ResolvedCase
@@ -175,9 +176,9 @@ def rehearse(
         problems=problems,
         hint=REORDER_HINT if reorder_ulp and any(c.passed is False for c in cases) else None,
     )
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "rehearsal.json").write_text(rehearsal.model_dump_json(indent=1) + "\n")
-    (folder / "REHEARSAL.md").write_text(rehearsal_markdown(plan, rehearsal))
+    # written by qualify.io under --out's folder: a link planted in the folder is refused, never followed
+    atomic_write_text(folder / "rehearsal.json", rehearsal.model_dump_json(indent=1) + "\n", root=folder)
+    atomic_write_text(folder / "REHEARSAL.md", rehearsal_markdown(plan, rehearsal), root=folder)
     return rehearsal
 
 
