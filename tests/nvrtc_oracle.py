@@ -77,5 +77,4 @@ class Oracle:
         return names, reply["log"], reply["compiled"]
 
     def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
+        self.proc.communicate(timeout=60)  # closes its pipes and waits for it

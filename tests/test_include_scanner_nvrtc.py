@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qualify.build import includes
-from qualify.build.cpp_lexer import INCLUDE_WORDS
+from qualify.cpp_lexer import INCLUDE_WORDS
 from qualify.errors import ExitCode, PlanError
 
 cuda = pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC is the oracle (pip install -e '.[cu13]')")

@@ -27,7 +27,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from qualify.build.cpp_lexer import INCLUDE_WORDS, lex
+from qualify.cpp_lexer import INCLUDE_WORDS, lex
 from qualify.errors import PlanError
 from qualify.io import MAX_SOURCE_BYTES, UnreadableFile, read_limited
 
