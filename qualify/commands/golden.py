@@ -131,6 +131,27 @@ def case_inputs(loaded: PlanView, case: ResolvedCase) -> dict[str, np.ndarray]:
     return {s.name: host_values(arm.buffer(s.name).dtype, a, arm.buffer(s.name).shape) for s, a in zip(specs, arrays)}
 
 
+# What `golden make` and `plan rehearse` may hold on the host for one case: every buffer as its
+# dtype's bytes and as the float64 values the reference sees (and returns). A case above it is
+# refused before any input is generated, with the numbers, instead of exhausting the machine.
+HOST_BUDGET_BYTES = 8 << 30
+
+
+def check_host_budget(loaded: PlanView, what: str) -> None:
+    """UsageError naming the first case whose buffers need more host memory than HOST_BUDGET_BYTES."""
+    for case in loaded.cases:
+        buffers = [b for b in case.arms["candidate"].buffers if b.role in ("input", "output")]
+        need = sum(b.elements * 8 + b.nbytes for b in buffers)
+        if need > HOST_BUDGET_BYTES:
+            largest = max(buffers, key=lambda b: b.elements * 8 + b.nbytes)
+            raise UsageError(
+                f"case {case.id}: {what} would hold {need / 2**30:.1f} GiB on the host (each buffer as "
+                f"its dtype and as float64; {largest.name!r} alone {largest.elements} elements), over the "
+                f"{HOST_BUDGET_BYTES >> 30} GiB budget; {what} checks smaller cases on the CPU",
+                file=loaded.path,
+            )
+
+
 def case_params(loaded: PlanView, case: ResolvedCase) -> dict:
     return {**loaded.plan.workload.params, **case.values}
 
@@ -199,6 +220,7 @@ def make_golden(loaded: PlanView, reference: Reference, out: Path | None = None)
         hint = "; ".join(
             filter(None, [hint, "set acceptance.fidelity.against to 'golden' and .golden to this file to gate on it"])
         )
+    check_host_budget(loaded, "golden make")
     tensors: dict[str, tuple[str, np.ndarray]] = {}
     for case in loaded.cases:
         values = evaluate_case(loaded, reference, case)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qualify.commands.golden import PlanView, Reference, case_params
+from qualify.commands.golden import PlanView, Reference, case_params, check_host_budget
 from qualify.errors import PlanError, UsageError
 from qualify.evaluate.fidelity import compare
 from qualify.evaluate.rehearsal import declared_identical, reordered
@@ -123,6 +123,7 @@ def rehearse(
 ) -> Rehearsal:
     """Rehearse every case and input control, write the folder, and return what was found."""
     folder = check_folder(out)
+    check_host_budget(loaded, "plan rehearse")
     plan, fid = loaded.plan, loaded.plan.acceptance.fidelity
     golden_path = loaded.path.parent / fid.golden if fid.golden is not None else None
     problems: list[str] = []
