@@ -15,14 +15,16 @@ that gets there on a device, as before. The parent re-derives the record once at
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Callable, Protocol
 
-from qualify.errors import ExitCode
-from qualify.io import MAX_JSON_BYTES, atomic_write_text, read_text_limited
+from qualify import strict_json
+from qualify.errors import ExitCode, PlanError
+from qualify.io import MAX_JSON_BYTES, UnreadableFile, atomic_write_text, read_text_limited
 
 PREFLIGHT_FILE = "preflight.json"
 # A trial process exits 0 once its trial is kept, whatever the trial found: a kernel that faulted
@@ -109,6 +111,19 @@ def most_severe(codes: list[int]) -> int | None:
     return int(ExitCode.INTERNAL) if unknown else None
 
 
+_STATUSES = frozenset({"ok", "fault", "timeout", "error"})
+
+
+def _is_outcome(item) -> bool:
+    return (
+        isinstance(item, dict)
+        and set(item) <= {"case", "side", "status", "message"}
+        and all(isinstance(item.get(k), str) for k in ("case", "side", "status"))
+        and item["status"] in _STATUSES
+        and isinstance(item.get("message", ""), str)
+    )
+
+
 class PreflightShared:
     """The isolated preflight of each arm, once per invocation, shared by its trial processes.
 
@@ -126,12 +141,30 @@ class PreflightShared:
         self.reused = False
 
     def _read(self) -> dict[str, list]:
-        if self._file is None or not self._file.is_file():
+        """The outcomes already shared, validated like any input: a damaged file is one error
+        naming it and what is wrong (exit 2), never a trial process's internal error."""
+        if self._file is None or not os.path.lexists(self._file):
             return {}
         from qualify.run.isolation import CaseOutcome
 
-        data = json.loads(read_text_limited(self._file, MAX_JSON_BYTES))
-        return {k: [CaseOutcome(**o) for o in v] for k, v in data.items()}
+        try:
+            data = strict_json.parse(read_text_limited(self._file, MAX_JSON_BYTES, root=self._file.parent))
+        except UnreadableFile as exc:
+            raise PlanError(exc.message, file=self._file) from None
+        except strict_json.JSONProblem as exc:
+            raise PlanError(
+                f"not JSON ({exc.message}); the shared preflight file was damaged", file=self._file
+            ) from None
+        outcomes = {}
+        for key, listed in data.items() if isinstance(data, dict) else [(None, None)]:
+            if not isinstance(listed, list) or not all(_is_outcome(o) for o in listed):
+                where = "the file" if key is None else f"entry {key!r}"
+                raise PlanError(
+                    f"{where} is not a list of preflight outcomes (case, side, status {sorted(_STATUSES)}, message)",
+                    file=self._file,
+                )
+            outcomes[key] = [CaseOutcome(**o) for o in listed]
+        return outcomes
 
     def __call__(self, side: str, cases: list[str]):
         key = json.dumps([side, list(cases)])
