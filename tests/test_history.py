@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from history_records import N_RECORDS, STEP_AT, STEP_CASE, planted_values, record_json, write_artifacts
+from history_records import N_RECORDS, STEP_AT, STEP_CASE, planted_values, record_json, revision_of, write_artifacts
 
 from qualify.cli import main
 from qualify.commands.history import HistoryInputError, from_artifacts, from_git, history_page, write_page
@@ -45,7 +45,7 @@ def test_records_are_ordered_by_their_first_trial_not_by_folder_name(tmp_path):
     _, records, notes = from_artifacts(folder)
     assert [Path(info.source).parent.name for info, _ in records] == ["zz-first", "aa-second", "mm-third"]
     assert [info.commit_source for info, _ in records] == ["record"] * 3
-    assert records[0][0].commit == f"{1:040x}" and notes == []
+    assert records[0][0].commit == revision_of(0) and notes == []
 
 
 def test_a_record_without_a_revision_takes_the_manifests_and_says_so(tmp_path):
@@ -223,7 +223,7 @@ def test_git_history_reads_every_version_oldest_first_and_counts_a_rerender_once
     assert name == "vecload"
     assert [info.message for info, _ in records] == ["first", "second", "third", "fourth"]
     assert all(info.commit_source == "git" and len(info.commit) == 40 for info, _ in records)
-    assert records[0][0].measured == f"{1:040x}"  # what the trials state, beside the commit that landed it
+    assert records[0][0].measured == revision_of(0)  # what the trials state, beside the commit that landed it
     assert len(notes) == 1 and "the same trials as" in notes[0]
 
 

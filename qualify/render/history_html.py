@@ -116,11 +116,11 @@ def _case_section(k: int, c: CaseHistory, records: tuple[RecordInfo, ...]) -> st
             f'<tr{mark}><td class="num">{i}</td><td><code>{_e(_short(info))}</code></td><td>{_e(p.machine)}</td>'
             f'<td class="num">{_e(_pct(p.ratio))}</td><td class="num">{_e(_interval(p))}</td>'
             f'<td>{_e(CLASS_WORDS.get(p.case_class, p.case_class))}</td><td class="num">{p.trials}</td>'
-            f"<td>{'change point' if i in changes else ''}</td></tr>"
+            f"<td>{_e(info.verdict)}</td><td>{'change point' if i in changes else ''}</td></tr>"
         )
     head = (
         "<tr><th>#</th><th>commit</th><th>machine</th><th>change</th><th>95 % interval</th><th>class</th>"
-        "<th>trials</th><th></th></tr>"
+        "<th>trials</th><th>record verdict</th><th></th></tr>"
     )
     return (
         f'<section class="case" id="case-{k}" data-points="{len(c.points)}" data-changes="{len(c.changes.points)}">'
