@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from qualify.errors import DeviceError
+from qualify.evaluate.cupti_delta import TRACE_VERSION
 from qualify.plan.model import Plan
 from qualify.plan.schedule import trace_plan
 from qualify.results.model import KernelTrace, TracedCall
@@ -108,7 +109,7 @@ class Tracer:
             demangler=demangler,
             names=names,
             limits=limits,
-            version=2,
+            version=TRACE_VERSION,
             flush_slots=self._flush_slots if traced else None,
             null_calls=null_calls,
         )
