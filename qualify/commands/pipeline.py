@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from qualify.errors import ExitCode, FrozenInputChanged, QualifyError, UsageError
 from qualify.plan.digest import sha256_file, verify_frozen
@@ -14,6 +14,9 @@ from qualify.plan.load import LoadedPlan, load_plan
 from qualify.plan.model import ARM_SIDES, LibraryArm
 from qualify.results.model import Results, Trial
 from qualify.results.store import Record
+
+if TYPE_CHECKING:  # the device floor loads lazily: `qualify --help` never imports it
+    from qualify.run.device_protocol import Device
 
 
 def load_frozen(plan_path: Path, checked: bool = True) -> LoadedPlan:
@@ -108,7 +111,7 @@ class RunOutcome:
 def run_plan(
     loaded: LoadedPlan,
     record_dir: Path,
-    open_device: Callable[[], object],
+    open_device: Callable[[], Device],
     open_telemetry: Callable[[str], object],
     *,
     exploratory: bool = False,
