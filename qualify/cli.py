@@ -291,7 +291,7 @@ _RUN_OPTIONS = [
     click.option(
         "--exploratory", is_flag=True, help="Allow a device the plan does not list; the record is marked unplanned."
     ),
-    # how `run` starts each trial in a process of its own (qualify.commands.trial_processes)
+    # how `run` starts each trial in a process of its own (qualify.procs.trials)
     click.option("--trial-process", "trial_process", type=click.Path(path_type=Path), hidden=True),
 ]
 
@@ -360,7 +360,7 @@ def _execute_on_devices(command, plan_path, record_dir, devices, trials, explora
     """`--devices`: one `qualify run/compare --device N` worker per GPU, in parallel, into one record."""
     from rich.text import Text
 
-    from qualify.commands.fleet import run_on_devices
+    from qualify.procs.fleet import run_on_devices
 
     terminate_as_interrupt()
     code = run_on_devices(
@@ -375,8 +375,9 @@ def _execute(command, plan_path, record_dir, ordinal, trials, exploratory, libra
     A trial process exits 0 once its trial is kept (the parent judges the record), 130 if it was
     interrupted; the parent exits with the most severe trial process's code that is no verdict,
     else the record's verdict."""
-    from qualify.commands.pipeline import execute, exit_code
-    from qualify.commands.trial_processes import most_severe
+    from qualify.commands.pipeline import exit_code
+    from qualify.errors import most_severe
+    from qualify.procs.trials import execute
     from qualify.render.terminal import run_summary
 
     terminate_as_interrupt()
@@ -390,7 +391,7 @@ def _execute(command, plan_path, record_dir, ordinal, trials, exploratory, libra
         out.print(run_summary(run.outcome, run.folder, run.loaded.plan))
     severe = most_severe(list(run.codes))
     if severe is not None:
-        raise SystemExit(severe)
+        raise SystemExit(int(severe))
     if run.outcome.results is None:
         raise SystemExit(int(ExitCode.INCOMPLETE))
     raise SystemExit(exit_code(run.outcome.results, interrupted))
