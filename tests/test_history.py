@@ -240,3 +240,31 @@ def test_git_history_of_a_path_never_committed_is_refused(tmp_path, capsys, monk
     monkeypatch.chdir(repo)
     code, _, err = _run(["history", "--git", "records/softmax", "-o", "p.html"], capsys)
     assert code == 2 and "no commit holds this record's results.json" in err
+
+
+def test_artifacts_inside_a_repository_take_the_commit_that_added_them(tmp_path):
+    repo = _repo(tmp_path)
+    write_artifacts(repo / "artifacts", planted_values(2), revision=None)
+    _git(repo, "add", "artifacts")
+    _git(repo, "commit", "-q", "-m", "nightly <b>artifacts</b>")
+    head = _git(repo, "rev-parse", "HEAD").strip()
+    _, records, _ = from_artifacts(repo / "artifacts")
+    assert [(i.commit, i.commit_source, i.message) for i, _ in records] == [
+        (head, "git", "nightly <b>artifacts</b>")
+    ] * 2
+
+
+def test_without_git_on_the_path_git_history_exits_6(tmp_path, capsys, monkeypatch):
+    repo = _repo(tmp_path)
+    _commit_record(repo, record_json(0, dict.fromkeys(planted_values(1), -1.0)), "first")
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))
+    code, _, err = _run(["history", "--git", "records/vecload", "-o", "p.html"], capsys)
+    assert code == 6 and "git not found on PATH" in err
+
+
+def test_artifacts_need_no_git_when_git_is_missing(tmp_path, monkeypatch):
+    write_artifacts(tmp_path / "a", planted_values(2), revision=None)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))
+    _, records, _ = from_artifacts(tmp_path / "a")
+    assert [i.commit_source for i, _ in records] == ["unknown", "unknown"]

@@ -97,6 +97,13 @@ def _git_root(start: Path) -> Path | None:
     return Path(done.stdout.decode(errors="surrogateescape").strip()) if done.returncode == 0 else None
 
 
+def _repo_or_none(folder: Path) -> Path | None:
+    try:
+        return _git_root(folder)
+    except ToolError:
+        return None
+
+
 # ---- artifacts --------------------------------------------------------------------------------
 
 
@@ -146,7 +153,6 @@ def from_artifacts(
 ) -> tuple[str, list[tuple[RecordInfo, Results]], list[str]]:
     """The records under `folder` of one protocol, ordered by their first trial's start."""
     entries = read_manifest(manifest) if manifest is not None else {}
-    repo = _git_root(folder) if folder.is_dir() else None
     loaded = []
     for path in find_results(folder):
         text = read_text_limited(path, MAX_JSON_BYTES, root=folder)
@@ -165,6 +171,10 @@ def from_artifacts(
             raise HistoryInputError(
                 "names no record folder under --artifacts", file=manifest, field=strict_json.join_field("records", name)
             )
+    # git is asked only where a record states no commit and the manifest gives none; without git
+    # those records are "unknown", not an error: artifacts need no repository
+    needs_git = any(not _revisions(r) and p.parent.relative_to(folder).as_posix() not in entries for p, r in loaded)
+    repo = _repo_or_none(folder) if needs_git else None
     records = []
     for path, results in sorted(loaded, key=lambda pr: (_started(pr[1]), str(pr[0]))):
         rel = path.parent.relative_to(folder).as_posix()
