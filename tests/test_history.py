@@ -268,3 +268,21 @@ def test_artifacts_need_no_git_when_git_is_missing(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))
     _, records, _ = from_artifacts(tmp_path / "a")
     assert [i.commit_source for i, _ in records] == ["unknown", "unknown"]
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0])
+@pytest.mark.parametrize("where", ["pooled", "trial"])
+def test_a_ratio_that_is_no_positive_number_is_refused_naming_it(tmp_path, value, where):
+    write_artifacts(tmp_path / "a", planted_values(2))
+    path = tmp_path / "a" / "run-000" / "vecload" / "results.json"
+    data = json.loads(path.read_text())
+    if where == "pooled":
+        next(iter(data["pooled"].values()))[STEP_CASE]["ci_low"] = value
+        field = f'pooled["NVIDIA H200 (GPU-985292fe)"]["{STEP_CASE}"].ci_low'
+    else:
+        data["trials"][1]["cases"][0]["stats"]["ratio"] = value
+        field = "trials[1].cases[0].stats.ratio"
+    path.write_text(json.dumps(data))
+    with pytest.raises(HistoryInputError) as exc:
+        from_artifacts(tmp_path / "a")
+    assert exc.value.field == field and "not a positive ratio" in exc.value.message

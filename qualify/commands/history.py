@@ -59,10 +59,32 @@ def results_from_text(text: str, where: str) -> Results:
             field="results_version",
         )
     try:
-        return Results.model_validate(data)
+        results = Results.model_validate(data)
     except ValidationError as exc:
         first = plan_error_from_validation(exc, data, Path(where)).each()[0]
         raise HistoryInputError(first.message, file=where, field=first.field) from None
+    _check_ratios(results, where)
+    return results
+
+
+def _check_ratios(results: Results, where: str) -> None:
+    """Every ratio the page plots or pools is a positive number (a time over a time): a record that
+    says otherwise is refused here, naming the field, rather than failing in a logarithm later."""
+    fields = [
+        (strict_json.join_field(strict_json.join_field(strict_json.join_field("pooled", d), c), name), value)
+        for d, cases in results.pooled.items()
+        for c, s in cases.items()
+        for name, value in (("ratio", s.ratio), ("ci_low", s.ci_low), ("ci_high", s.ci_high))
+    ]
+    fields += [
+        (f"trials[{t}].cases[{k}].stats.{name}", value)
+        for t, trial in enumerate(results.trials)
+        for k, case in enumerate(trial.cases)
+        for name, value in (("ratio", case.stats.ratio), ("ci_low", case.stats.ci_low), ("ci_high", case.stats.ci_high))
+    ]
+    for field, value in fields:
+        if value is not None and not (0 < value < float("inf")):
+            raise HistoryInputError(f"{value!r} is not a positive ratio", file=where, field=field)
 
 
 def _revisions(results: Results) -> list[str]:
