@@ -29,7 +29,7 @@ table{border-collapse:collapse;margin:8px 0 16px}td,th{border:1px solid #d0d7de;
 vertical-align:top}th{background:#f6f8fa}.num{text-align:right;font-variant-numeric:tabular-nums}
 .flag{color:#cf222e;font-weight:600}.muted{color:#57606a}section.case{margin:28px 0}
 svg.plot{background:#fff;border:1px solid #d0d7de}code{font-size:12px}
-.msg{max-width:420px;overflow-wrap:anywhere}
+.msg{min-width:300px;max-width:560px;overflow-wrap:anywhere}.src{max-width:220px;overflow-wrap:anywhere;font-size:11px}
 """
 
 
@@ -216,10 +216,11 @@ def _records_table(records: tuple[RecordInfo, ...]) -> str:
     for k, r in enumerate(records):
         measured = (r.measured[:10] if r.measured else "not stated") + (" (dirty tree)" if r.dirty else "")
         rows.append(
-            f'<tr><td class="num">{k}</td><td><code>{_e(r.commit or "unknown")}</code></td><td>{_e(r.commit_source)}</td>'
+            f'<tr><td class="num">{k}</td><td><code title="{_e(r.commit or "unknown")}">{_e(_short(r))}</code></td>'
+            f"<td>{_e(r.commit_source)}</td>"
             f"<td>{_e(r.when)}</td><td><code>{_e(measured)}</code></td><td>{_e(r.verdict)}</td>"
             f'<td><code>{_e(r.plan_digest[:12])}</code></td><td class="msg">{_e(r.message)}</td>'
-            f'<td class="msg"><code>{_e(r.source)}</code></td></tr>'
+            f'<td class="src"><code>{_e(r.source)}</code></td></tr>'
         )
     head = (
         "<tr><th>#</th><th>commit</th><th>commit from</th><th>when</th><th>trials ran on</th><th>verdict</th>"
