@@ -47,6 +47,10 @@ def _interval(p: Point) -> str:
     return f"[{(p.ci_low - 1) * 100:+.2f}, {(p.ci_high - 1) * 100:+.2f}]"
 
 
+def _mde(p: Point) -> str:
+    return "—" if p.mde_pct is None else f"{p.mde_pct:.2f} %"
+
+
 def _short(info: RecordInfo) -> str:
     return info.commit[:10] if info.commit else "unknown"
 
@@ -115,11 +119,13 @@ def _case_section(k: int, c: CaseHistory, records: tuple[RecordInfo, ...]) -> st
         rows.append(
             f'<tr{mark}><td class="num">{i}</td><td><code>{_e(_short(info))}</code></td><td>{_e(p.machine)}</td>'
             f'<td class="num">{_e(_pct(p.ratio))}</td><td class="num">{_e(_interval(p))}</td>'
+            f'<td class="num">{_e(_mde(p))}</td>'
             f'<td>{_e(CLASS_WORDS.get(p.case_class, p.case_class))}</td><td class="num">{p.trials}</td>'
             f"<td>{_e(info.verdict)}</td><td>{'change point' if i in changes else ''}</td></tr>"
         )
     head = (
-        "<tr><th>#</th><th>commit</th><th>machine</th><th>change</th><th>95 % interval</th><th>class</th>"
+        "<tr><th>#</th><th>commit</th><th>machine</th><th>change</th><th>95 % interval</th>"
+        '<th title="the smallest change this record could resolve (95 % confidence, 80 % power)">MDE</th><th>class</th>'
         "<th>trials</th><th>record verdict</th><th></th></tr>"
     )
     return (
