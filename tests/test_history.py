@@ -36,7 +36,7 @@ def test_a_planted_step_is_flagged_at_its_record_and_flat_cases_are_not(tmp_path
     assert page.count('class="change"') == 1 and f'class="change" data-index="{STEP_AT}"' in page
     # each point's MDE is the record's own, shown beside its interval
     assert step.points[0].mde_pct is not None
-    assert f"<td class=\"num\">{step.points[0].mde_pct:.2f} %</td>" in page
+    assert f'<td class="num">{step.points[0].mde_pct:.2f} %</td>' in page
 
 
 def test_records_are_ordered_by_their_first_trial_not_by_folder_name(tmp_path):
