@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from history_records import N_RECORDS, STEP_AT, STEP_CASE, planted_values, write
 
 from qualify.commands.history import history_page, write_page
 
-CHROMIUM = Path("/usr/bin/chromium")
+# Debian's chromium, or any Chromium-family browser named by QUALIFY_CHROMIUM (GitHub's runners
+# carry Google Chrome, which .github/workflows/ci.yml links as `chromium`)
+CHROMIUM = Path(os.environ.get("QUALIFY_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium")
 ARGS = [
     "--headless",
     "--no-sandbox",
