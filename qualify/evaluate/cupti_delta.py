@@ -38,6 +38,7 @@ from qualify.evaluate.inventory import inventory, keyed
 from qualify.evaluate.kernels import attribute, match_keys
 from qualify.evaluate.second_timer import sample_disagreement_text, sample_timer, span_ns
 from qualify.evaluate.stats import case_stats
+from qualify.plan.model import Side
 from qualify.results.model import (
     CaseKernels,
     CaseStats,
@@ -65,7 +66,7 @@ def _paired(base: list[tuple[TracedCall, float]], cand: list[tuple[TracedCall, f
     placements as units where blocks share one (a case with one placement records none in its
     samples, whose blocks are then the units: so are the traced blocks)."""
 
-    def arrays(rows):
+    def arrays(rows: list[tuple[TracedCall, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return (
             np.asarray([v for _, v in rows], dtype=np.float64),
             np.asarray([c.block for c, _ in rows]),
@@ -79,7 +80,7 @@ def _paired(base: list[tuple[TracedCall, float]], cand: list[tuple[TracedCall, f
     return case_stats(b_ns, b_block, c_ns, c_block, placement=b_place, placement_block=b_block)
 
 
-def kernel_deltas(trace: dict[str, list[TracedCall]], names: dict[str, str]) -> list[KernelDelta]:
+def kernel_deltas(trace: dict[Side, list[TracedCall]], names: dict[str, str]) -> list[KernelDelta]:
     """Per kernel both arms launch (matched as the attribution matches them): its CUPTI change."""
     durations: dict[str, dict[tuple[str, int], list[tuple[TracedCall, float]]]] = {}
     for side, calls in trace.items():
@@ -103,7 +104,7 @@ def kernel_deltas(trace: dict[str, list[TracedCall]], names: dict[str, str]) -> 
     return out
 
 
-def call_delta(trace: dict[str, list[TracedCall]]) -> CaseStats:
+def call_delta(trace: dict[Side, list[TracedCall]]) -> CaseStats:
     """The call's CUPTI change: spans paired per traced block."""
     return _paired(
         [(c, span_ns(c)) for c in trace.get("base", [])], [(c, span_ns(c)) for c in trace.get("candidate", [])]
@@ -127,7 +128,7 @@ def interval_gap_pct(a: CaseStats, b: CaseStats) -> float | None:
     return math.expm1(gap) * 100.0
 
 
-def timer_delta(trace: dict[str, list[TracedCall]], events: CaseStats, overhead_ns: float) -> TimerDelta:
+def timer_delta(trace: dict[Side, list[TracedCall]], events: CaseStats, overhead_ns: float) -> TimerDelta:
     cupti = call_delta(trace)
     spans = [span_ns(c) for c in trace.get("base", [])]
     base_span = float(np.median(spans)) if spans else 0.0
@@ -156,7 +157,7 @@ def disagreement_text(where: str, d: TimerDelta) -> str:
 
 
 def traced_like_samples(
-    trace: dict[str, list[TracedCall]],
+    trace: dict[Side, list[TracedCall]],
     names: dict[str, str],
     limits: DeviceLimits | None,
     overhead_ns: float,
@@ -213,14 +214,16 @@ def draw_problems(trial: Trial) -> list[str]:
     out = []
     for case in trial.cases:
         used = (case.placements or {}).get("used", 1)
-        blocks: dict[int, set] = {}
+        blocks: dict[int, set[tuple[str, int, int | None]]] = {}
         for side, traced in (case.trace or {}).items():
             for n, c in enumerate(traced, 1):
                 where = f"cases {case.case}: the {side} arm's traced call {n}"
                 if None in (c.block, c.position, c.order, c.placement, c.flush_slot):
                     out.append(f"{where} lacks its draw (block, position, order, placement, flush slot)")
                     continue
-                assert c.order is not None and c.position is not None and c.placement is not None
+                assert (
+                    c.block is not None and c.order is not None and c.position is not None and c.placement is not None
+                )
                 letter = "A" if side == "base" else "B"
                 if not 0 <= c.position < 4 or c.order[c.position] != letter:
                     out.append(f"{where} ran at position {c.position} of a {c.order} block, where the other arm runs")

@@ -151,12 +151,12 @@ def why_line(
                 if b is not None and c is not None:
                     parts.append(kernel_line(b, c, sms))
     if rate is not None:
-        fractions = [rate.fraction(side) for side in ARM_SIDES]
-        if all(f is not None for f in fractions):
-            parts.append(_pair(tuple(f"{f * 100:.0f} %" for f in fractions), " of peak DRAM bandwidth"))  # type: ignore[arg-type]
-        else:
-            rates = tuple(f"{rate.arms[side].gb_per_s:,.0f}" for side in ARM_SIDES)
-            parts.append(_pair(rates, " GB/s"))  # type: ignore[arg-type]  # the peak: see the hardware table
+        base_f, cand_f = (rate.fraction(side) for side in ARM_SIDES)
+        if base_f is not None and cand_f is not None:
+            parts.append(_pair((f"{base_f * 100:.0f} %", f"{cand_f * 100:.0f} %"), " of peak DRAM bandwidth"))
+        else:  # no peak known for the device: see the hardware table
+            base_r, cand_r = (f"{rate.arms[side].gb_per_s:,.0f}" for side in ARM_SIDES)
+            parts.append(_pair((base_r, cand_r), " GB/s"))
     return "; ".join(parts) if parts else "no launch geometry recorded"
 
 

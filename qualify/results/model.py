@@ -16,13 +16,13 @@ Every statistic here is derived from the raw samples by `qualify.evaluate`; `qua
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from qualify.results.tolerance import CaseTolerance, ControlOutcome
 
-RESULTS_VERSION = 1
+RESULTS_VERSION: Final = 1
 
 Side = Literal["base", "candidate"]
 Status = Literal["complete", "failed", "interrupted"]
@@ -393,7 +393,7 @@ class CaseTrial(Model):
     kernels: CaseKernels | None = Field(
         default=None, description="derived from `trace`: kernel inventory, attribution, timer agreement"
     )
-    placements: dict | None = Field(
+    placements: dict[str, Any] | None = Field(
         default=None,
         description="the case's pool of buffer placements as drawn (qualify.run.placement: "
         "count requested and used, granularity, each placement's spacer and offsets, why fewer); the "
