@@ -266,8 +266,10 @@ def launched_text(trials: list[Trial], identity: CodeIdentity) -> Md:
         if t.kernel_trace is not None:
             names.update(t.kernel_trace.names)
 
+    launches = {str(side): fs for side, fs in identity.launched.items()}
+
     def arm(side: str) -> str:
-        listed = [code(names.get(f.name, f.name)) for f in identity.launched.get(side, [])]
+        listed = [code(names.get(f.name, f.name)) for f in launches.get(side, [])]
         return (" then ".join(listed) or "nothing") + f" ({side})"
 
     return Md(f"{arm('base')} against {arm('candidate')}")

@@ -24,6 +24,7 @@ A comparison that cannot be made (unreadable ELF, zstd without its package) is r
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -65,10 +66,10 @@ def nvrtc(base: Arms, candidate: Arms, cases: list[ResolvedCase], arch: str) -> 
     launch for arms with their own launches: "identical" only when both arms launch as many
     functions and each pair's code is the same, whatever else their modules hold. The modules'
     own differences are listed after the launches' for a reader, and decide nothing."""
-    arms = {"base": _launches(base), "candidate": _launches(candidate)}
+    arms: dict[str, tuple[CompiledKernel, ...]] = {"base": _launches(base), "candidate": _launches(candidate)}
     try:
-        codes = {side: [machine_code(k.cubin) for k in arms[side]] for side in ARM_SIDES}
-        launched = {
+        codes: dict[str, list[CubinCode]] = {side: [machine_code(k.cubin) for k in arms[side]] for side in ARM_SIDES}
+        launched: dict[str, list[mc.LaunchedFunction]] = {
             side: [mc.launched(code, k.lowered_name) for code, k in zip(codes[side], arms[side])] for side in ARM_SIDES
         }
     except ElfProblem as exc:
@@ -101,7 +102,7 @@ def nvrtc(base: Arms, candidate: Arms, cases: list[ResolvedCase], arch: str) -> 
     )
 
 
-def _launch_differences(launched: dict[str, list], codes: dict[str, list[CubinCode]]) -> list[str]:
+def _launch_differences(launched: Mapping[str, list], codes: Mapping[str, list[CubinCode]]) -> list[str]:
     """Per launch whose code differs: both functions by name and what differs between them."""
     b, c = launched["base"], launched["candidate"]
     _, names = demangle_all([f.name for f in b + c])
