@@ -151,7 +151,9 @@ def _launched_problems(code: CodeIdentity, trial: Trial) -> list[str]:
     traced = [c for c in trial.cases if c.trace and all(c.trace.get(side) for side in ARM_SIDES)]
     if not named["base"] or not traced or len(traced) != len(trial.cases):
         return out
-    seen = {side: {k.name for c in traced for call in (c.trace or {})[side] for k in call.kernels} for side in ARM_SIDES}
+    seen = {
+        side: {k.name for c in traced for call in (c.trace or {})[side] for k in call.kernels} for side in ARM_SIDES
+    }
     for side in ARM_SIDES:
         if len(seen[side]) != len(named[side]):
             out.append(
