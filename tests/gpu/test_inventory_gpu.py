@@ -65,7 +65,6 @@ def entry_plan() -> dict:
 
 def test_attention_pair_inventory_attribution_and_second_timer(tmp_path, attention_libraries):
     from qualify.commands.pipeline import load_frozen, run_plan
-    from qualify.evaluate.cupti_delta import TRACE_VERSION
     from qualify.record.check import check_record
     from qualify.run.device import CudaDevice
     from qualify.run.telemetry import Telemetry
@@ -123,6 +122,7 @@ def test_vecload_kernels_table_agrees_with_the_timed_samples(tmp_path, n):
     kernel and against the samples is kept in the trial file (trace version 3) and neither said in
     the verdict nor printed (the plan has no gates: nothing else can make it incomplete)."""
     from qualify.commands.pipeline import load_frozen, run_plan
+    from qualify.evaluate.cupti_delta import TRACE_VERSION
     from qualify.record.check import check_record
     from qualify.run.device import CudaDevice
     from qualify.run.telemetry import Telemetry
