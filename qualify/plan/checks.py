@@ -14,6 +14,7 @@ from qualify.plan.model import (
     CudaArm,
     LibraryArm,
     Plan,
+    PythonArm,
 )
 from qualify.plan.resolve import case_id, case_key
 
@@ -83,6 +84,9 @@ def cross_check(plan: Plan, file: str | None = None) -> None:
                 raise fail(f"{field}.buffer", f"unknown buffer {control.buffer!r}")
             if roles[control.buffer] != "input":
                 raise fail(f"{field}.buffer", f"{control.buffer!r} is not an input buffer")
+        elif control.kind == "callable":
+            if not isinstance(plan.arms.candidate, PythonArm):
+                raise fail(f"{field}.kind", "callable controls need a Python candidate arm")
         elif not isinstance(plan.arms.candidate, CudaArm):
             raise fail(f"{field}.kind", "build controls need a CUDA source candidate arm")
 
@@ -134,7 +138,12 @@ def _check_parameters(plan: Plan, fail) -> None:
     arm_params = [set(plan.arm(side).params) for side in ARM_SIDES]
     # one shared workload.launch needs every name it uses in both arms; an arm with its own
     # launches has its own geometry, so its parameters are its own
-    own = any(isinstance(plan.arm(side), CudaArm) and plan.arm(side).launches is not None for side in ARM_SIDES)
+    # a Python arm's parameters go to its own function, not to a shared launch
+    own = any(
+        (isinstance(plan.arm(side), CudaArm) and plan.arm(side).launches is not None)
+        or isinstance(plan.arm(side), PythonArm)
+        for side in ARM_SIDES
+    )
     if arm_params[0] != arm_params[1] and not own:
         raise fail("arms.candidate.params", "both arms must set the same parameters")
     sources["arms.*.params"] = arm_params[0] | arm_params[1]

@@ -22,6 +22,7 @@ from qualify.plan.model import (
     BufferArg,
     CudaArm,
     Plan,
+    PythonArm,
     ScalarArg,
 )
 
@@ -103,7 +104,7 @@ class ResolvedArm:
     params: dict[str, Union[int, float]]
     buffers: tuple[ResolvedBuffer, ...]  # the workload's, then the arm's own scratch
     args: tuple[ResolvedArg, ...]
-    launch: ResolvedLaunch | None  # None for shared-library arms and arms with their own launches
+    launch: ResolvedLaunch | None  # None for shared-library and Python arms and arms with their own launches
     steps: tuple[ResolvedStep, ...] = ()  # an arm's own launches, in order; () for every other arm
     bytes_moved: int = 0  # the plan's expression, or each input read once and each output written once
     bytes_declared: bool = False  # bytes_moved is the plan's own expression
@@ -203,6 +204,8 @@ class _Resolver:
         if isinstance(arm, CudaArm):
             launch = self.launch(params, where, plan.workload.launch, "workload.launch")
             args_field, arg_specs = "workload.launch.args", plan.workload.launch.args
+        elif isinstance(arm, PythonArm):  # its function takes buffers and parameters by name
+            launch, args_field, arg_specs = None, "", []
         else:
             launch = None
             args_field, arg_specs = "workload.call", plan.workload.call

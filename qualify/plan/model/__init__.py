@@ -27,9 +27,10 @@ from qualify.plan.model.acceptance import (
     SpeedGate,
     ToleranceRule,
 )
-from qualify.plan.model.arms import ARM_SIDES, Arm, ArmLaunch, Arms, CudaArm, LibraryArm, ScratchBuffer
+from qualify.plan.model.arms import ARM_SIDES, Arm, ArmLaunch, Arms, CudaArm, LibraryArm, PythonArm, ScratchBuffer
 from qualify.plan.model.controls import (
     BuildControl,
+    CallableControl,
     Controls,
     Expectation,
     InputControl,
@@ -105,7 +106,7 @@ class Plan(Strict):
                 raise ValueError(f"buffer {buffer.name!r} takes its values from a golden, and the plan names none")
         return self
 
-    def arm(self, side: str) -> CudaArm | LibraryArm:
+    def arm(self, side: str) -> CudaArm | LibraryArm | PythonArm:
         return getattr(self.arms, side)
 
 
@@ -148,6 +149,8 @@ __all__ = [
     "Label",
     "Launch",
     "LibraryArm",
+    "PythonArm",
+    "CallableControl",
     "Mutation",
     "NegativeControl",
     "NormalInit",
