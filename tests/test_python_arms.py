@@ -37,6 +37,17 @@ def scaled(a, x, y):
 PYTHON_ARM = {"kind": "python", "callable": "../../kernels/py/axpy.py:axpy"}
 
 
+@pytest.fixture(autouse=True)
+def fresh_process_modules():
+    """Each trial runs in a process of its own; these tests run many in one: what one test's arms
+    imported (sys.modules, sys.path) is forgotten before the next."""
+    modules, path = dict(sys.modules), list(sys.path)
+    yield
+    for name in set(sys.modules) - set(modules):
+        del sys.modules[name]
+    sys.path[:] = path
+
+
 def python_plan(base=None, candidate=None, **changes) -> dict:
     plan = plan_copy()
     plan["arms"] = {"base": copy.deepcopy(base or PYTHON_ARM), "candidate": copy.deepcopy(candidate or PYTHON_ARM)}
@@ -281,26 +292,37 @@ def test_an_autotuner_is_refused_unless_the_plan_lets_it_run_in_warm_up(tmp_path
     with pytest.raises(PlanError, match="holds a Triton autotuner") as exc:
         python_arm.load(loaded, "base", fake_device().python_runtime())
     assert exc.value.field == "arms.base.autotune"
+    sys.modules.pop("helper")  # the next repository's helper.py, as a fresh trial process would import it
     plan = python_plan(base=PYTHON_ARM | {"autotune": "warmup"})
     loaded = load_plan(repo(tmp_path / "b", plan, files={"kernels/py/axpy.py": source}, freeze=True))
     entry = python_arm.load(loaded, "base", fake_device().python_runtime())
     assert list(entry.autotuned().values()) == ["BLOCK=64"]
 
 
-def test_each_arm_imports_its_own_same_named_module(tmp_path):
-    """Two arms in two folders, each with a helper.py: neither gets the other's from sys.modules."""
+def test_a_same_named_module_of_another_folder_is_refused_not_shared(tmp_path):
+    """Two arms in two folders, each with its own helper.py: Python holds one 'helper' per process,
+    so the second arm would silently run the first's; it is refused instead, naming both."""
     other = HELPER.replace("a * x + y", "a * x + y + 1")
     files = {"kernels/py2/axpy.py": AXPY, "kernels/py2/helper.py": other}
     plan = python_plan(candidate={"kind": "python", "callable": "../../kernels/py2/axpy.py:axpy"})
     loaded = load_plan(repo(tmp_path, plan, files=files, freeze=True))
-    trial = run_trial(loaded, fake_device(), tmp_path)
-    assert not any(p.equal for c in trial.cases for p in c.parity)
+    with pytest.raises(PlanError, match="module 'helper' beside axpy.py is already loaded from") as exc:
+        run_trial(loaded, fake_device(), tmp_path)
+    assert exc.value.field == "arms.candidate.callable"
+    assert "kernels/py/helper.py" in exc.value.message and "rename one" in exc.value.message
+    (path,) = (tmp_path / "record").rglob("trial-*.json")  # the trial is kept, failed, naming the arm
+    (failure,) = json.loads(path.read_text())["failures"]
+    assert failure["side"] == "candidate" and "rename one" in failure["message"]
 
 
-def test_graph_mode_is_recorded(tmp_path):
+def test_graph_mode_is_recorded_and_captures_once_per_placement(tmp_path):
     plan = python_plan(candidate=PYTHON_ARM | {"graph": True})
     loaded = load_plan(repo(tmp_path, plan, freeze=True))
-    trial = run_trial(loaded, fake_device(), tmp_path)
+    runner = TrialRunner(loaded, fake_device(), FakeTelemetry(), RunOptions(record_dir=tmp_path / "record"))
+    trial = runner.run()
+    entry = runner.found.python["candidate"]
+    assert len(entry._bound) == sum(c.placements["used"] for c in trial.cases) > len(trial.cases)
+    assert all(b.graph is not None for b in entry._bound.values())
     assert trial.status == "complete", trial.failures
     assert trial.python["candidate"].graph and not trial.python["base"].graph
     (path,) = (tmp_path / "record").rglob("trial-*.json")

@@ -8,11 +8,13 @@ over the fake's host memory instead, so CPU tests run a NumPy callable through a
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.metadata
 import importlib.util
 import inspect
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -90,6 +92,7 @@ class PythonEntry:
     first_call_s: float | None = None
     null_call_ns: float | None = None
     host_ns: list[int] = field(default_factory=list)
+    _bound: dict = field(default_factory=dict)  # buffers' addresses -> Bound: one graph per placement
 
     def with_control(self, name: str) -> PythonEntry:
         """The same callable, called with control=<name> (a callable control's variant)."""
@@ -105,6 +108,13 @@ class PythonEntry:
         )
 
     def bind(self, resolved, buffers: dict) -> Bound:
+        # the case's resolved arm lives as long as the loaded plan: its identity names the case
+        key = (id(resolved), tuple(sorted((n, b.ptr) for n, b in buffers.items())))
+        if key not in self._bound:
+            self._bound[key] = self._new_bound(resolved, buffers)
+        return self._bound[key]
+
+    def _new_bound(self, resolved, buffers: dict) -> Bound:
         offered: dict = dict(resolved.params)
         for spec in resolved.buffers:
             buf = buffers[spec.name]
@@ -236,10 +246,12 @@ def _autotuners(modules) -> list[tuple[str, object]]:
 def load(loaded, side: str, runtime, label: str | None = None) -> PythonEntry:
     """Import the side's callable from its frozen file, in this (child) process.
 
-    Its folder is first on sys.path while it imports, as for a script. Every module it loads from
-    the repository must be a file the lock froze: one the parser could not see (an import by a
-    computed name) is refused. The arm's own modules leave sys.modules afterwards, so the other
-    arm's same-named module (a `common.py` beside it) is its own, not this one's.
+    Its folder goes first on sys.path, as a script's would (and stays, for imports made inside
+    the function when it is called). Every module it loads from the repository must be a file the
+    lock froze: one the parser could not see (an import by a computed name) is refused. Python
+    keeps one module per name in a process, so a local module of the same name as one the other
+    arm already loaded from another file (two `common.py` of different folders) is refused, as
+    NVRTC arms' two `common.h` are: rename one.
     """
     arm = loaded.plan.arm(side)
     assert isinstance(arm, PythonArm)
@@ -250,12 +262,16 @@ def load(loaded, side: str, runtime, label: str | None = None) -> PythonEntry:
     frozen = {p.resolve() for p in loaded.files.files.values()}
     if path not in frozen:
         raise FrozenInputChanged("the callable's file is not in the plan's lock", file=arm.file)
+    _refuse_shadowed(path, frozen, loaded.path, field_)
     cache_dir = Path(tempfile.mkdtemp(prefix=f"qualify-jit-{label}-"))
+    atexit.register(shutil.rmtree, cache_dir, True)
     before = set(sys.modules)
     name = f"qualify_arm_{label.replace('+', '_')}_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))
+    sys.modules[name] = module  # as an import would: dataclasses and pickling look it up
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
     previous = os.environ.get(_CACHE_ENV)
     os.environ[_CACHE_ENV] = str(cache_dir)
     try:
@@ -263,26 +279,21 @@ def load(loaded, side: str, runtime, label: str | None = None) -> PythonEntry:
     except Exception as exc:
         raise PlanError(f"importing {arm.file} raised {_where(exc)}", file=loaded.path, field=field_) from exc
     finally:
-        sys.path.remove(str(path.parent))
         if previous is None:
             os.environ.pop(_CACHE_ENV, None)
         else:
             os.environ[_CACHE_ENV] = previous
     own = [module]
-    for key in sorted(set(sys.modules) - before):
-        mod = sys.modules[key]
-        file = getattr(mod, "__file__", None)
-        if not file:
+    for key in sorted(set(sys.modules) - before - {name}):
+        real = _file_of(sys.modules[key])
+        if real is None or not _inside(root, real):
             continue
-        real = Path(file).resolve()
-        if _inside(root, real):
-            if real not in frozen:
-                raise FrozenInputChanged(
-                    f"{arm.file} loaded module {key!r} from a file the lock does not freeze",
-                    file=str(real.relative_to(root)),
-                )
-            own.append(mod)
-            del sys.modules[key]
+        if real not in frozen:
+            raise FrozenInputChanged(
+                f"{arm.file} loaded module {key!r} from a file the lock does not freeze",
+                file=str(real.relative_to(root)),
+            )
+        own.append(sys.modules[key])
     function = getattr(module, arm.function, None)
     if not callable(function):
         raise PlanError(f"{arm.file} has no function {arm.function!r}", file=loaded.path, field=field_)
@@ -297,6 +308,29 @@ def load(loaded, side: str, runtime, label: str | None = None) -> PythonEntry:
     entry = PythonEntry(label, arm, function, runtime, cache_dir, tuple(own), _packages(own, root))
     entry.measure_null()
     return entry
+
+
+def _file_of(module) -> Path | None:
+    file = getattr(module, "__file__", None)
+    return Path(file).resolve() if file else None
+
+
+def _refuse_shadowed(path: Path, frozen: set[Path], plan_path: Path, field: str) -> None:
+    """A frozen module beside the callable whose name this process already holds from another file."""
+    folder = path.parent
+    for file in frozen:
+        if file.suffix != ".py" or not _inside(folder, file) or file == path:
+            continue
+        parts = file.relative_to(folder).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        held = sys.modules.get(name)
+        if held is not None and _file_of(held) not in (None, file):
+            raise PlanError(
+                f"module {name!r} beside {path.name} is already loaded from {_file_of(held)} (the other arm's): "
+                "one name must mean one module in a process; rename one",
+                file=plan_path,
+                field=field,
+            )
 
 
 def _inside(root: Path, path: Path) -> bool:
