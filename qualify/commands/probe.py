@@ -195,7 +195,7 @@ def load_arms(loaded: LoadedPlan, device, libraries: dict[str, Path]) -> dict[st
     from qualify.errors import UsageError
     from qualify.run.library import load_library
 
-    kernels = {}
+    kernels: dict[str, object] = {}
     for side in ARM_SIDES:
         arm = loaded.plan.arm(side)
         if isinstance(arm, LibraryArm):

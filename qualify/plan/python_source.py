@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,7 +60,7 @@ def _shown(path: Path, root: Path) -> str:
 def _imported_names(tree: ast.Module) -> list[tuple[int, tuple[str, ...], tuple[str, ...], int]]:
     """(level, module parts, imported names, line) of every import anywhere in the tree, and of
     `importlib.import_module('x')` / `__import__('x')` with a literal name."""
-    out = []
+    out: list[tuple[int, tuple[str, ...], tuple[str, ...], int]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -185,7 +186,7 @@ def check_parameters(
     sig: Signature,
     function: str,
     rel: str,
-    buffers: dict[str, str],
+    buffers: Mapping[str, str],
     params: set[str],
     needs_control: bool,
     plan_path: Path,

@@ -18,8 +18,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -38,6 +40,19 @@ _CACHE_ENV = "TRITON_CACHE_DIR"
 
 class CallableFailed(DeviceError):
     """The arm's Python function raised."""
+
+
+class PythonRuntime(Protocol):
+    """What a Python arm's call sees: torch_bridge.TorchRuntime on a GPU, NumpyRuntime on the fake."""
+
+    name: str
+    stream: Any
+
+    def array(self, ptr: int, nbytes: int, dtype: str, itemsize: int, shape: tuple[int, ...]) -> Any: ...
+    def scope(self) -> Any: ...
+    def capture(self, call: Callable[[], None]) -> Any: ...
+    def replay(self, graph: Any) -> None: ...
+    def synchronize(self) -> None: ...
 
 
 class NumpyRuntime:
@@ -75,16 +90,16 @@ class FakeStream:
 class Bound:
     """One arm bound to one placement's buffers: the keyword arguments, and its graph if captured."""
 
-    kwargs: dict
-    graph: object = None
+    kwargs: dict[str, Any]
+    graph: Any = None
 
 
 @dataclass
 class PythonEntry:
     label: str
     arm: PythonArm
-    function: object
-    runtime: object
+    function: Callable[..., Any]
+    runtime: PythonRuntime
     cache_dir: Path
     modules: tuple  # the arm's own modules, kept alive once out of sys.modules
     packages: dict[str, str]
@@ -268,6 +283,8 @@ def load(loaded, side: str, runtime, label: str | None = None) -> PythonEntry:
     before = set(sys.modules)
     name = f"qualify_arm_{label.replace('+', '_')}_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise PlanError(f"{arm.file} cannot be loaded as a module", file=loaded.path, field=field_)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # as an import would: dataclasses and pickling look it up
     if str(path.parent) not in sys.path:

@@ -27,7 +27,17 @@ from qualify.plan.model.acceptance import (
     SpeedGate,
     ToleranceRule,
 )
-from qualify.plan.model.arms import ARM_SIDES, Arm, ArmLaunch, Arms, CudaArm, LibraryArm, PythonArm, ScratchBuffer
+from qualify.plan.model.arms import (
+    ARM_SIDES,
+    Arm,
+    ArmLaunch,
+    Arms,
+    CudaArm,
+    LibraryArm,
+    PythonArm,
+    ScratchBuffer,
+    Side,
+)
 from qualify.plan.model.controls import (
     BuildControl,
     CallableControl,
@@ -107,11 +117,13 @@ class Plan(Strict):
         return self
 
     def arm(self, side: str) -> CudaArm | LibraryArm | PythonArm:
-        return getattr(self.arms, side)
+        arm: CudaArm | LibraryArm | PythonArm = getattr(self.arms, side)
+        return arm
 
 
 __all__ = [
     "ARM_SIDES",
+    "Side",
     "MAX_BUFFER_BYTES",
     "MAX_SHARED_PER_BLOCK",
     "MAX_THREADS_PER_BLOCK",

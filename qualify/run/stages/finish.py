@@ -92,7 +92,9 @@ def write_trial(
         status = "failed" if status == "complete" else status
     code = found.code
     if code is not None and len(found.python) == len(ARM_SIDES):  # both JITs have run by now
-        code = code_identity.python(*(found.python[s].cubin_bytes() for s in ARM_SIDES), code.arch)
+        code = code_identity.python(
+            found.python["base"].cubin_bytes(), found.python["candidate"].cubin_bytes(), code.arch
+        )
     trial = Trial(
         index=ending.index,
         status=status,
