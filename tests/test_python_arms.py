@@ -384,3 +384,19 @@ def test_the_record_holds_python_facts_to_the_plan(tmp_path):
     mixed["workload"]["launch"] = plan_copy()["workload"]["launch"]
     cuda_base = load_plan(repo(tmp_path / "m", mixed)).plan
     assert any("the plan's base arm is not a Python arm" in p for p in python_problems([trial], cuda_base))
+
+
+def test_a_python_record_renders_its_arms_and_passes_report_check(tmp_path, capsys):
+    plan = python_plan(candidate=PYTHON_ARM | {"graph": True})
+    plan["controls"]["negative"].append({"kind": "callable", "name": "nudge_last"})
+    loaded = load_plan(repo(tmp_path, plan, freeze=True))
+    run_trial(loaded, fake_device(), tmp_path)
+    record = tmp_path / "record"
+    for argv, codes in ((["report", str(record)], (0, 1, 7)), (["report", "--check", str(record)], (0,))):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code in codes, capsys.readouterr()  # report exits with the verdict (one trial of two)
+    readme = (record / "README.md").read_text()
+    assert "Python callable `../../kernels/py/axpy.py:axpy`, timed as CUDA-graph replays" in readme
+    assert "| 1 | candidate | `../../kernels/py/axpy.py:axpy` | graph replays |" in readme
+    assert "| 1 | base | `../../kernels/py/axpy.py:axpy` | eager calls |" in readme

@@ -211,6 +211,8 @@ def fidelity_text(plan: Plan) -> Md:
 def control_text(control) -> Md:
     if control.kind == "build":
         return Md("candidate rebuilt with " + _assignments(control.defines))
+    if control.kind == "callable":
+        return Md(f"candidate called with control={md(repr(control.name))}")
     m = control.mutation
     what = {
         "flip_bit": f"bit {m.bit} of element {md(m.index)} flipped",
