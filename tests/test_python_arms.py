@@ -380,6 +380,11 @@ def test_the_record_holds_python_facts_to_the_plan(tmp_path):
     problems = python_problems([other], loaded.plan)
     assert any("python.base: x.py:f (graph False), the plan's arm is" in p for p in problems)
     assert any("python.candidate is missing" in p for p in problems)
+    failed = trial.model_copy(update={"python": {}, "status": "failed"})  # a trial that failed to load its arms
+    assert python_problems([failed], loaded.plan) == []
+    graphed = {**trial.python, "candidate": trial.python["candidate"].model_copy(update={"graph": True})}
+    (problem,) = python_problems([trial.model_copy(update={"python": graphed})], loaded.plan)
+    assert "python.candidate: ../../kernels/py/axpy.py:axpy (graph True), the plan's arm is" in problem
     mixed = python_plan(base=plan_copy()["arms"]["base"])
     mixed["workload"]["launch"] = plan_copy()["workload"]["launch"]
     cuda_base = load_plan(repo(tmp_path / "m", mixed)).plan
