@@ -65,7 +65,8 @@ class TorchRuntime:
     def capture(self, call):
         """A graph of one call, captured on qualify's stream; replay() enqueues it there."""
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=self.stream):
+        # thread_local: qualify's other threads (input generation, telemetry) are not the capture's
+        with torch.cuda.graph(graph, stream=self.stream, capture_error_mode="thread_local"):
             call()
         return graph
 
