@@ -1,4 +1,4 @@
-"""Each trial in a process of its own (qualify.commands.trial_processes), on the CPU: which workers
+"""Each trial in a process of its own (qualify.procs.trials), on the CPU: which workers
 start, which codes let the next trial start, the preflight shared through a file, and a record
 whose trials came from separate processes judged by the two-level interval."""
 
@@ -10,14 +10,9 @@ import pytest
 from fleet_worker import ProcessWorker, one_trial_on_fake_device
 from plans import make_repo, plan_copy
 
-from qualify.commands.trial_processes import (
-    GRACE_S,
-    PreflightShared,
-    child_command,
-    most_severe,
-    run_each_in_a_process,
-)
-from qualify.run.isolation import CaseOutcome
+from qualify.errors import most_severe
+from qualify.procs.trials import GRACE_S, child_command, run_each_in_a_process
+from qualify.run.isolation import CaseOutcome, PreflightShared
 
 
 class Scripted:
@@ -177,8 +172,8 @@ def test_both_arms_asked_at_once_are_both_kept_in_the_shared_file(tmp_path):
 def test_a_damaged_shared_preflight_file_is_one_error_naming_it(tmp_path, content, fragment):
     """The file trial processes share is an input like any other: damaged, it is refused with exit 2
     and its name, not an internal error (exit 70) in every trial process."""
-    from qualify.commands.trial_processes import PREFLIGHT_FILE
     from qualify.errors import ExitCode, PlanError
+    from qualify.run.isolation import PREFLIGHT_FILE
 
     (tmp_path / PREFLIGHT_FILE).write_bytes(content)
     with pytest.raises(PlanError) as exc:
@@ -188,8 +183,8 @@ def test_a_damaged_shared_preflight_file_is_one_error_naming_it(tmp_path, conten
 
 
 def test_a_shared_preflight_file_linked_elsewhere_is_refused(tmp_path):
-    from qualify.commands.trial_processes import PREFLIGHT_FILE
     from qualify.errors import PlanError
+    from qualify.run.isolation import PREFLIGHT_FILE
 
     outside = tmp_path / "outside.json"
     outside.write_text("{}")

@@ -237,7 +237,7 @@ def _rehearse_control(
     cid = one.case.id
     if not isinstance(control, InputControl) or expected.reference is None:
         why = (
-            "a build control needs the kernel"
+            f"a {control.kind} control needs the kernel"
             if not isinstance(control, InputControl)
             else ("needs --reference to evaluate the mutated inputs")
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from qualify import generation
 from qualify.cpp_lexer import lex
 from qualify.errors import PlanError
 from qualify.io import MAX_LIBRARY_BYTES, MAX_SOURCE_BYTES, UnreadableFile, open_limited, read_limited
-from qualify.plan.model import ARM_SIDES, CudaArm, LibraryArm, Plan
+from qualify.plan import python_source
+from qualify.plan.model import ARM_SIDES, CudaArm, LibraryArm, Plan, PythonArm
 
 # The scanner proposes; NVRTC decides. It over-approximates what a source may include: every
 # string literal and <...> name on any preprocessor line (so `#define HDR "tune.h"` + `#include HDR`
@@ -174,7 +176,7 @@ def collect_files(plan: Plan, plan_path: Path, frozen: tuple[str, ...] = ()) -> 
                 include_dirs.append(folder)
             for path in local_includes(source, include_dirs, root, plan_path, f"arms.{side}.source", defined):
                 add(path)
-            if arm.launches is None:
+            if arm.kernel is not None:  # CudaArm's validator: `kernel` exactly when no `launches`
                 check_kernel_declared(source, arm.kernel, plan_path, f"arms.{side}.kernel", include_dirs)
             for i, launch in enumerate(arm.launches or []):
                 field = f"arms.{side}.launches[{i}].kernel"
@@ -185,6 +187,9 @@ def collect_files(plan: Plan, plan_path: Path, frozen: tuple[str, ...] = ()) -> 
             if problem:
                 raise PlanError(f"{arm.library!r}: {problem}", file=plan_path, field=f"arms.{side}.library")
             add(library)
+        elif isinstance(arm, PythonArm):
+            for path in python_arm_files(plan, side, arm, plan_path, root):
+                add(path)
     fid = plan.acceptance.fidelity
     if fid.golden is not None:
         add(_resolve(plan_path, root, fid.golden, "acceptance.fidelity.golden"))
@@ -196,8 +201,32 @@ def collect_files(plan: Plan, plan_path: Path, frozen: tuple[str, ...] = ()) -> 
     return PlanFiles(root=root, files=dict(sorted(found.items())))
 
 
+def python_arm_files(plan: Plan, side: str, arm: PythonArm, plan_path: Path, root: Path) -> list[Path]:
+    """The callable's file and its local modules, after its function's parameters are checked
+    against the buffers and parameters the plan gives it (all by `ast`: nothing is imported)."""
+    field = f"arms.{side}.callable"
+    source = _resolve(plan_path, root, arm.file, field)
+    if source.suffix != ".py":
+        raise PlanError(f"{arm.file!r} resolves to {source.name}, not a .py file", file=plan_path, field=field)
+    files = python_source.local_modules(source, root, plan_path, field)
+    rel = source.relative_to(root).as_posix()
+    sig = python_source.signature(
+        python_source.parse(source, root, plan_path, field), arm.function, rel, plan_path, field
+    )
+    buffers = {b.name: b.role for b in plan.workload.buffers}
+    params = set(plan.workload.params) | set(arm.params) | set(plan.workload.cases[0])
+    needs_control = side == "candidate" and any(c.kind == "callable" for c in plan.controls.negative)
+    python_source.check_parameters(sig, arm.function, rel, buffers, params, needs_control, plan_path, field)
+    return files
+
+
 def local_includes(
-    source: Path, include_dirs, root: Path, plan_path: Path, field: str, extra: list[tuple[str, bool]] | None = None
+    source: Path,
+    include_dirs: Sequence[Path],
+    root: Path,
+    plan_path: Path,
+    field: str,
+    extra: list[tuple[str, bool]] | None = None,
 ) -> list[Path]:
     """The source and, transitively, every header it includes that resolves inside the repository.
 
@@ -258,7 +287,9 @@ def local_includes(
     return list(seen)
 
 
-def check_kernel_declared(source: Path, kernel: str, plan_path: Path, field: str, include_dirs=()) -> None:
+def check_kernel_declared(
+    source: Path, kernel: str, plan_path: Path, field: str, include_dirs: Sequence[Path] = ()
+) -> None:
     """Refuse a kernel name that no `__global__` declaration in the source (or its headers) has.
 
     NVRTC would also fail, but later and with a compiler message; a plan error names the field.

@@ -27,9 +27,20 @@ from qualify.plan.model.acceptance import (
     SpeedGate,
     ToleranceRule,
 )
-from qualify.plan.model.arms import ARM_SIDES, Arm, ArmLaunch, Arms, CudaArm, LibraryArm, ScratchBuffer
+from qualify.plan.model.arms import (
+    ARM_SIDES,
+    Arm,
+    ArmLaunch,
+    Arms,
+    CudaArm,
+    LibraryArm,
+    PythonArm,
+    ScratchBuffer,
+    Side,
+)
 from qualify.plan.model.controls import (
     BuildControl,
+    CallableControl,
     Controls,
     Expectation,
     InputControl,
@@ -105,12 +116,14 @@ class Plan(Strict):
                 raise ValueError(f"buffer {buffer.name!r} takes its values from a golden, and the plan names none")
         return self
 
-    def arm(self, side: str) -> CudaArm | LibraryArm:
-        return getattr(self.arms, side)
+    def arm(self, side: str) -> CudaArm | LibraryArm | PythonArm:
+        arm: CudaArm | LibraryArm | PythonArm = getattr(self.arms, side)
+        return arm
 
 
 __all__ = [
     "ARM_SIDES",
+    "Side",
     "MAX_BUFFER_BYTES",
     "MAX_SHARED_PER_BLOCK",
     "MAX_THREADS_PER_BLOCK",
@@ -148,6 +161,8 @@ __all__ = [
     "Label",
     "Launch",
     "LibraryArm",
+    "PythonArm",
+    "CallableControl",
     "Mutation",
     "NegativeControl",
     "NormalInit",
