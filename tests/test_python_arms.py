@@ -405,3 +405,18 @@ def test_a_python_record_renders_its_arms_and_passes_report_check(tmp_path, caps
     assert "Python callable `../../kernels/py/axpy.py:axpy`, timed as CUDA-graph replays" in readme
     assert "| 1 | candidate | `../../kernels/py/axpy.py:axpy` | graph replays |" in readme
     assert "| 1 | base | `../../kernels/py/axpy.py:axpy` | eager calls |" in readme
+
+
+def test_a_package_installed_in_a_virtual_environment_inside_the_repository_is_not_the_arms_code(tmp_path):
+    """A .venv at the repository's root holds torch and Triton: importing them is not loading an
+    unfrozen module of the repository."""
+    site = tmp_path / ".venv" / "lib" / "python3.11" / "site-packages"
+    (site / "fakepkg_for_qualify").mkdir(parents=True)
+    (site / "fakepkg_for_qualify" / "__init__.py").write_text("VALUE = 1\n")
+    source = "import sys\nsys.path.append(" + repr(str(site)) + ")\nimport fakepkg_for_qualify\n" + AXPY
+    loaded = load_plan(repo(tmp_path, files={"kernels/py/axpy.py": source}, freeze=True))
+    from qualify.run import python_arm
+
+    entry = python_arm.load(loaded, "base", fake_device().python_runtime())
+    assert any(m.__name__ == "helper" for m in entry.modules)
+    assert not any(m.__name__ == "fakepkg_for_qualify" for m in entry.modules)
