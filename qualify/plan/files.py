@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qualify import generation
+from qualify.cpp_lexer import lex
 from qualify.errors import PlanError
 from qualify.io import MAX_LIBRARY_BYTES, MAX_SOURCE_BYTES, UnreadableFile, open_limited, read_limited
 from qualify.plan import python_source
@@ -31,7 +32,6 @@ _TOKENS = re.compile(
     r"|/\*.*?(?:\*/|\Z)",  # block comment (dropped; an unterminated one runs to the end)
     re.DOTALL,
 )
-_DIRECTIVE = re.compile(r"^[ \t]*(?:#|%:|\?\?=)(.*)$", re.MULTILINE)
 _NAMES = re.compile(r'"([^"\n]+)"|<([^<>\n]+)>')
 MAX_INCLUDE_DEPTH = 32
 
@@ -93,8 +93,9 @@ def strip_comments(text: str) -> str:
 def include_candidates(text: str) -> list[tuple[str, bool]]:
     """(name, quoted) for every file name a preprocessor line of `text` could include."""
     out = []
-    for line in _DIRECTIVE.findall(strip_comments(text)):
-        for quoted, angled in _NAMES.findall(line):
+    # the directive lines as NVRTC forms them (qualify.cpp_lexer, the include scanner's lexer too)
+    for line in lex(text).lines:
+        for quoted, angled in _NAMES.findall(line.text):
             out.append((quoted, True) if quoted else (angled.strip(), False))
     return out
 
@@ -240,7 +241,7 @@ def local_includes(
     NVRTC would block on it or read it without end.
     """
     search = (source.parent, *include_dirs)
-    seen: list[Path] = []
+    seen: dict[Path, None] = {}  # in the order found; a dict, so each lookup is O(1) (a list made the walk quadratic)
     stack = [(source, 0)]
     while stack:
         path, depth = stack.pop()
@@ -248,7 +249,7 @@ def local_includes(
             continue
         if depth > MAX_INCLUDE_DEPTH:
             raise PlanError(f"includes nest deeper than {MAX_INCLUDE_DEPTH}", file=plan_path, field=field)
-        seen.append(path)
+        seen[path] = None
         names = include_candidates(_read_text(path, plan_path, field))
         if path == source and extra:
             names += extra
@@ -283,7 +284,7 @@ def local_includes(
                         )
                     stack.append((candidate, depth + 1))
                     break
-    return seen
+    return list(seen)
 
 
 def check_kernel_declared(

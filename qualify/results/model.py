@@ -413,6 +413,15 @@ class LibraryInfo(Model):
     abi_version: int | None
 
 
+class LaunchedCode(Model):
+    """One launch of an arm as its machine code: the kernel and what its identity holds
+    (qualify.build.machine_code.launched)."""
+
+    name: str = Field(description="the kernel as launched (its lowered name)")
+    digest: str = Field(description="the digest of the kernel's code, its callees and the module's facts")
+    functions: list[str] = Field(description="the functions that digest holds, the kernel first")
+
+
 class CompiledCode(Model):
     """One compiled kernel a Python arm's JIT wrote (a .cubin of Triton's cache)."""
 
@@ -460,7 +469,19 @@ class CodeIdentity(Model):
         description="the architecture compared: the exact target NVRTC compiled (sm_90a where the plan "
         "asks for arch-specific code), the device's for library arms"
     )
-    digests: dict[Side, str] = Field(default_factory=dict, description="each arm's machine-code digest")
+    digests: dict[Side, str] = Field(
+        default_factory=dict,
+        description="each arm's machine-code digest: of its whole module (scope 'module'), or of the "
+        "digests of what it launches, in launch order (scope 'launched')",
+    )
+    scope: Literal["module", "launched"] = Field(
+        default="module",
+        description="'module': each arm's whole module compared (library arms, and NVRTC records "
+        "made before the launched functions were); 'launched': the functions each launch executes",
+    )
+    launched: dict[Side, list[LaunchedCode]] = Field(
+        default_factory=dict, description="scope 'launched': per arm, each launch's code in launch order"
+    )
     functions: int = Field(default=0, description="functions (kernels and device functions) compared")
     differences: list[str] = Field(
         default_factory=list,
@@ -485,6 +506,8 @@ class CodeIdentity(Model):
         record without them states a comparison nothing in it supports."""
         if self.status != "unknown" and set(self.digests) != {"base", "candidate"}:
             raise ValueError(f"code {self.status!r} needs both arms' digests (base and candidate)")
+        if self.status != "unknown" and self.scope == "launched" and set(self.launched) != {"base", "candidate"}:
+            raise ValueError(f"code {self.status!r} of launched functions needs both arms' launches")
         return self
 
 

@@ -38,7 +38,7 @@ def build_and_load(
     JIT compiles is known only once it has been called)."""
     arch = device.info.arch
     kernels: dict[str, object] = {}
-    compiled: dict[str, CompiledKernel] = {}
+    compiled: dict[str, CompiledKernel | tuple[CompiledKernel, ...]] = {}
     for side in ARM_SIDES:
         arm = loaded.plan.arm(side)
         with watch(side=side):
@@ -56,7 +56,7 @@ def build_and_load(
 
 def _code_identity(
     loaded: LoadedPlan,
-    compiled: Mapping[str, CompiledKernel],
+    compiled: Mapping[str, CompiledKernel | tuple[CompiledKernel, ...]],
     found_libraries: Mapping[str, LibraryInfo],
     arch: str,
 ) -> CodeIdentity:
@@ -68,13 +68,11 @@ def _code_identity(
         # compared when the trial is written (stages/finish.py): a JIT compiles on the first call
         return code_identity.unknown(arch, "python", "a Python arm's code is known once its JIT has run")
     try:
-        if any(isinstance(c, tuple) for c in compiled.values()):
-            reason = "an arm launches a sequence of kernels: machine code is compared for single-kernel arms only"
-            return code_identity.unknown(target, "nvrtc", reason)
         if len(compiled) == len(ARM_SIDES):
-            return code_identity.nvrtc(
-                compiled["base"], compiled["candidate"], loaded.cases, compiled["base"].spec.arch
-            )
+            # an arm with its own launches is compared launch by launch; its code is the target's
+            # whichever launch names it
+            first = compiled["base"][0] if isinstance(compiled["base"], tuple) else compiled["base"]
+            return code_identity.nvrtc(compiled["base"], compiled["candidate"], loaded.cases, first.spec.arch)
         if len(found_libraries) == len(ARM_SIDES):
             paths = [Path(found_libraries[side].path) for side in ARM_SIDES]
             return code_identity.library(*paths, arch)
