@@ -304,7 +304,7 @@ def test_a_plan_with_python_arms_needs_torch_in_the_trial_processes(monkeypatch)
     report = diagnose(healthy(), plan=plan)
     assert report.exit_code == 5
     (check,) = [c for c in by_name(report, "plan") if c.status == "fail"]
-    assert "Python arms and torch is not installed: pip install 'qualify[triton]'" in check.detail
+    assert "Python arms: torch and triton not installed: pip install 'qualify[triton]'" in check.detail
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
     assert diagnose(healthy(), plan=plan).exit_code == 0
     vecload = load_plan(ROOT / "protocols/vecload/plan.json").plan

@@ -169,6 +169,13 @@ def test_a_callable_outside_the_repository_by_dot_dot_is_refused(tmp_path):
     assert exc.value.field == "arms.candidate.callable"
 
 
+def test_an_absolute_callable_path_is_refused(tmp_path):
+    (tmp_path / "outside.py").write_text(AXPY)
+    plan = python_plan(candidate={"kind": "python", "callable": f"{tmp_path / 'outside.py'}:axpy"})
+    with pytest.raises(PlanError, match="resolves outside the repository"):
+        load_plan(repo(tmp_path / "repo", plan))
+
+
 def test_a_callable_linked_from_outside_the_repository_is_refused(tmp_path):
     (tmp_path / "outside.py").write_text(AXPY)
     inner = tmp_path / "repo"

@@ -303,6 +303,7 @@ def _cuda_check(found: CudaVersions) -> tuple[Check, CudaVersions]:
 def _plan_checks(plan, info: DeviceInfo) -> list[Check]:
     from qualify.evaluate.device_match import device_matches
     from qualify.plan.model.hardware import refusal, target_for
+    from qualify.plan.python_source import runtime_missing
 
     specs = plan.hardware.devices
     listed = ", ".join(f"{s.name or '*'} (cc {s.compute_capability or 'any'})" for s in specs)
@@ -327,27 +328,13 @@ def _plan_checks(plan, info: DeviceInfo) -> list[Check]:
                 detail=refusal(plan.hardware.architectures, info.arch, info.compute_capability),
             )
         )
-    out.extend(_python_arm_checks(plan))
+    missing = runtime_missing(plan)  # Python arms: torch and Triton for the trial processes
+    if missing is not None:
+        lacks = f"{' and '.join(missing)} not installed: pip install 'qualify[triton]'"
+        detail, status = f"Python arms: {lacks if missing else 'torch and triton found'}", "warn" if missing else "ok"
+        code = ExitCode.DEVICE if "torch" in missing else None
+        out.append(Check(name="plan", status="fail" if code else status, exit_code=code, detail=detail))
     return out
-
-
-def _python_arm_checks(plan) -> list[Check]:
-    """A plan with Python arms needs torch in the trial processes (found, never imported here)."""
-    import importlib.util
-
-    from qualify.plan.model import ARM_SIDES, PythonArm
-
-    if not any(isinstance(plan.arm(side), PythonArm) for side in ARM_SIDES):
-        return []
-    missing = [name for name in ("torch", "triton") if importlib.util.find_spec(name) is None]
-    if "torch" in missing:
-        detail = f"plan {plan.name} has Python arms and torch is not installed: pip install 'qualify[triton]'"
-        return [Check(name="plan", status="fail", exit_code=ExitCode.DEVICE, detail=detail)]
-    if missing:
-        return [
-            Check(name="plan", status="warn", detail="Python arms: torch found, triton not (a Triton arm will fail)")
-        ]
-    return [Check(name="plan", status="ok", detail="Python arms: torch and triton found for the trial processes")]
 
 
 def _nvml_checks(state: NvmlState | str) -> list[Check]:
