@@ -177,7 +177,7 @@ def _gate_protocol(touched: Touched, tree: Path, root: Path, commit: str, ci: di
     try:
         derived, _, _ = write_derived(rev_plan, now_plan, commit[:12])
     except QualifyError as exc:
-        return GateProtocol(**base, status="error", detail=exc.one_line(), arms=[])
+        return GateProtocol(**base, status="error", detail=exc.one_line(), error_exit_code=int(exc.exit_code), arms=[])
     arms = []
     with tempfile.TemporaryDirectory(prefix="qualify-gate-build-") as work:
         built = None
@@ -255,8 +255,8 @@ def run_gate(
                 gated.append(_gate_protocol(touched[name], tree, root, commit, ci, runner, out, time_identical))
     result, code, summary = outcome(gated)
     if result != "fail":
-        errors = [a.error_exit_code for p in gated for a in p.arms if a.error_exit_code is not None]
-        errors += [int(ExitCode.INCOMPLETE) for p in gated if p.status == "error"]
+        errors = [p.error_exit_code or int(ExitCode.INCOMPLETE) for p in gated if p.status == "error"]
+        errors += [a.error_exit_code for p in gated for a in p.arms if a.error_exit_code is not None]
         if errors:
             code = ExitCode(errors[0])
     document = GateDocument(

@@ -57,6 +57,7 @@ class GateProtocol(Model):
     reasons: list[str] = Field(description="the changed paths that touch it")
     status: Literal["gated", "new", "error"]
     detail: str | None = None
+    error_exit_code: int | None = Field(default=None, description="the exit code of the error, when status is error")
     arms: list[GateArm]
 
 
