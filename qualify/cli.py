@@ -291,7 +291,7 @@ _RUN_OPTIONS = [
     click.option(
         "--exploratory", is_flag=True, help="Allow a device the plan does not list; the record is marked unplanned."
     ),
-    # how `run` starts each trial in a process of its own (qualify.commands.trial_processes)
+    # how `run` starts each trial in a process of its own (qualify.procs.trials)
     click.option("--trial-process", "trial_process", type=click.Path(path_type=Path), hidden=True),
 ]
 
@@ -360,7 +360,7 @@ def _execute_on_devices(command, plan_path, record_dir, devices, trials, explora
     """`--devices`: one `qualify run/compare --device N` worker per GPU, in parallel, into one record."""
     from rich.text import Text
 
-    from qualify.commands.fleet import run_on_devices
+    from qualify.procs.fleet import run_on_devices
 
     terminate_as_interrupt()
     code = run_on_devices(
@@ -375,8 +375,9 @@ def _execute(command, plan_path, record_dir, ordinal, trials, exploratory, libra
     A trial process exits 0 once its trial is kept (the parent judges the record), 130 if it was
     interrupted; the parent exits with the most severe trial process's code that is no verdict,
     else the record's verdict."""
-    from qualify.commands.pipeline import execute, exit_code
-    from qualify.commands.trial_processes import most_severe
+    from qualify.commands.pipeline import exit_code
+    from qualify.errors import most_severe
+    from qualify.procs.trials import execute
     from qualify.render.terminal import run_summary
 
     terminate_as_interrupt()
@@ -390,7 +391,7 @@ def _execute(command, plan_path, record_dir, ordinal, trials, exploratory, libra
         out.print(run_summary(run.outcome, run.folder, run.loaded.plan))
     severe = most_severe(list(run.codes))
     if severe is not None:
-        raise SystemExit(severe)
+        raise SystemExit(int(severe))
     if run.outcome.results is None:
         raise SystemExit(int(ExitCode.INCOMPLETE))
     raise SystemExit(exit_code(run.outcome.results, interrupted))
@@ -503,6 +504,36 @@ def summary_cmd(folder: Path, target: Path | None) -> None:
         except OSError as exc:
             raise UsageError(f"cannot append: {exc.strerror}", file=target) from None
     raise SystemExit(failed_check if failed_check is not None else exit_code(Record(folder).results()))
+
+
+@cli.command("history")
+@click.option("--artifacts", type=click.Path(path_type=Path), help="A folder of records (CI artifacts).")
+@click.option("--git", "git_record", type=click.Path(path_type=Path), help="A record folder, read from git history.")
+@click.option("--protocol", help="The protocol (plan name) to show, where the folder holds several.")
+@click.option("--manifest", type=click.Path(path_type=Path), help="Commits of --artifacts records that state none.")
+@click.option(
+    "--alpha",
+    type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+    default=0.01,
+    show_default=True,
+    help="Level of each change-point test (the chance a flat history is flagged).",
+)
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="The HTML page to write.")
+def history_cmd(artifacts, git_record, protocol, manifest, alpha, output) -> None:
+    """A protocol's records across commits as one static HTML page: per case the change over time
+    with its interval, the verdicts, and change points (docs/history.md). Exit 0 when written, 2 on
+    bad input, 5 when the host refuses the write, 6 when git is missing."""
+    from qualify.commands.history import history_page, write_page
+
+    history, page = history_page(
+        artifacts=artifacts, git_record=git_record, protocol=protocol, manifest=manifest, alpha=alpha
+    )
+    write_page(page, output)
+    flagged = sum(1 for c in history.cases if c.changes.points)
+    click.echo(
+        f"history of {_printable(history.protocol)}: {len(history.records)} records, {len(history.cases)} series, "
+        f"{flagged} with change points -> {_printable(str(output))}"
+    )
 
 
 @cli.command("changed")

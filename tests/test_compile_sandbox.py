@@ -219,3 +219,24 @@ def test_every_spelling_of_a_computed_include_is_refused(tmp_path, spelling):
     with pytest.raises(PlanError, match="literal") as exc:
         includes.resolve_headers(tmp_path / "k.cu", text, (tmp_path,), (tmp_path,), (), {})
     assert exc.value.field == "line 3"
+
+
+def test_a_link_inside_the_repository_to_a_file_outside_is_refused_by_where_it_resolves(tmp_path):
+    """The allowed folders are checked on the path the file system resolves, not the name as written:
+    `"inc/key.h"` is lexically inside the repository, but the link leads out of it. Neither the
+    outside file's bytes nor the header are handed to NVRTC."""
+    repo, outside = tmp_path / "repo", tmp_path / "outside"
+    (repo / "inc").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.h").write_text("#define SECRET 42\n")
+    (repo / "inc" / "key.h").symlink_to(outside / "secret.h")
+    (repo / "inc" / "own.h").write_text("// a header of the repository's own\n")
+    text = b'#include "inc/own.h"\n#include "inc/key.h"\n'
+    with pytest.raises(PlanError, match="'inc/key.h', which resolves outside the repository") as exc:
+        includes.resolve_headers(repo / "k.cu", text, (repo,), (repo,), (), {})
+    assert exc.value.field == "line 2"
+    # the same link pointing inside the repository is an ordinary header
+    (repo / "inc" / "key.h").unlink()
+    (repo / "inc" / "key.h").symlink_to(repo / "inc" / "own.h")
+    found = includes.resolve_headers(repo / "k.cu", text, (repo,), (repo,), (), {})
+    assert found.by_name["inc/key.h"][0] == repo / "inc" / "own.h"

@@ -1,4 +1,4 @@
-"""Each trial in a process of its own (qualify.commands.trial_processes), on the CPU: which workers
+"""Each trial in a process of its own (qualify.procs.trials), on the CPU: which workers
 start, which codes let the next trial start, the preflight shared through a file, and a record
 whose trials came from separate processes judged by the two-level interval."""
 
@@ -10,14 +10,9 @@ import pytest
 from fleet_worker import ProcessWorker, one_trial_on_fake_device
 from plans import make_repo, plan_copy
 
-from qualify.commands.trial_processes import (
-    GRACE_S,
-    PreflightShared,
-    child_command,
-    most_severe,
-    run_each_in_a_process,
-)
-from qualify.run.isolation import CaseOutcome
+from qualify.errors import most_severe
+from qualify.procs.trials import GRACE_S, child_command, run_each_in_a_process
+from qualify.run.isolation import CaseOutcome, PreflightShared
 
 
 class Scripted:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,7 +174,7 @@ def collect_files(plan: Plan, plan_path: Path, frozen: tuple[str, ...] = ()) -> 
                 include_dirs.append(folder)
             for path in local_includes(source, include_dirs, root, plan_path, f"arms.{side}.source", defined):
                 add(path)
-            if arm.launches is None:
+            if arm.kernel is not None:  # CudaArm's validator: `kernel` exactly when no `launches`
                 check_kernel_declared(source, arm.kernel, plan_path, f"arms.{side}.kernel", include_dirs)
             for i, launch in enumerate(arm.launches or []):
                 field = f"arms.{side}.launches[{i}].kernel"
@@ -196,7 +197,12 @@ def collect_files(plan: Plan, plan_path: Path, frozen: tuple[str, ...] = ()) -> 
 
 
 def local_includes(
-    source: Path, include_dirs, root: Path, plan_path: Path, field: str, extra: list[tuple[str, bool]] | None = None
+    source: Path,
+    include_dirs: Sequence[Path],
+    root: Path,
+    plan_path: Path,
+    field: str,
+    extra: list[tuple[str, bool]] | None = None,
 ) -> list[Path]:
     """The source and, transitively, every header it includes that resolves inside the repository.
 
@@ -257,7 +263,9 @@ def local_includes(
     return seen
 
 
-def check_kernel_declared(source: Path, kernel: str, plan_path: Path, field: str, include_dirs=()) -> None:
+def check_kernel_declared(
+    source: Path, kernel: str, plan_path: Path, field: str, include_dirs: Sequence[Path] = ()
+) -> None:
     """Refuse a kernel name that no `__global__` declaration in the source (or its headers) has.
 
     NVRTC would also fail, but later and with a compiler message; a plan error names the field.

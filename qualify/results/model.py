@@ -7,7 +7,8 @@ History of the format (bump RESULTS_VERSION on any incompatible change and say w
       a case's raw CUPTI `trace` and the `kernels` derived from it, the trial's `kernel_trace`,
       a case's `log_mean` and `log_sd`, and the record's `pooled` two-level statistics; the
       kernel trace's `version` 2 (traced calls placed like the samples, each call's draw kept, CUPTI
-      compared with the samples: `deltas`, `timer_delta`, `sample_timers`).
+      compared with the samples: `deltas`, `timer_delta`, `sample_timers`); version 3 (traced as
+      version 2, the same fields kept as evidence, but CUPTI's change neither judged nor printed).
 
 Every statistic here is derived from the raw samples by `qualify.evaluate`; `qualify report
 --check` recomputes them and refuses a results.json or README that disagrees.
@@ -15,13 +16,13 @@ Every statistic here is derived from the raw samples by `qualify.evaluate`; `qua
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from qualify.results.tolerance import CaseTolerance, ControlOutcome
 
-RESULTS_VERSION = 1
+RESULTS_VERSION: Final = 1
 
 Side = Literal["base", "candidate"]
 Status = Literal["complete", "failed", "interrupted"]
@@ -337,12 +338,14 @@ class KernelTrace(Model):
     demangler: str = Field(description="c++filt, builtin, or none (names kept as launched)")
     names: dict[str, str] = Field(default_factory=dict, description="launched name -> demangled")
     limits: DeviceLimits | None = None
-    version: Literal[1, 2] = Field(
+    version: Literal[1, 2, 3] = Field(
         default=1,
         description="1: traced_calls calls per arm after timing on the first placement, base's then "
         "candidate's, each call's event window against its own CUPTI span; 2: traced like the samples "
         "(ABBA/BAAB blocks, poisoned outputs, the case's placements and flush slots, each call's draw "
-        "kept), CUPTI's change and spans against the timed samples",
+        "kept), CUPTI's change and spans against the timed samples; 3: traced and derived as 2, but "
+        "CUPTI's change and its comparison with the samples are kept as evidence only: not a reason "
+        "in the verdict and not printed (ncu sided with the samples where they differed)",
     )
     flush_slots: int | None = Field(
         default=None, description="trace version 2: the flush buffers the traced calls drew from"
@@ -390,7 +393,7 @@ class CaseTrial(Model):
     kernels: CaseKernels | None = Field(
         default=None, description="derived from `trace`: kernel inventory, attribution, timer agreement"
     )
-    placements: dict | None = Field(
+    placements: dict[str, Any] | None = Field(
         default=None,
         description="the case's pool of buffer placements as drawn (qualify.run.placement: "
         "count requested and used, granularity, each placement's spacer and offsets, why fewer); the "

@@ -29,11 +29,13 @@ import json
 import os
 import re
 import socket
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from qualify import strict_json
 from qualify.errors import DeviceError, FrozenInputChanged, PlanError
@@ -86,7 +88,7 @@ class Record:
     def ledger_path(self) -> Path:
         return self.folder / LEDGER
 
-    def ledger(self) -> list[dict]:
+    def ledger(self) -> list[dict[str, Any]]:
         if not os.path.lexists(self.ledger_path):
             return []
         try:
@@ -117,7 +119,7 @@ class Record:
             events.append(event)
         return events
 
-    def append(self, event: dict) -> None:
+    def append(self, event: dict[str, Any]) -> None:
         """Append one event and fsync: the ledger is the part of a record that must survive."""
         if event.get("event") == "trial_ended":
             # Whoever ends a trial, the end event binds the files it left: a trial file or raw
@@ -135,7 +137,7 @@ class Record:
             os.fsync(f.fileno())
 
     def trials_in_ledger(self) -> list[LedgerTrial]:
-        started: dict[int, dict] = {}
+        started: dict[int, dict[str, Any]] = {}
         ended: dict[int, str] = {}
         for e in self.ledger():
             if e["event"] == "trial_started":
@@ -159,7 +161,7 @@ class Record:
         return found
 
     @contextmanager
-    def locked(self):
+    def locked(self) -> Iterator[None]:
         """Exclusive use of the record among processes (one worker per GPU may share a record):
         taking a trial index, closing dangling trials and re-rendering happen under it."""
         fd = open_in_record(self.folder / LOCK_FILE, self.folder)  # a link there is refused
@@ -176,7 +178,7 @@ class Record:
         return self.folder / (OWNER_PREFIX + re.sub(r"[^A-Za-z0-9._-]", "_", device_uuid))
 
     @contextmanager
-    def owned(self, device_uuid: str):
+    def owned(self, device_uuid: str) -> Iterator[int | None]:
         """This process owns `device_uuid`'s trials in the record while the block runs.
 
         Refused (DeviceBusy, naming the owner) while another live run owns them; a process started
@@ -330,7 +332,10 @@ class Record:
         return load_model(Results, self.folder / "results.json", root=self.folder)
 
 
-def _read_owner(path: Path) -> dict:
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _read_owner(path: Path) -> dict[str, Any]:
     """What an owner file says (empty when it says nothing readable: the owner is still named
     as unknown, never guessed)."""
     try:
@@ -353,7 +358,7 @@ def results_json(results: Results) -> str:
     return versioned.model_dump_json(indent=1, exclude_unset=True) + "\n"
 
 
-def load_model(model, path: Path, *, root: Path | None = None):
+def load_model(model: type[_M], path: Path, *, root: Path | None = None) -> _M:
     """Load a versioned JSON file (at most MAX_JSON_BYTES; with `root`, a link must stay inside
     it); errors name the file and the field."""
     text = read_text_limited(path, MAX_JSON_BYTES, root=root)

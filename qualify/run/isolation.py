@@ -13,9 +13,13 @@ import os
 import selectors
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+from qualify.io import MAX_JSON_BYTES, atomic_write_text, read_text_limited
 
 CASE_TIMEOUT_S = 60.0  # a single launch of a plan's case never takes a minute; a hang does
 STARTUP_TIMEOUT_S = 120.0  # interpreter start, NVRTC build and module load before the first case
@@ -129,3 +133,44 @@ def preflight(
             outcomes.append(CaseOutcome(culprit, side, "error", message))
         pending = rest[1:]
     return outcomes
+
+
+PREFLIGHT_FILE = "preflight.json"
+
+
+class PreflightShared:
+    """The isolated preflight of each arm, once per invocation, shared by its trial processes.
+
+    The first call for an arm runs the workers and writes their outcomes to `workdir`; a later
+    call (in this process or in a later trial's) reads them back and says it reused them: every
+    trial of one invocation runs the same build, inputs and device.
+    """
+
+    def __init__(self, preflight: Callable, workdir: Path | None = None):
+        self._preflight = preflight
+        self._file = None if workdir is None else Path(workdir) / PREFLIGHT_FILE
+        self._outcomes: dict[str, list] = self._read()
+        # the engine asks for both arms at once, from two threads: one writes the file at a time
+        self._lock = threading.Lock()
+        self.reused = False
+
+    def _read(self) -> dict[str, list]:
+        if self._file is None or not self._file.is_file():
+            return {}
+        data = json.loads(read_text_limited(self._file, MAX_JSON_BYTES))
+        return {k: [CaseOutcome(**o) for o in v] for k, v in data.items()}
+
+    def __call__(self, side: str, cases: list[str]):
+        key = json.dumps([side, list(cases)])
+        with self._lock:
+            known = self._outcomes.get(key)
+        if known is not None:
+            self.reused = True
+            return known
+        outcomes = self._preflight(side, cases)  # the arms' workers run at the same time
+        with self._lock:
+            self._outcomes[key] = outcomes
+            if self._file is not None:
+                data = {k: [vars(o) for o in v] for k, v in self._outcomes.items()}
+                atomic_write_text(self._file, json.dumps(data))
+        return outcomes

@@ -25,6 +25,7 @@ from qualify.plan.model import ARM_SIDES, LibraryArm
 from qualify.run import golden_stage
 from qualify.run.arms import ArmExec, compile_and_load
 from qualify.run.device import CudaDevice, KernelFault
+from qualify.run.device_protocol import Device
 from qualify.run.library import EntryPointFailed, load_library
 
 
@@ -32,7 +33,7 @@ def emit(**event) -> None:
     print(json.dumps(event), flush=True)
 
 
-def _load_arm(loaded, side: str, dev, case_ids, by_id, library: str | None):
+def _load_arm(loaded, side: str, dev: Device, case_ids, by_id, library: str | None):
     """The arm's kernel (compiled for this device) or its library entry point."""
     arm = loaded.plan.arm(side)
     if isinstance(arm, LibraryArm):

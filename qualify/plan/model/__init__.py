@@ -27,7 +27,7 @@ from qualify.plan.model.acceptance import (
     SpeedGate,
     ToleranceRule,
 )
-from qualify.plan.model.arms import ARM_SIDES, Arm, ArmLaunch, Arms, CudaArm, LibraryArm, ScratchBuffer
+from qualify.plan.model.arms import ARM_SIDES, Arm, ArmLaunch, Arms, CudaArm, LibraryArm, ScratchBuffer, Side
 from qualify.plan.model.controls import (
     BuildControl,
     Controls,
@@ -113,11 +113,13 @@ class Plan(AddedFields):
         return self
 
     def arm(self, side: str) -> CudaArm | LibraryArm:
-        return getattr(self.arms, side)
+        arm: CudaArm | LibraryArm = getattr(self.arms, side)
+        return arm
 
 
 __all__ = [
     "ARM_SIDES",
+    "Side",
     "MAX_BUFFER_BYTES",
     "MAX_SHARED_PER_BLOCK",
     "MAX_THREADS_PER_BLOCK",

@@ -36,7 +36,8 @@ class ScratchBuffer(Strict):
 
 
 # the two sides of every comparison, in the order results and records list them
-ARM_SIDES = ("base", "candidate")
+Side = Literal["base", "candidate"]
+ARM_SIDES: tuple[Side, Side] = ("base", "candidate")
 
 
 class CudaArm(AddedFields):
@@ -88,7 +89,10 @@ class CudaArm(AddedFields):
     @property
     def kernels(self) -> tuple[str, ...]:
         """The kernels the arm launches, in launch order (repeats kept)."""
-        return (self.kernel,) if self.launches is None else tuple(launch.kernel for launch in self.launches)
+        if self.launches is not None:
+            return tuple(launch.kernel for launch in self.launches)
+        assert self.kernel is not None  # _kernel_or_launches: one of the two
+        return (self.kernel,)
 
 
 class LibraryArm(Strict):

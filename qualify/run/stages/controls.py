@@ -17,6 +17,7 @@ from qualify.results.tolerance import ControlOutcome
 from qualify.run import golden_stage
 from qualify.run.arms import ArmExec, compile_and_load
 from qualify.run.controls import mutate
+from qualify.run.device_protocol import Device
 from qualify.run.stages.case_setup import CaseSetup
 from qualify.run.stages.fidelity import Reference
 from qualify.run.stages.where import watch
@@ -32,7 +33,7 @@ class ControlFound:
 class ControlKernels:
     """The candidate rebuilt with each kernel control's defines, built and loaded once a trial."""
 
-    def __init__(self, loaded: LoadedPlan, device):
+    def __init__(self, loaded: LoadedPlan, device: Device):
         self._loaded = loaded
         self._device = device
         self._loaded_kernels: dict[str, object] = {}
@@ -87,7 +88,7 @@ def run_controls(
         yield ControlFound(result, None, None)
 
 
-def _run_one(control, case: ResolvedCase, setup: CaseSetup, cand: ArmExec, kernels: ControlKernels, device):
+def _run_one(control, case: ResolvedCase, setup: CaseSetup, cand: ArmExec, kernels: ControlKernels, device: Device):
     """The candidate's outputs under one control; a mutated input is restored however the run ends."""
     if control.kind == "input":
         spec = next(b for b in case.arms["candidate"].buffers if b.name == control.buffer)
