@@ -615,7 +615,7 @@ def gate_cmd(
     import os
 
     from qualify.commands.gate import gate_schema, run_gate
-    from qualify.commands.pipeline import execute
+    from qualify.procs.trials import execute
 
     if schema:
         click.echo(_json.dumps(gate_schema(), indent=2))
