@@ -74,7 +74,7 @@ def _fresh_out(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def _build(command: list, cwd: Path, what: str) -> None:
+def _build(command: object, cwd: Path, what: str) -> None:
     if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
         raise UsageError("build must be a list of strings (a command, no shell)", file=CI_CONFIG, field="build")
     try:

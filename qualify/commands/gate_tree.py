@@ -169,14 +169,15 @@ def materialize_revision(root: Path, commit: str, dest: Path) -> Materialized:
         problem = path_problem(e.path)
         if problem is None and e.mode not in REGULAR_MODES:
             problem = {"120000": "a symbolic link", "160000": "a submodule"}.get(e.mode, f"git mode {e.mode}")
-        if problem is None and (e.size is None or e.size > MAX_BLOB_BYTES):
+        size = e.size if e.size is not None else MAX_BLOB_BYTES + 1
+        if problem is None and size > MAX_BLOB_BYTES:
             problem = f"a blob of {e.size} bytes (over {MAX_BLOB_BYTES})"
-        if problem is None and (found.total_bytes + e.size > MAX_TREE_BYTES or len(wanted) >= MAX_TREE_FILES):
+        if problem is None and (found.total_bytes + size > MAX_TREE_BYTES or len(wanted) >= MAX_TREE_FILES):
             problem = f"past the tree's cap ({MAX_TREE_FILES} files, {MAX_TREE_BYTES} bytes)"
         if problem is not None:
             found.skipped.append(Skipped(e.path, problem))
             continue
-        found.total_bytes += e.size
+        found.total_bytes += size
         wanted.append(e)
     if not wanted:
         return found
@@ -188,8 +189,9 @@ def materialize_revision(root: Path, commit: str, dest: Path) -> Materialized:
         header = stream[at:header_end].decode(errors="replace").split()
         if len(header) != 3 or header[0] != e.sha or header[1] != "blob" or int(header[2]) != e.size:
             raise ToolError(f"git cat-file answered {' '.join(header)!r} for {e.sha} ({e.path})")
-        data = stream[header_end + 1 : header_end + 1 + e.size]
-        at = header_end + 1 + e.size + 1
+        size = int(header[2])
+        data = stream[header_end + 1 : header_end + 1 + size]
+        at = header_end + 1 + size + 1
         try:
             writer.write(e.path, data, executable=e.mode == "100755")
         except OSError as exc:

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from qualify.results.model import Model
 
-GATE_VERSION = 1
+GATE_VERSION: Literal[1] = 1
 
 GateClass = Literal["identical_code", "unchanged", "faster", "slower", "cant_tell"]
 BytesFinding = Literal["identical", "within_tolerance", "beyond_tolerance", "not_compared"]

@@ -7,6 +7,8 @@ says nothing gets the defaults below; a plan that states them is bound to them b
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pydantic import Field
 
 from qualify.plan.model.acceptance import CaseSelector
@@ -45,7 +47,7 @@ class GatePolicy(Strict):
         default_factory=list, description="Per-case policies; the first that selects a case applies, else the above."
     )
 
-    def rule_for(self, selects) -> GateRule:
+    def rule_for(self, selects: Callable[[GateRule], bool]) -> GateRule:
         """The rule of the first entry `selects(entry)` accepts, else the plan-wide one."""
         for rule in self.cases:
             if selects(rule):
