@@ -427,3 +427,17 @@ def test_a_package_installed_in_a_virtual_environment_inside_the_repository_is_n
     entry = python_arm.load(loaded, "base", fake_device().python_runtime())
     assert any(m.__name__ == "helper" for m in entry.modules)
     assert not any(m.__name__ == "fakepkg_for_qualify" for m in entry.modules)
+
+
+def test_a_compiler_error_names_its_place_and_its_cause():
+    """Triton's CompilationError opens with the place and ends with the cause, source lines between:
+    the failure keeps both ends (on the H200 the first line alone said only 'at 5:31:')."""
+    from qualify.run.python_arm import _where
+
+    try:
+        raise RuntimeError(
+            "at 5:31:\n    running = tl.full([BLOCK], NEG_INF)\n                   ^\nNameError('NEG_INF')"
+        )
+    except RuntimeError as exc:
+        text = _where(exc)
+    assert text.startswith("RuntimeError: at 5:31: … NameError('NEG_INF')"), text
