@@ -80,6 +80,8 @@ def cross_check(plan: Plan, file: str | None = None) -> None:
         raise fail(f"acceptance.gates[{j}].name", f"gate {plan.acceptance.gates[j].name!r} is declared twice")
     for i, gate in enumerate(plan.acceptance.gates):
         _check_selector(gate, plan, known_cases, f"acceptance.gates[{i}]", fail)
+    for i, rule in enumerate(plan.gate.cases):
+        _check_selector(rule, plan, known_cases, f"gate.cases[{i}]", fail)
     _check_tolerances(plan, known_cases, roles, fail)
     for i, check in enumerate(plan.acceptance.sanitizer):
         _check_case_ids(check.cases, known_cases, f"acceptance.sanitizer[{i}].cases", fail)
