@@ -27,6 +27,14 @@ def test_identity(device):
     assert info.arch == "sm_" + info.compute_capability.replace(".", "")
 
 
+def test_device_uuid_names_the_gpu_an_opened_device_reports(device):
+    """A run's parent identifies its GPU without a context (qualify.procs.invocation); its trial
+    processes open it: both must name the same GPU, or every trial process is refused."""
+    from qualify.run.device import device_uuid
+
+    assert device_uuid(0) == device.info.uuid
+
+
 def test_the_peak_dram_bandwidth_is_read_off_the_device(device):
     """Memory clock and bus width as the driver reports them give the datasheet's peak: on the
     H200 3,201 MHz x 2 x 6,144 bits, about 4.9 TB/s (its datasheet says 4.8)."""
