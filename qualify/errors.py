@@ -6,7 +6,7 @@ Library code raises these; `qualify.cli` catches them once and prints one line. 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from enum import IntEnum
 from pathlib import Path
 
@@ -87,7 +87,7 @@ class Problems(PlanError):
     lock's mismatch), in the order they are to be fixed; the first stands for the group as a
     PlanError, and the exit code is the highest of theirs."""
 
-    def __init__(self, errors: list[QualifyError]):
+    def __init__(self, errors: Sequence[QualifyError]):
         first = errors[0]
         super().__init__(first.message, file=first.file, field=first.field)
         self.errors = [e for error in errors for e in error.each()]
@@ -97,7 +97,7 @@ class Problems(PlanError):
         return list(self.errors)
 
 
-def all_of(errors: list[QualifyError]) -> QualifyError:
+def all_of(errors: Sequence[QualifyError]) -> QualifyError:
     """One error for `errors` (at least one): itself when alone, else `Problems`."""
     return errors[0] if len(errors) == 1 else Problems(errors)
 

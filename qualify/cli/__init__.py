@@ -34,10 +34,12 @@ for command in (
     run.run_cmd,
     run.compare_cmd,
     run.probe_cmd,
+    run.gate_cmd,
     run.device_process_cmd,
     run.trial_process_cmd,
     record.report_cmd,
     record.summary_cmd,
+    record.history_cmd,
     record.changed_cmd,
     record.doctor_cmd,
 ):

@@ -78,6 +78,7 @@ def summary_cmd(folder: Path, target: Path | None) -> None:
     """Markdown summary of RECORD for a CI run's page; exits with the verdict's code, as report does."""
     from qualify.commands.pipeline import exit_code
     from qualify.commands.summary import checked_summary
+    from qualify.io import append_text
     from qualify.results.store import Record
 
     if target is not None and target.exists() and not target.is_file():
@@ -87,12 +88,38 @@ def summary_cmd(folder: Path, target: Path | None) -> None:
     if target is None:
         click.echo(markdown, nl=False)
     else:
-        try:
-            with open(target, "a", encoding="utf-8") as f:
-                f.write(markdown)
-        except OSError as exc:
-            raise UsageError(f"cannot append: {exc.strerror}", file=target) from None
+        append_text(target, markdown)  # a link in the summary's place is refused, never appended through
     raise SystemExit(failed_check if failed_check is not None else exit_code(Record(folder).results()))
+
+
+@click.command("history")
+@click.option("--artifacts", type=click.Path(path_type=Path), help="A folder of records (CI artifacts).")
+@click.option("--git", "git_record", type=click.Path(path_type=Path), help="A record folder, read from git history.")
+@click.option("--protocol", help="The protocol (plan name) to show, where the folder holds several.")
+@click.option("--manifest", type=click.Path(path_type=Path), help="Commits of --artifacts records that state none.")
+@click.option(
+    "--alpha",
+    type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+    default=0.01,
+    show_default=True,
+    help="Level of each change-point test (the chance a flat history is flagged).",
+)
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="The HTML page to write.")
+def history_cmd(artifacts, git_record, protocol, manifest, alpha, output) -> None:
+    """A protocol's records across commits as one static HTML page: per case the change over time
+    with its interval, the verdicts, and change points (docs/history.md). Exit 0 when written, 2 on
+    bad input, 5 when the host refuses the write, 6 when git is missing."""
+    from qualify.commands.history import history_page, write_page
+
+    history, page = history_page(
+        artifacts=artifacts, git_record=git_record, protocol=protocol, manifest=manifest, alpha=alpha
+    )
+    write_page(page, output)
+    flagged = sum(1 for c in history.cases if c.changes.points)
+    click.echo(
+        f"history of {printable(history.protocol)}: {len(history.records)} records, {len(history.cases)} series, "
+        f"{flagged} with change points -> {printable(str(output))}"
+    )
 
 
 @click.command("changed")

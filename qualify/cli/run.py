@@ -98,6 +98,81 @@ def _start(plan_path, record_dir, ordinal, devices, trials, exploratory, librari
     _execute(resolved.on_device(ordinal))  # before any output: no GPU is a one-line error, exit 5
 
 
+@click.command("gate")
+@click.option("--base", help="Git revision to gate against (default: the merge base of HEAD with the default branch).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=Path("qualify-gate"),
+    show_default=True,
+    help="A fresh folder for gate.json, GATE.md and one record per protocol and arm.",
+)
+@click.option(
+    "--protocol", "protocols", multiple=True, help="Gate this protocol too, whether or not the change touches it."
+)
+@click.option("--device", "ordinal", type=int, default=0, show_default=True, help="CUDA device ordinal.")
+@click.option(
+    "--time-identical",
+    is_flag=True,
+    help="Time arms even when both sides compile to identical machine code (the gate's noop qualification).",
+)
+@click.option("--link-base", default="", help="Prefix of the record links in GATE.md (an artifact's URL).")
+@click.option("--schema", "schema", is_flag=True, help="Print gate.json's JSON Schema and exit.")
+def gate_cmd(
+    base: str | None,
+    out_dir: Path,
+    protocols: tuple[str, ...],
+    ordinal: int,
+    time_identical: bool,
+    link_base: str,
+    schema: bool,
+) -> None:
+    """Measure every protocol a change touches, each arm at --base against the same arm in the
+    working tree, on this GPU; write gate.json and a Markdown table (also to $GITHUB_STEP_SUMMARY).
+    Exit 0 passed, 1 a case slower or its outputs beyond the bound, 7 can't tell, 2-6 as elsewhere."""
+    import json as _json
+    import os
+
+    from qualify.commands.gate import gate_schema, run_gate
+    from qualify.procs.invocation import resolve
+    from qualify.procs.trials import run_on_device
+
+    if schema:
+        click.echo(_json.dumps(gate_schema(), indent=2))
+        return
+    terminate_as_interrupt()
+
+    def runner(plan_path: Path, record_dir: Path, libraries):
+        resolved = resolve(plan_path, record_dir, False, libraries, None, sys.argv[1:])
+        return run_on_device(resolved.on_device(ordinal)).outcome.results
+
+    from qualify.commands.gate import GATE_MD
+
+    document = run_gate(
+        Path.cwd(),
+        base,
+        out_dir,
+        runner,
+        protocols=protocols,
+        time_identical=time_identical,
+        link_base=link_base,
+        say=lambda line: click.echo(f"qualify gate: {line}", err=True),
+    )
+    markdown = (out_dir / GATE_MD).read_text(encoding="utf-8")
+    click.echo(markdown, nl=False)
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if target:
+        if Path(target).exists() and not Path(target).is_file():
+            raise UsageError("not a regular file; the summary is appended to files only", file=target)
+        try:
+            with open(target, "a", encoding="utf-8") as f:
+                f.write(markdown)
+        except OSError as exc:
+            raise UsageError(f"cannot append: {exc.strerror}", file=target) from None
+    raise SystemExit(document.exit_code)
+
+
 # How `run` and `compare` start their processes (qualify.procs): each reads the invocation its
 # parent resolved, never the user's command line again. Hidden: not for people to type.
 @click.command("device-process", hidden=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from qualify.errors import ExitCode, FrozenInputChanged, QualifyError, UsageError
 from qualify.plan.digest import sha256_file, verify_frozen
@@ -14,6 +14,9 @@ from qualify.plan.load import LoadedPlan, load_plan
 from qualify.plan.model import ARM_SIDES, LibraryArm
 from qualify.results.model import Results, Trial
 from qualify.results.store import Record
+
+if TYPE_CHECKING:  # the device floor loads lazily: `qualify --help` never imports it
+    from qualify.run.device_protocol import Device
 
 
 def load_frozen(plan_path: Path, checked: bool = True) -> LoadedPlan:
@@ -58,9 +61,10 @@ def bind_libraries(loaded: LoadedPlan, libraries: dict[str, Path] | None) -> dic
         given = Path(libraries[side])
         if not given.is_file():
             raise UsageError("no such library (or not a regular file)", file=given)
-        if arm.library is None:
+        named = loaded.library(side)  # the build the plan names, beside it
+        if named is None:
             continue  # the plan leaves this build to the command line; the record keeps its sha256
-        frozen_path = loaded.library(side).resolve()
+        frozen_path = named.resolve()
         rel = frozen_path.relative_to(loaded.files.root).as_posix()
         frozen = lock_files.get(rel)
         if frozen is None or sha256_file(given) != frozen:
@@ -108,7 +112,7 @@ class RunOutcome:
 def run_plan(
     loaded: LoadedPlan,
     record_dir: Path,
-    open_device: Callable[[], object],
+    open_device: Callable[[], Device],
     open_telemetry: Callable[[str], object],
     *,
     exploratory: bool = False,

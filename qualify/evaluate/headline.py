@@ -25,13 +25,17 @@ from qualify.evaluate.headline_model import (
     Headline,
     Run,
 )
-from qualify.evaluate.headline_text import cause_lines, headline_lines, reason_lines  # noqa: F401 - the words
+
+# the words, re-exported (`x as x`): render/ imports them from here
+from qualify.evaluate.headline_text import cause_lines as cause_lines
+from qualify.evaluate.headline_text import headline_lines as headline_lines
+from qualify.evaluate.headline_text import reason_lines as reason_lines
 from qualify.evaluate.throughput import case_rates
 from qualify.evaluate.verdict import device_label, fidelity_passes, free_aa
 from qualify.evaluate.why import case_causes
 from qualify.plan.model import ARM_SIDES, Plan
 from qualify.plan.resolve import case_id
-from qualify.results.model import Results, Trial
+from qualify.results.model import GateResult, Results, Trial
 
 
 def _by_device(trials: list[Trial]) -> dict[str, list[Trial]]:
@@ -174,7 +178,10 @@ def contract(plan: Plan) -> str:
 
 
 def fidelity(plan: Plan, results: Results) -> Fidelity:
-    failing, nondet, mismatch, checks = [], [], [], 0
+    failing: list[str] = []
+    nondet: list[str] = []
+    mismatch: list[str] = []
+    checks = 0
     for t in results.trials:
         for c in t.cases:
             where = f"{c.case} (trial {t.index})"
@@ -195,10 +202,10 @@ def fidelity(plan: Plan, results: Results) -> Fidelity:
 
 
 def checks(plan: Plan, results: Results) -> Checks:
-    aa_runs, aa_resolved, aa_classes = 0, [], {}
+    aa_runs, aa_resolved, aa_classes = 0, [], dict[str, int]()
     neg_runs, neg_missed = 0, []
     san_runs, san_bad, tools = 0, [], []
-    seen: dict[str, set] = {}
+    seen: dict[str, set[tuple[str, str, str]]] = {}
     for t in results.trials:
         label = device_label(t)
         for c in t.cases:
@@ -240,7 +247,7 @@ def checks(plan: Plan, results: Results) -> Checks:
 def gate_misses(plan: Plan, results: Results) -> tuple[GateMiss, ...]:
     classes = {(t.index, c.case): c.stats.case_class for t in results.trials for c in t.cases}
     bounds = {g.name: g for g in plan.acceptance.gates}
-    groups: dict[tuple[str, str], list] = {}
+    groups: dict[tuple[str, str], list[GateResult]] = {}
     for g in results.verdict.gates:
         groups.setdefault((g.gate, g.device), []).append(g)
     out = []

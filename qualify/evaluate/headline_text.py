@@ -57,10 +57,9 @@ def _where(run: Run, total: int, esc: Escape) -> str:
 def _run_phrase(run: Run, total: int, esc: Escape) -> str:
     where = _where(run, total, esc)
     lo, hi = run.low_pct, run.high_pct
-    if run.case_class == "slower":
-        return f"slower {where}, by {pct_range(lo, hi)}"
-    if run.case_class == "faster":
-        return f"faster {where}, by {pct_range(lo, hi)}"
+    if run.case_class in ("slower", "faster"):
+        assert lo is not None and hi is not None  # a run of one measured class has every case's delta
+        return f"{run.case_class} {where}, by {pct_range(lo, hi)}"
     if run.case_class == "same":
         return f"the same {where} (within ±{SAME_BAND * 100:g} %)"
     if run.case_class == MIXED:

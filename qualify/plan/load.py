@@ -10,8 +10,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from qualify import strict_json
 from qualify.errors import PlanError, Problems
@@ -30,7 +32,7 @@ class LoadedPlan:
     files: PlanFiles
     cases: list[ResolvedCase]
     freeze: Freeze
-    lock: dict | None  # the lock on disk, if the plan was frozen
+    lock: dict[str, Any] | None  # the lock on disk, if the plan was frozen
 
     @property
     def digest(self) -> str:
@@ -49,7 +51,7 @@ class LoadedPlan:
         return None if arm.library is None else self.path.parent / arm.library
 
 
-def read_plan_json(path: Path, *, root: Path | None = None) -> dict:
+def read_plan_json(path: Path, *, root: Path | None = None) -> dict[str, Any]:
     try:
         raw = read_limited(path, MAX_PLAN_BYTES, root=root)
     except UnreadableFile as exc:
@@ -69,7 +71,7 @@ def read_plan_json(path: Path, *, root: Path | None = None) -> dict:
     return data
 
 
-def validate_plan(data: dict, path: Path) -> Plan:
+def validate_plan(data: dict[str, Any], path: Path) -> Plan:
     try:
         plan = Plan.model_validate(data)
     except ValidationError as exc:
@@ -109,8 +111,8 @@ def plan_error_from_validation(exc: ValidationError, data: object, path: Path) -
     return errors[0] if len(errors) == 1 else Problems(errors)
 
 
-def _validation_message(error: dict) -> str:
-    message = _MESSAGES.get(error["type"], error["msg"].removeprefix("Value error, "))
+def _validation_message(error: ErrorDetails) -> str:
+    message: str = _MESSAGES.get(error["type"], error["msg"].removeprefix("Value error, "))
     if error["type"] == "union_tag_invalid":
         message = error["msg"]
     elif error["type"] not in ("missing", "extra_forbidden") and "input" in error:
@@ -120,7 +122,7 @@ def _validation_message(error: dict) -> str:
     return message
 
 
-def field_path(loc: tuple, data: object) -> str:
+def field_path(loc: tuple[int | str, ...], data: object) -> str:
     """`('workload','buffers',2,'cuda','shape',0)` → `workload.buffers[2].shape[0]`.
 
     Pydantic inserts union member tags into locations; walking the input alongside tells a real

@@ -53,6 +53,12 @@ class Invocation:
 
         return replace(self, ordinal=ordinal, device_uuid=device_uuid(ordinal))
 
+    def device(self) -> tuple[int, str]:
+        """The ordinal and UUID of the GPU this invocation runs on (`on_device` set them)."""
+        if self.ordinal is None or self.device_uuid is None:
+            raise ValueError("an invocation not yet on a device has no GPU to run on")
+        return self.ordinal, self.device_uuid
+
     def check_device(self, uuid: str) -> None:
         """A trial process must run on the GPU its parent identified: device ordinals can name
         another GPU in another process (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER)."""

@@ -51,7 +51,7 @@ def start_trial(path: Path, keep_fds: tuple[int, ...]) -> Worker:
 def run_on_device(resolved: Invocation, start: Callable[[Path, tuple[int, ...]], Worker] = start_trial) -> Executed:
     """`run` and `compare` on the invocation's device: each trial still planned in a process of
     its own (`start(invocation file, descriptors it keeps)`), then the record re-derived."""
-    folder, uuid = resolved.folder, resolved.device_uuid
+    folder, (_, uuid) = resolved.folder, resolved.device()
     record = Record(folder)
     wanted, skipped = remaining_trials(resolved.loaded, record, uuid, resolved.trials)
     before = {t.index for t in record.trials()}
@@ -78,7 +78,7 @@ def one_trial(resolved: Invocation, progress: Callable) -> RunOutcome:
     from qualify.run.sanitizer import run_check
     from qualify.run.telemetry import Telemetry
 
-    loaded, ordinal = resolved.loaded, resolved.ordinal
+    loaded, (ordinal, _) = resolved.loaded, resolved.device()
     device = CudaDevice(ordinal)
     try:
         resolved.check_device(device.info.uuid)

@@ -182,12 +182,14 @@ class KernelTrace(Model):
     demangler: str = Field(description="c++filt, builtin, or none (names kept as launched)")
     names: dict[str, str] = Field(default_factory=dict, description="launched name -> demangled")
     limits: DeviceLimits | None = None
-    version: Literal[1, 2] = Field(
+    version: Literal[1, 2, 3] = Field(
         default=1,
         description="1: traced_calls calls per arm after timing on the first placement, base's then "
         "candidate's, each call's event window against its own CUPTI span; 2: traced like the samples "
         "(ABBA/BAAB blocks, poisoned outputs, the case's placements and flush slots, each call's draw "
-        "kept), CUPTI's change and spans against the timed samples",
+        "kept), CUPTI's change and spans against the timed samples; 3: traced and derived as 2, but "
+        "CUPTI's change and its comparison with the samples are kept as evidence only: not a reason "
+        "in the verdict and not printed (ncu sided with the samples where they differed)",
     )
     flush_slots: int | None = Field(
         default=None, description="trace version 2: the flush buffers the traced calls drew from"
