@@ -32,7 +32,9 @@ def _modules_after(code: str) -> set[str]:
 
 def test_a_trial_process_loads_its_frozen_plan_without_the_plan_checks(tmp_path):
     path = make_repo(tmp_path, plan_copy(), freeze=True)
-    child = _modules_after(f"from qualify.commands.pipeline import load_frozen; load_frozen({str(path)!r}, checked=False)")
+    child = _modules_after(
+        f"from qualify.commands.pipeline import load_frozen; load_frozen({str(path)!r}, checked=False)"
+    )
     parent = _modules_after(f"from qualify.commands.pipeline import load_frozen; load_frozen({str(path)!r})")
     assert "qualify.commands.check" not in child
     assert "qualify.commands.check" in parent  # the guard sees the import when it happens
