@@ -492,6 +492,7 @@ def summary_cmd(folder: Path, target: Path | None) -> None:
     """Markdown summary of RECORD for a CI run's page; exits with the verdict's code, as report does."""
     from qualify.commands.pipeline import exit_code
     from qualify.commands.summary import checked_summary
+    from qualify.io import append_text
     from qualify.results.store import Record
 
     if target is not None and target.exists() and not target.is_file():
@@ -501,11 +502,7 @@ def summary_cmd(folder: Path, target: Path | None) -> None:
     if target is None:
         click.echo(markdown, nl=False)
     else:
-        try:
-            with open(target, "a", encoding="utf-8") as f:
-                f.write(markdown)
-        except OSError as exc:
-            raise UsageError(f"cannot append: {exc.strerror}", file=target) from None
+        append_text(target, markdown)  # a link in the summary's place is refused, never appended through
     raise SystemExit(failed_check if failed_check is not None else exit_code(Record(folder).results()))
 
 
@@ -579,6 +576,84 @@ def changed_cmd(base: str | None, head: str, paths: tuple[str, ...], sources: tu
             click.echo(t.plan)
         if not touched:  # on stderr: stdout stays the (empty) list of plans a script reads
             click.echo(f"qualify: no protocol is touched by the {len(changed)} changed path(s)", err=True)
+
+
+@cli.command("gate")
+@click.option("--base", help="Git revision to gate against (default: the merge base of HEAD with the default branch).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=Path("qualify-gate"),
+    show_default=True,
+    help="A fresh folder for gate.json, GATE.md and one record per protocol and arm.",
+)
+@click.option(
+    "--protocol", "protocols", multiple=True, help="Gate this protocol too, whether or not the change touches it."
+)
+@click.option("--device", "ordinal", type=int, default=0, show_default=True, help="CUDA device ordinal.")
+@click.option(
+    "--time-identical",
+    is_flag=True,
+    help="Time arms even when both sides compile to identical machine code (the gate's noop qualification).",
+)
+@click.option("--link-base", default="", help="Prefix of the record links in GATE.md (an artifact's URL).")
+@click.option("--schema", "schema", is_flag=True, help="Print gate.json's JSON Schema and exit.")
+def gate_cmd(
+    base: str | None,
+    out_dir: Path,
+    protocols: tuple[str, ...],
+    ordinal: int,
+    time_identical: bool,
+    link_base: str,
+    schema: bool,
+) -> None:
+    """Measure every protocol a change touches, each arm at --base against the same arm in the
+    working tree, on this GPU; write gate.json and a Markdown table (also to $GITHUB_STEP_SUMMARY).
+    Exit 0 passed, 1 a case slower or its outputs beyond the bound, 7 can't tell, 2-6 as elsewhere."""
+    import json as _json
+    import os
+
+    from qualify.commands.gate import gate_schema, run_gate
+    from qualify.procs.trials import execute
+
+    if schema:
+        click.echo(_json.dumps(gate_schema(), indent=2))
+        return
+    terminate_as_interrupt()
+
+    def runner(plan_path: Path, record_dir: Path, libraries):
+        if libraries:
+            command = ["compare", str(libraries["base"]), str(libraries["candidate"]), "--plan", str(plan_path)]
+        else:
+            command = ["run", str(plan_path)]
+        run = execute(plan_path, record_dir, ordinal, None, False, libraries, _progress, sys.argv[1:], command)
+        return run.outcome.results
+
+    from qualify.commands.gate import GATE_MD
+
+    document = run_gate(
+        Path.cwd(),
+        base,
+        out_dir,
+        runner,
+        protocols=protocols,
+        time_identical=time_identical,
+        link_base=link_base,
+        say=lambda line: click.echo(f"qualify gate: {line}", err=True),
+    )
+    markdown = (out_dir / GATE_MD).read_text(encoding="utf-8")
+    click.echo(markdown, nl=False)
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if target:
+        if Path(target).exists() and not Path(target).is_file():
+            raise UsageError("not a regular file; the summary is appended to files only", file=target)
+        try:
+            with open(target, "a", encoding="utf-8") as f:
+                f.write(markdown)
+        except OSError as exc:
+            raise UsageError(f"cannot append: {exc.strerror}", file=target) from None
+    raise SystemExit(document.exit_code)
 
 
 @cli.command("doctor")

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from qualify.build.machine_code import sequence_digest
 from qualify.evaluate.kernels import traced_launches_match
-from qualify.plan.model import ARM_SIDES, LibraryArm, Plan
+from qualify.plan.model import ARM_SIDES, LibraryArm, Plan, PythonArm
 from qualify.plan.model.hardware import target_for
 from qualify.plan.resolve import resolve_cases
 from qualify.results.model import CodeIdentity, Trial
@@ -52,7 +52,7 @@ def _code_problems(trial: Trial) -> list[str]:
         )
     if code.scope == "launched":
         out.extend(_launched_problems(code, trial))
-    if code.arms == "library":
+    if code.arms in ("library", "python"):
         traced = traced_launches_match(trial.cases)
         if traced is not None and code.launches_match != traced:
             out.append(f"code.launches_match is {code.launches_match}, but the kernel trace and outputs say {traced}")
@@ -67,12 +67,14 @@ def _code_plan_problems(trial: Trial, plan: Plan) -> list[str]:
     if code is None:
         return []
     out = []
-    kind = "library" if isinstance(plan.arms.base, LibraryArm) else "nvrtc"
+    kind = code_kind(plan)
     device_arch = trial.provenance.device.arch
     # a library's code is the fat binary's entry for the device; an NVRTC arm's is the plan's
     # target for it (sm_90a where the plan lists that and not sm_90)
     expected = (
-        device_arch if kind == "library" else (target_for(plan.hardware.architectures, device_arch) or device_arch)
+        device_arch
+        if kind in ("library", "python")
+        else (target_for(plan.hardware.architectures, device_arch) or device_arch)
     )
     if code.arch != expected:
         out.append(
@@ -84,6 +86,14 @@ def _code_plan_problems(trial: Trial, plan: Plan) -> list[str]:
     elif kind == "nvrtc":
         out.extend(_kernel_launch_problems(code, trial, plan))
     return out
+
+
+def code_kind(plan: Plan) -> str:
+    """The kind of machine code a plan's arms give: a Python arm on either side makes it the
+    JIT's cubins (compared only when both are Python; otherwise stated unknown)."""
+    if any(isinstance(plan.arm(side), PythonArm) for side in ARM_SIDES):
+        return "python"
+    return "library" if isinstance(plan.arms.base, LibraryArm) else "nvrtc"
 
 
 def _kernel_launch_problems(code: CodeIdentity, trial: Trial, plan: Plan) -> list[str]:

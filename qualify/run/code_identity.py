@@ -172,9 +172,25 @@ def library(base: Path, candidate: Path, arch: str) -> CodeIdentity:
     return _identity(codes[0], codes[1], "library", arch, None, (raw[0], raw[1]))
 
 
+def python(base: list[bytes], candidate: list[bytes], arch: str) -> CodeIdentity:
+    """The cubins two Python arms' JIT wrote (Triton's cache, one folder per arm), compared as a
+    library's are: what the Python host code launches, and how, is the inventory's to say."""
+    codes = []
+    for side, found in (("base", base), ("candidate", candidate)):
+        if not found:
+            return unknown(
+                arch, "python", f"the {side} arm's JIT wrote no cubin to its cache (not Triton, or cached elsewhere)"
+            )
+        try:
+            codes.append(merged([machine_code(c) for c in found]))
+        except ElfProblem as exc:
+            return unknown(arch, "python", f"a cubin of the {side} arm is unreadable: {exc}")
+    return _identity(codes[0], codes[1], "python", arch, None, (base, candidate))
+
+
 def with_traced_launches(code: CodeIdentity, cases) -> CodeIdentity:
     """Library arms: the inventory's answer to "do the launches match?", where none is given yet."""
-    if code.arms != "library" or code.launches_match is not None:
+    if code.arms not in ("library", "python") or code.launches_match is not None:
         return code
     launches = traced_launches_match(cases)
     if launches is None:
