@@ -47,6 +47,10 @@ def test_softmax_arms_in_one_module_differ_by_the_functions_they_launch():
     assert code.digests["base"] != code.digests["candidate"]
     assert [f.name for f in code.launched["base"]] == [base.lowered_name]
     assert [f.name for f in code.launched["candidate"]] == [cand.lowered_name]
+    assert [f.shown for side in ("base", "candidate") for f in code.launched[side]] == [
+        "softmax_block<256>",
+        "softmax_warp<8>",
+    ]
     first = code.differences[0]
     assert first.startswith("the launched function: base softmax_block<256>") and "candidate softmax_warp<8>" in first
     assert "different functions, instructions " in first
