@@ -378,7 +378,6 @@ def _execute(command, plan_path, record_dir, ordinal, trials, exploratory, libra
     from qualify.commands.pipeline import exit_code
     from qualify.errors import most_severe
     from qualify.procs.trials import execute
-    from qualify.render.terminal import run_summary
 
     terminate_as_interrupt()
     run = execute(
@@ -387,6 +386,10 @@ def _execute(command, plan_path, record_dir, ordinal, trials, exploratory, libra
     interrupted = any(t.status == "interrupted" for t in run.outcome.trials)
     if trial_process is not None:
         raise SystemExit(int(ExitCode.INTERRUPTED) if interrupted else 0)
+    # the summary's renderer (rich, the headline's judgement) is the parent's alone: a trial
+    # process renders nothing, and each one's start-up counts against a short kernel's verdict
+    from qualify.render.terminal import run_summary
+
     if run.outcome.results is not None:
         out.print(run_summary(run.outcome, run.folder, run.loaded.plan))
     severe = most_severe(list(run.codes))

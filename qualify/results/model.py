@@ -418,6 +418,7 @@ class LaunchedCode(Model):
     (qualify.build.machine_code.launched)."""
 
     name: str = Field(description="the kernel as launched (its lowered name)")
+    shown: str | None = Field(default=None, description="the name demangled, as the record shows it")
     digest: str = Field(description="the digest of the kernel's code, its callees and the module's facts")
     functions: list[str] = Field(description="the functions that digest holds, the kernel first")
 
