@@ -74,9 +74,14 @@ def _fresh_out(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def _build(command: object, cwd: Path, what: str) -> None:
+def _check_command(command: object) -> None:
     if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
         raise UsageError("build must be a list of strings (a command, no shell)", file=CI_CONFIG, field="build")
+
+
+def _build(command: object, cwd: Path, what: str) -> None:
+    _check_command(command)
+    assert isinstance(command, list)
     try:
         done = subprocess.run(command, cwd=cwd, capture_output=True, timeout=BUILD_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -89,6 +94,7 @@ def _build(command: object, cwd: Path, what: str) -> None:
 def build_libraries(root: Path, commit: str, entry: dict, work: Path) -> dict[str, dict[str, Path]]:
     """{side: {"rev": .so, "now": .so}}: the CI build command run in a worktree of the base (in
     `work`, removed after by the caller) and in the working tree."""
+    _check_command(entry.get("build"))
     revtree = work / "rev-worktree"
     git(root, "worktree", "add", "--detach", "--force", str(revtree), commit)
     _build(entry.get("build"), revtree, f"the base {commit[:12]}")
@@ -198,7 +204,7 @@ def _gate_protocol(touched: Touched, tree: Path, root: Path, commit: str, ci: di
                 arms.append(_gate_arm(d, runner, out, touched.name, libraries, time_identical))
             except QualifyError as exc:
                 arms.append(_arm_error(d.side, exc))
-        if built is not None:
+        if (Path(work) / "rev-worktree").exists():  # also after a failed build
             git(root, "worktree", "remove", "--force", str(Path(work) / "rev-worktree"), check=False)
     return GateProtocol(**base, status="gated", arms=arms)
 
