@@ -489,6 +489,7 @@ def summary_cmd(folder: Path, target: Path | None) -> None:
     """Markdown summary of RECORD for a CI run's page; exits with the verdict's code, as report does."""
     from qualify.commands.pipeline import exit_code
     from qualify.commands.summary import checked_summary
+    from qualify.io import append_text
     from qualify.results.store import Record
 
     if target is not None and target.exists() and not target.is_file():
@@ -498,11 +499,7 @@ def summary_cmd(folder: Path, target: Path | None) -> None:
     if target is None:
         click.echo(markdown, nl=False)
     else:
-        try:
-            with open(target, "a", encoding="utf-8") as f:
-                f.write(markdown)
-        except OSError as exc:
-            raise UsageError(f"cannot append: {exc.strerror}", file=target) from None
+        append_text(target, markdown)  # a link in the summary's place is refused, never appended through
     raise SystemExit(failed_check if failed_check is not None else exit_code(Record(folder).results()))
 
 

@@ -5,6 +5,7 @@ its pooled figures replaced by planted series, each record's trials given their 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -60,12 +61,17 @@ def record_json(
     for t, trial in enumerate(data["trials"]):
         trial["samples_sha256"] = f"{index:032x}{t:032x}"
         trial["started_at"] = f"2026-11-{1 + index // 24:02d}T{index % 24:02d}:00:{t:02d}.000+00:00"
-        rev = f"{index + 1:040x}" if revision == "auto" else revision
+        rev = revision_of(index) if revision == "auto" else revision
         trial["provenance"]["git_revision"] = rev
         if rename:
             for case in trial["cases"]:
                 case["case"] = rename.get(case["case"], case["case"])
     return data
+
+
+def revision_of(index: int) -> str:
+    """The commit record `index` states its trials ran on (40 hex digits, like git's)."""
+    return hashlib.sha1(f"record {index}".encode()).hexdigest()
 
 
 def write_artifacts(folder: Path, series: dict[str, list[float]], **options) -> list[Path]:

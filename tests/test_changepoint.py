@@ -25,6 +25,9 @@ def test_a_step_of_four_noise_sds_is_found_at_its_index():
     assert [c.index for c in found.points] == [12]
     assert found.points[0].p_value <= changepoint.ALPHA
     assert found.points[0].after - found.points[0].before == pytest.approx(4.0, abs=1.0)
+    # the levels either side are the pieces' own means, first value included
+    assert found.points[0].before == pytest.approx(float(np.mean(y[:12])))
+    assert found.points[0].after == pytest.approx(float(np.mean(y[12:])))
     assert [(a, b) for a, b, _ in found.segments] == [(0, 12), (12, 24)]
 
 
@@ -87,6 +90,7 @@ def test_too_few_values_flag_nothing_whatever_the_step():
     assert segment(y).points == ()
     assert smallest_p(12) > changepoint.ALPHA >= smallest_p(13)
     assert smallest_p(3) == 1.0
+    assert smallest_p(5, min_size=3) == 1.0  # no test runs below two pieces of min_size
 
 
 def test_the_arc_statistic_is_the_standardized_mean_difference():
@@ -130,3 +134,25 @@ def test_same_seed_same_answer_and_the_seed_matters_only_at_the_margin():
 def test_bad_arguments_are_refused(values, options):
     with pytest.raises(ValueError):
         segment(values, **options)
+
+
+def test_with_pieces_of_one_an_arc_may_start_at_the_second_value():
+    # min_size 1: the arc [1, 8) leaves a one-value piece before it, which is now allowed
+    found = segment([0.0] + [5.0] * 7 + [0.0] * 8, min_size=1)
+    assert [c.index for c in found.points] == [1, 8]
+    assert found.points[0].before == 0.0 and found.points[0].after == 5.0
+
+
+def test_a_p_value_no_permutation_reaches_is_one_over_b_plus_one():
+    y = np.concatenate([np.zeros(15), np.full(15, 10.0)]) + np.linspace(0, 0.01, 30)
+    # 30/C(30, 15) ≈ 2e-7 of orders tie with this one: none of 99 does
+    assert permutation_p_value(y, 2, 99, np.random.default_rng(0)) == 1 / 100
+    assert permutation_p_value(np.array([1.0, 2.0, 3.0]), 2, 99, np.random.default_rng(0)) == 1.0
+
+
+def test_a_segmentation_cannot_be_edited_after_the_fact():
+    import dataclasses
+
+    found = segment([1.0] * 7 + [2.0] * 7)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        found.points = ()  # type: ignore[misc]

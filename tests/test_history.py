@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from history_records import N_RECORDS, STEP_AT, STEP_CASE, planted_values, record_json, write_artifacts
+from history_records import N_RECORDS, STEP_AT, STEP_CASE, planted_values, record_json, revision_of, write_artifacts
 
 from qualify.cli import main
 from qualify.commands.history import HistoryInputError, from_artifacts, from_git, history_page, write_page
@@ -34,6 +34,9 @@ def test_a_planted_step_is_flagged_at_its_record_and_flat_cases_are_not(tmp_path
     step = next(c for c in history.cases if c.case == STEP_CASE)
     assert step.changes.points[0].after - step.changes.points[0].before == pytest.approx(4.0, abs=0.6)
     assert page.count('class="change"') == 1 and f'class="change" data-index="{STEP_AT}"' in page
+    # each point's MDE is the record's own, shown beside its interval
+    assert step.points[0].mde_pct is not None
+    assert f'<td class="num">{step.points[0].mde_pct:.2f} %</td>' in page
 
 
 def test_records_are_ordered_by_their_first_trial_not_by_folder_name(tmp_path):
@@ -45,7 +48,7 @@ def test_records_are_ordered_by_their_first_trial_not_by_folder_name(tmp_path):
     _, records, notes = from_artifacts(folder)
     assert [Path(info.source).parent.name for info, _ in records] == ["zz-first", "aa-second", "mm-third"]
     assert [info.commit_source for info, _ in records] == ["record"] * 3
-    assert records[0][0].commit == f"{1:040x}" and notes == []
+    assert records[0][0].commit == revision_of(0) and notes == []
 
 
 def test_a_record_without_a_revision_takes_the_manifests_and_says_so(tmp_path):
@@ -223,7 +226,7 @@ def test_git_history_reads_every_version_oldest_first_and_counts_a_rerender_once
     assert name == "vecload"
     assert [info.message for info, _ in records] == ["first", "second", "third", "fourth"]
     assert all(info.commit_source == "git" and len(info.commit) == 40 for info, _ in records)
-    assert records[0][0].measured == f"{1:040x}"  # what the trials state, beside the commit that landed it
+    assert records[0][0].measured == revision_of(0)  # what the trials state, beside the commit that landed it
     assert len(notes) == 1 and "the same trials as" in notes[0]
 
 
@@ -240,3 +243,49 @@ def test_git_history_of_a_path_never_committed_is_refused(tmp_path, capsys, monk
     monkeypatch.chdir(repo)
     code, _, err = _run(["history", "--git", "records/softmax", "-o", "p.html"], capsys)
     assert code == 2 and "no commit holds this record's results.json" in err
+
+
+def test_artifacts_inside_a_repository_take_the_commit_that_added_them(tmp_path):
+    repo = _repo(tmp_path)
+    write_artifacts(repo / "artifacts", planted_values(2), revision=None)
+    _git(repo, "add", "artifacts")
+    _git(repo, "commit", "-q", "-m", "nightly <b>artifacts</b>")
+    head = _git(repo, "rev-parse", "HEAD").strip()
+    _, records, _ = from_artifacts(repo / "artifacts")
+    assert [(i.commit, i.commit_source, i.message) for i, _ in records] == [
+        (head, "git", "nightly <b>artifacts</b>")
+    ] * 2
+
+
+def test_without_git_on_the_path_git_history_exits_6(tmp_path, capsys, monkeypatch):
+    repo = _repo(tmp_path)
+    _commit_record(repo, record_json(0, dict.fromkeys(planted_values(1), -1.0)), "first")
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))
+    code, _, err = _run(["history", "--git", "records/vecload", "-o", "p.html"], capsys)
+    assert code == 6 and "git not found on PATH" in err
+
+
+def test_artifacts_need_no_git_when_git_is_missing(tmp_path, monkeypatch):
+    write_artifacts(tmp_path / "a", planted_values(2), revision=None)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))
+    _, records, _ = from_artifacts(tmp_path / "a")
+    assert [i.commit_source for i, _ in records] == ["unknown", "unknown"]
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0])
+@pytest.mark.parametrize("where", ["pooled", "trial"])
+def test_a_ratio_that_is_no_positive_number_is_refused_naming_it(tmp_path, value, where):
+    write_artifacts(tmp_path / "a", planted_values(2))
+    path = tmp_path / "a" / "run-000" / "vecload" / "results.json"
+    data = json.loads(path.read_text())
+    if where == "pooled":
+        next(iter(data["pooled"].values()))[STEP_CASE]["ci_low"] = value
+        field = f'pooled["NVIDIA H200 (GPU-985292fe)"]["{STEP_CASE}"].ci_low'
+    else:
+        data["trials"][1]["cases"][0]["stats"]["ratio"] = value
+        field = "trials[1].cases[0].stats.ratio"
+    path.write_text(json.dumps(data))
+    with pytest.raises(HistoryInputError) as exc:
+        from_artifacts(tmp_path / "a")
+    assert exc.value.field == field and "not a positive ratio" in exc.value.message

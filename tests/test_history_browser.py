@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,9 @@ from history_records import N_RECORDS, STEP_AT, STEP_CASE, planted_values, write
 
 from qualify.commands.history import history_page, write_page
 
-CHROMIUM = Path("/usr/bin/chromium")
+# Debian's chromium, or any Chromium-family browser named by QUALIFY_CHROMIUM (GitHub's runners
+# carry Google Chrome, which .github/workflows/ci.yml links as `chromium`)
+CHROMIUM = Path(os.environ.get("QUALIFY_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium")
 ARGS = [
     "--headless",
     "--no-sandbox",
@@ -37,13 +41,18 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def browser():
+def _require_browser() -> None:
+    """Skip, saying why, when the browser is missing; fail instead under QUALIFY_REQUIRE_BROWSER=1."""
     missing = _missing()
     if missing:
         if os.environ.get("QUALIFY_REQUIRE_BROWSER") == "1":
             pytest.fail(f"QUALIFY_REQUIRE_BROWSER=1 but {missing}")
         pytest.skip(missing)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    _require_browser()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -134,3 +143,13 @@ def test_a_hostile_case_name_runs_nothing_in_the_browser(browser, tmp_path):
     assert tab.locator("script").count() == 0 and tab.locator("img").count() == 0
     assert any(name in h for h in tab.locator("section.case h2").all_text_contents())
     tab.close()
+
+
+def test_a_missing_browser_skips_with_its_reason_and_fails_when_required(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.delenv("QUALIFY_REQUIRE_BROWSER", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no-chromium is missing|playwright is not installed"):
+        _require_browser()
+    monkeypatch.setenv("QUALIFY_REQUIRE_BROWSER", "1")
+    with pytest.raises(pytest.fail.Exception, match="QUALIFY_REQUIRE_BROWSER=1 but"):
+        _require_browser()

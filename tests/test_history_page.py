@@ -22,6 +22,9 @@ HOSTILE = [
 ]
 
 
+URL_ATTRIBUTES = {"href", "src", "xlink:href", "action", "formaction", "background", "poster", "data", "style"}
+
+
 class _Tags(HTMLParser):
     def __init__(self):
         super().__init__(convert_charrefs=True)
@@ -43,13 +46,14 @@ def _parsed(page: str) -> _Tags:
 
 
 def _hostile_page(tmp_path: Path, name: str) -> str:
-    series = planted_values(3)
+    series = planted_values(4)
     rename = {STEP_CASE: name}
     folder = tmp_path / "a"
-    for i in range(3):
+    for i in range(4):
         record = folder / f"r{i}"
         record.mkdir(parents=True)
-        data = record_json(i, {c: v[i] for c, v in series.items()}, plan_name=name, rename=rename, revision=None)
+        revision = name if i == 3 else None  # a record's self-reported revision is hostile too
+        data = record_json(i, {c: v[i] for c, v in series.items()}, plan_name=name, rename=rename, revision=revision)
         (record / "results.json").write_text(json.dumps(data))
     manifest = tmp_path / "m.json"
     manifest.write_text(json.dumps({"records": {"r1": {"commit": "abcdef1", "message": name}}}))
@@ -66,7 +70,9 @@ def test_hostile_names_are_text_never_markup(tmp_path, name):
     assert [t for t, _ in parsed.tags].count("svg") == len(planted_values(1))  # one plot per case, none injected
     for tag, attrs in parsed.tags:
         assert not [a for a in attrs if a.startswith("on")], (tag, attrs)
-        assert not any("url(" in (v or "") or "//" in (v or "") for a, v in attrs.items() if a != "xmlns"), attrs
+        # attributes that load or style something: only the page's own #anchors, never data
+        loading = {a: v for a, v in attrs.items() if a in URL_ATTRIBUTES}
+        assert all(a == "href" and (v or "").startswith("#case-") for a, v in loading.items()), (tag, attrs)
     text = "".join(parsed.text)
     assert name in text  # shown to the reader, as the characters it is
     assert name not in page  # each HOSTILE name holds a character escaping rewrites

@@ -187,8 +187,9 @@ def test_the_cpu_job_runs_the_readme_commands_and_checks_every_plan():
     (job,) = workflow["jobs"].values()
     assert job["strategy"]["matrix"]["python"] == ["3.10", "3.11", "3.12", "3.13"]
     runs = [s["run"] for s in job["steps"] if "run" in s]
-    assert runs[0] == ".ci/run"
-    assert "qualify plan check" in runs[1] and "protocols/*/plan.json" in runs[1]
+    assert "chromium" in runs[0]  # the browser tests' browser, before the README's commands
+    assert runs[1] == ".ci/run"
+    assert "qualify plan check" in runs[2] and "protocols/*/plan.json" in runs[2]
 
 
 def test_no_run_step_expands_an_expression_into_shell():

@@ -59,10 +59,32 @@ def results_from_text(text: str, where: str) -> Results:
             field="results_version",
         )
     try:
-        return Results.model_validate(data)
+        results = Results.model_validate(data)
     except ValidationError as exc:
         first = plan_error_from_validation(exc, data, Path(where)).each()[0]
         raise HistoryInputError(first.message, file=where, field=first.field) from None
+    _check_ratios(results, where)
+    return results
+
+
+def _check_ratios(results: Results, where: str) -> None:
+    """Every ratio the page plots or pools is a positive number (a time over a time): a record that
+    says otherwise is refused here, naming the field, rather than failing in a logarithm later."""
+    fields = [
+        (strict_json.join_field(strict_json.join_field(strict_json.join_field("pooled", d), c), name), value)
+        for d, cases in results.pooled.items()
+        for c, s in cases.items()
+        for name, value in (("ratio", s.ratio), ("ci_low", s.ci_low), ("ci_high", s.ci_high))
+    ]
+    fields += [
+        (f"trials[{t}].cases[{k}].stats.{name}", value)
+        for t, trial in enumerate(results.trials)
+        for k, case in enumerate(trial.cases)
+        for name, value in (("ratio", case.stats.ratio), ("ci_low", case.stats.ci_low), ("ci_high", case.stats.ci_high))
+    ]
+    for field, value in fields:
+        if value is not None and not (0 < value < float("inf")):
+            raise HistoryInputError(f"{value!r} is not a positive ratio", file=where, field=field)
 
 
 def _revisions(results: Results) -> list[str]:
@@ -95,6 +117,13 @@ def _git(args: Sequence[str], cwd: Path, what: str) -> subprocess.CompletedProce
 def _git_root(start: Path) -> Path | None:
     done = _git(["rev-parse", "--show-toplevel"], start, "find the repository")
     return Path(done.stdout.decode(errors="surrogateescape").strip()) if done.returncode == 0 else None
+
+
+def _repo_or_none(folder: Path) -> Path | None:
+    try:
+        return _git_root(folder)
+    except ToolError:
+        return None
 
 
 # ---- artifacts --------------------------------------------------------------------------------
@@ -146,7 +175,6 @@ def from_artifacts(
 ) -> tuple[str, list[tuple[RecordInfo, Results]], list[str]]:
     """The records under `folder` of one protocol, ordered by their first trial's start."""
     entries = read_manifest(manifest) if manifest is not None else {}
-    repo = _git_root(folder) if folder.is_dir() else None
     loaded = []
     for path in find_results(folder):
         text = read_text_limited(path, MAX_JSON_BYTES, root=folder)
@@ -165,6 +193,10 @@ def from_artifacts(
             raise HistoryInputError(
                 "names no record folder under --artifacts", file=manifest, field=strict_json.join_field("records", name)
             )
+    # git is asked only where a record states no commit and the manifest gives none; without git
+    # those records are "unknown", not an error: artifacts need no repository
+    needs_git = any(not _revisions(r) and p.parent.relative_to(folder).as_posix() not in entries for p, r in loaded)
+    repo = _repo_or_none(folder) if needs_git else None
     records = []
     for path, results in sorted(loaded, key=lambda pr: (_started(pr[1]), str(pr[0]))):
         rel = path.parent.relative_to(folder).as_posix()

@@ -348,6 +348,17 @@ def skeleton_from_options(
         if not kernel:
             raise UsageError("a kernel pair needs --kernel NAME")
         cand_source, cand_kernel = cand_source or source, cand_kernel or kernel
+        from qualify.plan.model.arms import KERNEL_NAME
+
+        for option, value in (("--kernel", kernel), ("--candidate-kernel", cand_kernel)):
+            # checked before NVRTC sees it as a name expression: a newline there would be a source
+            # line the include scanner never read
+            if len(value) > 200 or re.fullmatch(KERNEL_NAME, value) is None:
+                raise UsageError(
+                    f"{value!r} is not a kernel name (letters, digits, _ and ::, then an optional "
+                    "<template arguments>, as the plan's arms.*.kernel accepts)",
+                    field=option,
+                )
         if not Path(source).is_file() or not Path(cand_source).is_file():
             raise UsageError("no such file", file=source if not Path(source).is_file() else cand_source)
         from qualify.plan.files import repository_root

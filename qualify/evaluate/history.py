@@ -52,6 +52,7 @@ class Point:
     ci_high: float | None
     case_class: str
     trials: int
+    mde_pct: float | None = None  # the smallest change the record could have resolved
 
     @property
     def log_pct(self) -> float:
@@ -114,7 +115,7 @@ def build_history(
     for index, (info, results) in enumerate(records):
         for key, stats_list in record_points(results).items():
             for machine, s in stats_list:
-                point = Point(index, machine, s.ratio, s.ci_low, s.ci_high, s.case_class, s.trials)
+                point = Point(index, machine, s.ratio, s.ci_low, s.ci_high, s.case_class, s.trials, s.mde_pct)
                 series.setdefault(key, []).append(point)
                 digests.setdefault(key, []).append(info.plan_digest)
     cases = []

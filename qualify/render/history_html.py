@@ -29,7 +29,7 @@ table{border-collapse:collapse;margin:8px 0 16px}td,th{border:1px solid #d0d7de;
 vertical-align:top}th{background:#f6f8fa}.num{text-align:right;font-variant-numeric:tabular-nums}
 .flag{color:#cf222e;font-weight:600}.muted{color:#57606a}section.case{margin:28px 0}
 svg.plot{background:#fff;border:1px solid #d0d7de}code{font-size:12px}
-.msg{max-width:420px;overflow-wrap:anywhere}
+.msg{min-width:300px;max-width:560px;overflow-wrap:anywhere}.src{max-width:220px;overflow-wrap:anywhere;font-size:11px}
 """
 
 
@@ -45,6 +45,10 @@ def _interval(p: Point) -> str:
     if p.ci_low is None or p.ci_high is None:
         return "no interval"
     return f"[{(p.ci_low - 1) * 100:+.2f}, {(p.ci_high - 1) * 100:+.2f}]"
+
+
+def _mde(p: Point) -> str:
+    return "—" if p.mde_pct is None else f"{p.mde_pct:.2f} %"
 
 
 def _short(info: RecordInfo) -> str:
@@ -115,12 +119,14 @@ def _case_section(k: int, c: CaseHistory, records: tuple[RecordInfo, ...]) -> st
         rows.append(
             f'<tr{mark}><td class="num">{i}</td><td><code>{_e(_short(info))}</code></td><td>{_e(p.machine)}</td>'
             f'<td class="num">{_e(_pct(p.ratio))}</td><td class="num">{_e(_interval(p))}</td>'
+            f'<td class="num">{_e(_mde(p))}</td>'
             f'<td>{_e(CLASS_WORDS.get(p.case_class, p.case_class))}</td><td class="num">{p.trials}</td>'
-            f"<td>{'change point' if i in changes else ''}</td></tr>"
+            f"<td>{_e(info.verdict)}</td><td>{'change point' if i in changes else ''}</td></tr>"
         )
     head = (
-        "<tr><th>#</th><th>commit</th><th>machine</th><th>change</th><th>95 % interval</th><th>class</th>"
-        "<th>trials</th><th></th></tr>"
+        "<tr><th>#</th><th>commit</th><th>machine</th><th>change</th><th>95 % interval</th>"
+        '<th title="the smallest change this record could resolve (95 % confidence, 80 % power)">MDE</th><th>class</th>'
+        "<th>trials</th><th>record verdict</th><th></th></tr>"
     )
     return (
         f'<section class="case" id="case-{k}" data-points="{len(c.points)}" data-changes="{len(c.changes.points)}">'
@@ -216,10 +222,11 @@ def _records_table(records: tuple[RecordInfo, ...]) -> str:
     for k, r in enumerate(records):
         measured = (r.measured[:10] if r.measured else "not stated") + (" (dirty tree)" if r.dirty else "")
         rows.append(
-            f'<tr><td class="num">{k}</td><td><code>{_e(r.commit or "unknown")}</code></td><td>{_e(r.commit_source)}</td>'
+            f'<tr><td class="num">{k}</td><td><code title="{_e(r.commit or "unknown")}">{_e(_short(r))}</code></td>'
+            f"<td>{_e(r.commit_source)}</td>"
             f"<td>{_e(r.when)}</td><td><code>{_e(measured)}</code></td><td>{_e(r.verdict)}</td>"
             f'<td><code>{_e(r.plan_digest[:12])}</code></td><td class="msg">{_e(r.message)}</td>'
-            f'<td class="msg"><code>{_e(r.source)}</code></td></tr>'
+            f'<td class="src"><code>{_e(r.source)}</code></td></tr>'
         )
     head = (
         "<tr><th>#</th><th>commit</th><th>commit from</th><th>when</th><th>trials ran on</th><th>verdict</th>"

@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from qualify.evaluate.headline import cause_lines, headline, headline_lines, reason_lines
-from qualify.plan.model import ARM_SIDES, CudaArm
+from qualify.plan.model import ARM_SIDES, CudaArm, PythonArm
 from qualify.render.plain import visible
 
 if TYPE_CHECKING:  # a type only: rendering a check never needs the command that makes one
@@ -58,6 +58,8 @@ def _arm_label(check: PlanCheck, key: str) -> Text:
     if isinstance(arm, CudaArm):
         kernel = arm.kernel if not launch else arm.launches[int(launch.rstrip("]"))].kernel
         return label(f"{key} ({kernel})")
+    if isinstance(arm, PythonArm):
+        return label(f"{side} ({arm.callable})")
     return label(f"{side} ({arm.symbol} in {arm.library})")
 
 

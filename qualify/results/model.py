@@ -413,18 +413,75 @@ class LibraryInfo(Model):
     abi_version: int | None
 
 
+class LaunchedCode(Model):
+    """One launch of an arm as its machine code: the kernel and what its identity holds
+    (qualify.build.machine_code.launched)."""
+
+    name: str = Field(description="the kernel as launched (its lowered name)")
+    digest: str = Field(description="the digest of the kernel's code, its callees and the module's facts")
+    functions: list[str] = Field(description="the functions that digest holds, the kernel first")
+
+
+class CompiledCode(Model):
+    """One compiled kernel a Python arm's JIT wrote (a .cubin of Triton's cache)."""
+
+    name: str = Field(description="the file's path inside the arm's cache folder")
+    sha256: str
+
+
+class PythonArmInfo(Model):
+    """What a Python arm ran with (qualify/run/python_arm.py): the callable, the packages it used,
+    what its JIT compiled and chose, and what one call costs the host."""
+
+    callable: str
+    graph: bool = Field(description="timed as replays of a CUDA graph captured from one call, not eager calls")
+    packages: dict[str, str] = Field(
+        default_factory=dict, description="installed distributions the arm's modules import, with their versions"
+    )
+    first_call_s: float | None = Field(
+        default=None,
+        description="wall time of the arm's first call (JIT compile, autotuning, first launch), "
+        "before and apart from timing",
+    )
+    null_call_ns: float | None = Field(
+        default=None,
+        description="median host time of calling a function that does nothing, through the same path "
+        "(stream scope, keyword arguments): the interpreter's share of every eager call",
+    )
+    call_ns: float | None = Field(
+        default=None, description="median host time of one call of the arm (enqueue only) after warm-up"
+    )
+    cubins: list[CompiledCode] = Field(default_factory=list, description="the kernels its JIT compiled, digested")
+    autotuned: dict[str, str] = Field(
+        default_factory=dict, description="each Triton autotuner in its modules: the configuration it chose"
+    )
+
+
 class CodeIdentity(Model):
     """Whether both arms run the same machine code (qualify/run/code_identity.py)."""
 
     status: Literal["identical", "differs", "unknown"]
-    arms: Literal["nvrtc", "library"] = Field(
-        description="compiled by qualify's NVRTC, or embedded in the libraries' fat binaries"
+    arms: Literal["nvrtc", "library", "python"] = Field(
+        description="compiled by qualify's NVRTC, embedded in the libraries' fat binaries, or the "
+        "cubins Python arms' JIT compiled"
     )
     arch: str = Field(
         description="the architecture compared: the exact target NVRTC compiled (sm_90a where the plan "
         "asks for arch-specific code), the device's for library arms"
     )
-    digests: dict[Side, str] = Field(default_factory=dict, description="each arm's machine-code digest")
+    digests: dict[Side, str] = Field(
+        default_factory=dict,
+        description="each arm's machine-code digest: of its whole module (scope 'module'), or of the "
+        "digests of what it launches, in launch order (scope 'launched')",
+    )
+    scope: Literal["module", "launched"] = Field(
+        default="module",
+        description="'module': each arm's whole module compared (library arms, and NVRTC records "
+        "made before the launched functions were); 'launched': the functions each launch executes",
+    )
+    launched: dict[Side, list[LaunchedCode]] = Field(
+        default_factory=dict, description="scope 'launched': per arm, each launch's code in launch order"
+    )
     functions: int = Field(default=0, description="functions (kernels and device functions) compared")
     differences: list[str] = Field(
         default_factory=list,
@@ -449,12 +506,14 @@ class CodeIdentity(Model):
         record without them states a comparison nothing in it supports."""
         if self.status != "unknown" and set(self.digests) != {"base", "candidate"}:
             raise ValueError(f"code {self.status!r} needs both arms' digests (base and candidate)")
+        if self.status != "unknown" and self.scope == "launched" and set(self.launched) != {"base", "candidate"}:
+            raise ValueError(f"code {self.status!r} of launched functions needs both arms' launches")
         return self
 
 
 class ControlResult(Model):
     name: str
-    kind: Literal["input", "build"]
+    kind: Literal["input", "build", "callable"]
     case: str
     caught: bool = Field(description="True when the fidelity gate failed, as it must")
     differing_elements: int
@@ -504,6 +563,9 @@ class Trial(Model):
     failures: list[Failure]
     libraries: dict[Side, LibraryInfo] = Field(
         default_factory=dict, description="shared-library arms: the builds actually compared"
+    )
+    python: dict[Side, PythonArmInfo] = Field(
+        default_factory=dict, description="Python arms: the callable, packages, JIT output and host cost"
     )
     samples_file: str = Field(description="raw samples (.npz), relative to the record folder")
     samples_sha256: str

@@ -380,6 +380,13 @@ class FakeDevice:
         self.calls.append(("trace_null", calls, cold))
         return out
 
+    def python_runtime(self):
+        """CudaDevice.python_runtime's twin: a Python arm gets NumPy arrays over host memory."""
+        from qualify.run.python_arm import NumpyRuntime
+
+        self.calls.append(("python_runtime",))
+        return NumpyRuntime(self.memory, self.stream_handle)
+
     def close(self) -> None:
         self.calls.append(("close",))
 

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from qualify.io import MAX_JSON_BYTES, atomic_write_text, read_text_limited
+from qualify import strict_json
+from qualify.errors import PlanError
+from qualify.io import MAX_JSON_BYTES, UnreadableFile, atomic_write_text, read_text_limited
 
 CASE_TIMEOUT_S = 60.0  # a single launch of a plan's case never takes a minute; a hang does
 STARTUP_TIMEOUT_S = 120.0  # interpreter start, NVRTC build and module load before the first case
@@ -136,6 +138,17 @@ def preflight(
 
 
 PREFLIGHT_FILE = "preflight.json"
+_STATUSES = frozenset({"ok", "fault", "timeout", "error"})
+
+
+def _is_outcome(item) -> bool:
+    return (
+        isinstance(item, dict)
+        and set(item) <= {"case", "side", "status", "message"}
+        and all(isinstance(item.get(k), str) for k in ("case", "side", "status"))
+        and item["status"] in _STATUSES
+        and isinstance(item.get("message", ""), str)
+    )
 
 
 class PreflightShared:
@@ -155,10 +168,28 @@ class PreflightShared:
         self.reused = False
 
     def _read(self) -> dict[str, list]:
-        if self._file is None or not self._file.is_file():
+        """The outcomes already shared, validated like any input: a damaged file is one error
+        naming it and what is wrong (exit 2), never a trial process's internal error."""
+        if self._file is None or not os.path.lexists(self._file):
             return {}
-        data = json.loads(read_text_limited(self._file, MAX_JSON_BYTES))
-        return {k: [CaseOutcome(**o) for o in v] for k, v in data.items()}
+        try:
+            data = strict_json.parse(read_text_limited(self._file, MAX_JSON_BYTES, root=self._file.parent))
+        except UnreadableFile as exc:
+            raise PlanError(exc.message, file=self._file) from None
+        except strict_json.JSONProblem as exc:
+            raise PlanError(
+                f"not JSON ({exc.message}); the shared preflight file was damaged", file=self._file
+            ) from None
+        outcomes = {}
+        for key, listed in data.items() if isinstance(data, dict) else [(None, None)]:
+            if not isinstance(listed, list) or not all(_is_outcome(o) for o in listed):
+                where = "the file" if key is None else f"entry {key!r}"
+                raise PlanError(
+                    f"{where} is not a list of preflight outcomes (case, side, status {sorted(_STATUSES)}, message)",
+                    file=self._file,
+                )
+            outcomes[key] = [CaseOutcome(**o) for o in listed]
+        return outcomes
 
     def __call__(self, side: str, cases: list[str]):
         key = json.dumps([side, list(cases)])

@@ -27,9 +27,20 @@ from qualify.plan.model.acceptance import (
     SpeedGate,
     ToleranceRule,
 )
-from qualify.plan.model.arms import ARM_SIDES, Arm, ArmLaunch, Arms, CudaArm, LibraryArm, ScratchBuffer, Side
+from qualify.plan.model.arms import (
+    ARM_SIDES,
+    Arm,
+    ArmLaunch,
+    Arms,
+    CudaArm,
+    LibraryArm,
+    PythonArm,
+    ScratchBuffer,
+    Side,
+)
 from qualify.plan.model.controls import (
     BuildControl,
+    CallableControl,
     Controls,
     Expectation,
     InputControl,
@@ -112,8 +123,8 @@ class Plan(AddedFields):
                 raise ValueError(f"buffer {buffer.name!r} takes its values from a golden, and the plan names none")
         return self
 
-    def arm(self, side: str) -> CudaArm | LibraryArm:
-        arm: CudaArm | LibraryArm = getattr(self.arms, side)
+    def arm(self, side: str) -> CudaArm | LibraryArm | PythonArm:
+        arm: CudaArm | LibraryArm | PythonArm = getattr(self.arms, side)
         return arm
 
 
@@ -159,6 +170,8 @@ __all__ = [
     "Label",
     "Launch",
     "LibraryArm",
+    "PythonArm",
+    "CallableControl",
     "Mutation",
     "NegativeControl",
     "NormalInit",
