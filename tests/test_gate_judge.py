@@ -154,3 +154,50 @@ def test_outcomes():
     assert outcome([_protocol(status="error")])[0] == "incomplete"
     assert outcome([_protocol(_case("slower"), error="x")])[0] == "fail"
     assert outcome([])[:2] == ("pass", ExitCode.QUALIFIED)
+
+
+def test_a_derived_plan_rebases_each_arm_kinds_paths_to_its_tree():
+    from pathlib import Path
+
+    import test_python_arms
+    from plans import PLAN
+
+    from qualify.commands.gate_plans import derive
+    from qualify.plan.model import Plan
+
+    rev_dir, now_dir = Path("/t/rev/protocols/p"), Path("/t/now/protocols/p")
+    cuda = Plan.model_validate(
+        {**PLAN, "arms": {**PLAN["arms"], "base": {**PLAN["arms"]["base"], "include_dirs": ["inc"]}}}
+    )
+    data = derive(cuda, cuda, rev_dir, now_dir, "base", "abc")
+    assert data["arms"]["base"]["source"] == "../../../rev/kernels/k.cu"
+    assert data["arms"]["base"]["include_dirs"] == ["../../../rev/protocols/p/inc"]
+    assert data["arms"]["candidate"]["source"] == "../../kernels/k.cu"
+    assert data["acceptance"]["gates"] == [] and data["controls"]["negative"] == []
+    assert "fidelity" not in data["stop"]["fail_fast"]
+    py = Plan.model_validate(test_python_arms.python_plan())
+    data = derive(py, py, rev_dir, now_dir, "base", "abc")
+    assert data["arms"]["base"]["callable"] == "../../../rev/kernels/py/axpy.py:axpy"
+    assert data["arms"]["candidate"]["callable"] == "../../kernels/py/axpy.py:axpy"
+
+
+def test_a_case_gets_the_rule_that_selects_it_by_id_or_by_its_values():
+    from plans import PLAN
+
+    from qualify.evaluate.gate import rule_for
+    from qualify.plan.model import Plan
+    from qualify.plan.resolve import ResolvedCase
+
+    plan = Plan.model_validate(
+        {
+            **PLAN,
+            "gate": {
+                "detect_pct": 4.0,
+                "cases": [{"cases": ["N=1024"], "detect_pct": 1.0}, {"where": "N > 2000", "detect_pct": 3.0}],
+            },
+        }
+    )
+    case = lambda cid, n: ResolvedCase(index=0, id=cid, values={"N": n}, arms={})  # noqa: E731
+    assert rule_for(plan, case("N=1024", 1024)).detect_pct == 1.0
+    assert rule_for(plan, case("N=4096", 4096)).detect_pct == 3.0
+    assert rule_for(plan, case("N=7", 7)).detect_pct == 4.0

@@ -37,6 +37,7 @@ from qualify.commands.gate_tree import (
 )
 from qualify.errors import ExitCode, QualifyError, ToolError, UsageError
 from qualify.io import atomic_write_text
+from qualify.plan.model import CudaArm
 from qualify.results.gate import GateArm, GateDocument, GateProtocol, SkippedPath
 from qualify.results.model import Results
 
@@ -137,9 +138,11 @@ def _gate_arm(derived, runner: Runner, out: Path, name: str, libraries, time_ide
         ident = library(libraries["base"], libraries["candidate"], arch)
         identical, detail = ident.status == "identical", ident.reason or ident.status
         code = ident.status
-    else:
+    elif isinstance(loaded.plan.arm("base"), CudaArm):
         identical, detail = cuda_code_identical(loaded)
         code = "identical" if identical else "differs"
+    else:  # a Python arm: what it launches is decided when it runs, so it is always timed
+        identical, detail, code = False, "a Python arm: no machine code to compare before running", "unknown"
     if identical and not time_identical:
         return GateArm(
             side=derived.side,
