@@ -148,6 +148,10 @@ def _protocol(*cases, error=None, status="gated") -> GateProtocol:
 def test_outcomes():
     assert outcome([_protocol(_case(), _case("faster"), _case("identical_code"))])[:2] == ("pass", ExitCode.QUALIFIED)
     assert outcome([_protocol(_case("slower"))])[:2] == ("fail", ExitCode.NOT_QUALIFIED)
+    assert outcome([_protocol(_case("slower"), _case(bytes_="beyond_tolerance"))])[2].endswith(
+        "2 case(s): 1 slower, 1 with outputs beyond the bound"
+    )
+    assert outcome([_protocol(_case("cant_tell"), _case(), error="x")])[2].endswith("1 can't tell, 1 not gated")
     assert outcome([_protocol(_case(bytes_="beyond_tolerance"))])[:2] == ("fail", ExitCode.NOT_QUALIFIED)
     assert outcome([_protocol(_case(bytes_="within_tolerance"))])[0] == "pass"
     assert outcome([_protocol(_case("cant_tell"))])[:2] == ("incomplete", ExitCode.INCOMPLETE)
