@@ -405,3 +405,17 @@ def test_a_python_record_renders_its_arms_and_passes_report_check(tmp_path, caps
     assert "Python callable `../../kernels/py/axpy.py:axpy`, timed as CUDA-graph replays" in readme
     assert "| 1 | candidate | `../../kernels/py/axpy.py:axpy` | graph replays |" in readme
     assert "| 1 | base | `../../kernels/py/axpy.py:axpy` | eager calls |" in readme
+
+
+def test_a_compiler_error_names_its_place_and_its_cause():
+    """Triton's CompilationError opens with the place and ends with the cause, source lines between:
+    the failure keeps both ends (on the H200 the first line alone said only 'at 5:31:')."""
+    from qualify.run.python_arm import _where
+
+    try:
+        raise RuntimeError(
+            "at 5:31:\n    running = tl.full([BLOCK], NEG_INF)\n                   ^\nNameError('NEG_INF')"
+        )
+    except RuntimeError as exc:
+        text = _where(exc)
+    assert text.startswith("RuntimeError: at 5:31: … NameError('NEG_INF')"), text

@@ -245,7 +245,10 @@ def _where(exc: Exception) -> str:
     while tb is not None:
         line = f" ({Path(tb.tb_frame.f_code.co_filename).name} line {tb.tb_lineno})"
         tb = tb.tb_next
-    text = str(exc).splitlines()[0] if str(exc) else ""
+    # the first line and the last: a compiler's message (Triton's CompilationError) opens with the
+    # place ("at 5:31:") and ends with the cause, the source lines between
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = " … ".join(lines[:1] + lines[-1:]) if len(lines) > 1 else "".join(lines)
     return f"{type(exc).__name__}: {text}{line}"[:500]
 
 
