@@ -21,7 +21,8 @@ order the sum was taken in: a few ulps.
 import triton
 import triton.language as tl
 
-NEG_INF = float("-inf")
+# a global a @triton.jit function reads must be a constexpr (Triton 3.6 refuses a plain float)
+NEG_INF = tl.constexpr(float("-inf"))
 
 
 @triton.jit

@@ -33,10 +33,11 @@ def load_frozen(plan_path: Path, checked: bool = True) -> LoadedPlan:
         raise with_remedy(exc) from None
     # a plan `plan check` now refuses (a stricter qualify, another NVRTC) is refused before any
     # trial counts against budget.max_trials
-    # (checked=False: a trial process, whose parent invocation has checked the same frozen plan)
-    from qualify.commands.check import refuse_unchecked
-
+    # (checked=False: a trial process, whose parent invocation has checked the same frozen plan,
+    # and which then never imports the checks: a trial process's start-up is paid once per trial)
     if checked:
+        from qualify.commands.check import refuse_unchecked
+
         refuse_unchecked(loaded)
     return loaded
 

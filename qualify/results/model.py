@@ -208,6 +208,7 @@ class LaunchedCode(Model):
     (qualify.build.machine_code.launched)."""
 
     name: str = Field(description="the kernel as launched (its lowered name)")
+    shown: str | None = Field(default=None, description="the name demangled, as the record shows it")
     digest: str = Field(description="the digest of the kernel's code, its callees and the module's facts")
     functions: list[str] = Field(description="the functions that digest holds, the kernel first")
 
@@ -392,6 +393,24 @@ class Verdict(Model):
     gates: list[GateResult]
 
 
+class MachineTerm(Model):
+    """A case over several machines of one GPU model, each machine one replicate: the spread
+    between machines beside the spread within each (qualify.evaluate.machines)."""
+
+    machines: int
+    ratio: float = Field(description="candidate / base: exp of the mean over machines of their pooled log-ratios")
+    ci_low: float
+    ci_high: float
+    delta_pct: float
+    case_class: CaseClass
+    reason: str
+    df: float = Field(description="degrees of freedom (Welch-Satterthwaite over the two parts)")
+    within_pct: float = Field(description="the within-machine part: a machine's standard error, in %")
+    between_pct: float = Field(description="the between-machine part: the spread of machines' true ratios, in %")
+    mde_pct: float = Field(description="minimum detectable change over the machines, in %")
+    per_machine_delta_pct: dict[str, float] = Field(description="each machine's pooled change, in %")
+
+
 class Results(Model):
     results_version: Literal[1] = RESULTS_VERSION
     plan_name: str
@@ -403,4 +422,10 @@ class Results(Model):
         default_factory=dict,
         description="per device (as the verdict labels it) and case: the "
         "two-level statistics over its complete trials; devices are never pooled together",
+    )
+    machines: dict[str, dict[str, MachineTerm]] = Field(
+        default_factory=dict,
+        description="per GPU model measured on two or more machines (a merged record) and case: "
+        "the machine term, the spread between machines beside the within-machine interval; "
+        "absent from records of one machine",
     )
