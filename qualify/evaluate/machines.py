@@ -78,7 +78,7 @@ def machine_term(per_machine: dict[str, PooledStats]) -> MachineTerm | None:
 def machines_by_model(trials: Sequence[Trial]) -> dict[str, dict[str, list[Trial]]]:
     """Complete trials per GPU model (the device's name) and machine (its label), models with at
     least two machines only."""
-    from qualify.evaluate.verdict import device_label
+    from qualify.evaluate.device_match import device_label
 
     out: dict[str, dict[str, list[Trial]]] = defaultdict(lambda: defaultdict(list))
     for t in trials:

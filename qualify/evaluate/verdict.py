@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from qualify.evaluate.cupti_delta import traced_disagreements
+from qualify.evaluate.device_match import device_label as device_label  # its callers import it from here too
 from qualify.evaluate.pooled import pool
 from qualify.evaluate.second_timer import disagreement_text
 from qualify.evaluate.throughput import impossible_reasons
@@ -26,11 +27,6 @@ from qualify.results.model import (
     Trial,
     Verdict,
 )
-
-
-def device_label(trial: Trial) -> str:
-    d = trial.provenance.device
-    return f"{d.name} ({d.uuid[:12]})"
 
 
 def fidelity_passes(parity: list[BufferParity], fidelity: Fidelity) -> bool:
