@@ -212,3 +212,19 @@ def test_a_float64_plan_is_rehearsed_with_its_own_reference(tmp_path, capsys):
     assert code == 0, err
     found = json.loads((tmp_path / "out" / "rehearsal.json").read_text())
     assert found["expected_from"].startswith("the float64 reference ") and all(c["passed"] for c in found["cases"])
+
+
+def test_a_plan_with_golden_inputs_is_rehearsed_on_the_goldens_values(tmp_path, capsys):
+    """Inputs from the golden, expected values from the golden: every case is simulated and judged
+    (a rehearsal that simulated nothing would report no problem and prove nothing)."""
+    from test_golden import setup
+
+    plan = setup(tmp_path)
+    out = tmp_path / "rehearsal"
+    code, _, err = run_cli(["plan", "rehearse", plan, "--out", out], capsys)
+    assert code == 0, err
+    found = json.loads((out / "rehearsal.json").read_text())
+    assert [c["case"] for c in found["cases"]] == ["N=1024", "N=4096"]
+    assert all(c["simulated"] and c["passed"] is True for c in found["cases"]), found["cases"]
+    assert all(set(c["input_sha256"]) == {"x", "y"} for c in found["cases"])
+    assert found["expected_from"].startswith("the golden file golden.safetensors") and found["problems"] == []
