@@ -107,6 +107,7 @@ def test_a_second_run_on_the_device_is_refused_naming_the_owner(tmp_path):
     assert [t.status for t in Record(record).trials_in_ledger()] == ["complete", "complete"]
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_trial_leaves_an_interrupted_trial_the_check_accepts(tmp_path):
     plan = make_repo(tmp_path, small_plan(), freeze=True)
     record = tmp_path / "records" / "shared"

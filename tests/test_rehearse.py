@@ -49,6 +49,7 @@ def rehearse(capsys, plan: Path, out: Path, *extra) -> tuple[int, str, str, dict
     return code, stdout, err, found
 
 
+@pytest.mark.slow
 def test_the_softmax_protocol_checks_and_rehearses_clean(tmp_path, capsys):
     code, _, err = run_cli(["plan", "check", SOFTMAX], capsys)
     assert code == 0, err

@@ -350,6 +350,7 @@ def merge(tmp_path, layout: dict[str, list[str]]) -> tuple[int, str, Path]:
     return done.returncode, summary.read_text(), tmp_path / "merged"
 
 
+@pytest.mark.slow
 def test_merge_records_of_every_runner_into_one_per_protocol(tmp_path):
     code, summary, merged = merge(
         tmp_path, {"qualify-records-h200": ["vecload", "attention-wide"], "qualify-records-l20": ["vecload"]}
