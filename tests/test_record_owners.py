@@ -24,8 +24,8 @@ import pytest
 from fleet_worker import ProcessWorker, run_on_fake_device
 from plans import make_repo, plan_copy
 
-from qualify.commands.fleet import combined_exit_code, run_devices
 from qualify.errors import ExitCode
+from qualify.procs.fleet import combined_exit_code, run_devices
 from qualify.record.assemble import write_record
 from qualify.record.check import check_record
 from qualify.results.store import DeviceBusy, Record

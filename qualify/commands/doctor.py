@@ -26,9 +26,9 @@ from typing import Callable, Literal
 from pydantic import BaseModel, ConfigDict
 
 from qualify import generation
-from qualify.commands.nvml_state import NvmlState, read_nvml_state
 from qualify.errors import ExitCode, QualifyError
 from qualify.results.model import DeviceInfo
+from qualify.run.nvml_state import NvmlState, read_nvml_state
 
 # History of the --json shape (bump on any incompatible change and say what changed):
 #   1 — {"doctor_version", "ok", "exit_code", "device", "checks": [{"name", "status", "detail", "exit_code"}]}

@@ -17,6 +17,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from qualify.evaluate.cupti_delta import cupti_change_stated
 from qualify.evaluate.kernels import change_text, label
 from qualify.evaluate.throughput import CaseRate
 from qualify.plan.model import ARM_SIDES, Plan
@@ -127,8 +128,12 @@ def _moved_most(attribution: list[KernelChange]) -> KernelChange | None:
     return max(timed, key=lambda c: abs((c.candidate_ns or 0.0) - (c.base_ns or 0.0)))
 
 
-def why_line(case: CaseTrial, resolved: ResolvedCase | None, sms: int, rate: CaseRate | None) -> str:
-    """The case's cause in one line (without the case's name and change, which the caller adds)."""
+def why_line(
+    case: CaseTrial, resolved: ResolvedCase | None, sms: int, rate: CaseRate | None, cupti_changes: bool = True
+) -> str:
+    """The case's cause in one line (without the case's name and change, which the caller adds).
+    `cupti_changes`: whether the trial's trace version lets CUPTI's change per kernel be said
+    (qualify.evaluate.cupti_delta.cupti_change_stated); without it no kernel is named as the mover."""
     kernels = shapes(case, resolved)
     parts = []
     if all(side in kernels for side in ARM_SIDES):
@@ -137,7 +142,7 @@ def why_line(case: CaseTrial, resolved: ResolvedCase | None, sms: int, rate: Cas
             parts.append(kernel_line(base[0], candidate[0], sms))
         else:
             parts.append(_pair((str(len(base)), str(len(candidate))), " kernels per call"))
-            moved = _moved_most(case.kernels.attribution) if case.kernels is not None else None
+            moved = _moved_most(case.kernels.attribution) if case.kernels is not None and cupti_changes else None
             if moved is not None:
                 parts.append(f"most change in {label(moved)}: {change_text(moved)}")
                 suffix = "" if moved.occurrence == 0 else f" #{moved.occurrence + 1}"
@@ -181,7 +186,8 @@ def case_causes(plan: Plan, groups: dict[str, list[Trial]], rates: list[CaseRate
                 continue
             trial, case = rows[0]
             delta = statistics.median(c.stats.delta_pct for _, c in rows)
-            text = why_line(case, rc, trial.provenance.device.sm_count, by_case.get((device, cid)))
+            sms, stated = trial.provenance.device.sm_count, cupti_change_stated(trial.kernel_trace)
+            text = why_line(case, rc, sms, by_case.get((device, cid)), stated)
             causes.append(Cause(device, cid, delta, text))
         left += max(0, len(causes) - MAX_CAUSES)
         out += causes[:MAX_CAUSES]

@@ -19,6 +19,7 @@ from qualify.plan.model import (
     CudaArm,
     LibraryArm,
     Plan,
+    PythonArm,
 )
 from qualify.plan.resolve import case_id, case_key
 
@@ -79,6 +80,8 @@ def cross_check(plan: Plan, file: str | None = None) -> None:
         raise fail(f"acceptance.gates[{j}].name", f"gate {plan.acceptance.gates[j].name!r} is declared twice")
     for i, gate in enumerate(plan.acceptance.gates):
         _check_selector(gate, plan, known_cases, f"acceptance.gates[{i}]", fail)
+    for i, rule in enumerate(plan.gate.cases):
+        _check_selector(rule, plan, known_cases, f"gate.cases[{i}]", fail)
     _check_tolerances(plan, known_cases, roles, fail)
     for i, check in enumerate(plan.acceptance.sanitizer):
         _check_case_ids(check.cases, known_cases, f"acceptance.sanitizer[{i}].cases", fail)
@@ -96,6 +99,9 @@ def cross_check(plan: Plan, file: str | None = None) -> None:
                 raise fail(f"{field}.buffer", f"unknown buffer {control.buffer!r}")
             if roles[control.buffer] != "input":
                 raise fail(f"{field}.buffer", f"{control.buffer!r} is not an input buffer")
+        elif control.kind == "callable":
+            if not isinstance(plan.arms.candidate, PythonArm):
+                raise fail(f"{field}.kind", "callable controls need a Python candidate arm")
         elif not isinstance(plan.arms.candidate, CudaArm):
             raise fail(f"{field}.kind", "build controls need a CUDA source candidate arm")
 
@@ -147,7 +153,8 @@ def _check_parameters(plan: Plan, fail: Fail) -> None:
     arm_params = [set(plan.arm(side).params) for side in ARM_SIDES]
     # one shared workload.launch needs every name it uses in both arms; an arm with its own
     # launches has its own geometry, so its parameters are its own
-    own = any(_cuda_launches(plan, side) is not None for side in ARM_SIDES)
+    # (and a Python arm's parameters go to its own function, not to a shared launch)
+    own = any(_cuda_launches(plan, side) is not None or isinstance(plan.arm(side), PythonArm) for side in ARM_SIDES)
     if arm_params[0] != arm_params[1] and not own:
         raise fail("arms.candidate.params", "both arms must set the same parameters")
     sources["arms.*.params"] = arm_params[0] | arm_params[1]
@@ -254,7 +261,7 @@ def _cuda_launches(plan: Plan, side: str) -> list[ArmLaunch] | None:
     return arm.launches if isinstance(arm, CudaArm) else None
 
 
-def _check_own_launches(arm: CudaArm | LibraryArm, roles: Roles, field: str, fail: Fail) -> None:
+def _check_own_launches(arm: CudaArm | LibraryArm | PythonArm, roles: Roles, field: str, fail: Fail) -> None:
     """An arm's own launches pass buffers of the workload or of its own scratch; a scratch buffer
     is named once and never shadows a workload buffer."""
     if not isinstance(arm, CudaArm) or arm.launches is None:

@@ -39,6 +39,7 @@ import numpy as np
 from qualify import strict_json
 from qualify.dtypes import FLOATS, NARROW_FLOATS, SAFETENSORS, STORAGE, as_float64, ml_dtype
 from qualify.errors import EnvironmentProblem, FrozenInputChanged, PlanError, QualifyError
+from qualify.io import atomic_write_bytes
 from qualify.plan.digest import canonical_json, sha256_bytes
 from qualify.plan.model import GoldenInit, Plan
 from qualify.plan.resolve import ResolvedCase
@@ -80,10 +81,12 @@ def write_golden(
     tensors: dict[str, tuple[str, np.ndarray]],
     producer: str,
     extra_metadata: dict[str, str] | None = None,
+    *,
+    root: Path | None = None,
 ) -> None:
     """Write a golden; `tensors` maps name → (qualify dtype, array of that dtype, bf16 as uint16 bits,
     a narrow float as its ml-dtypes array or uint8 bit patterns)."""
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
     arrays, dtypes = {}, {}
     for name, (dtype, array) in tensors.items():
@@ -100,7 +103,9 @@ def write_golden(
         "config_sha256": config_digest(plan),
         "dtypes": json.dumps(dtypes, sort_keys=True),
     }
-    save_file(arrays, str(path), metadata=metadata)
+    # serialized here and written by qualify.io: no link in the golden's place (or, with `root`, on
+    # the way from it) is written through
+    atomic_write_bytes(path, save(arrays, metadata=metadata), root=root)
 
 
 def load_golden(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCase]) -> Golden:

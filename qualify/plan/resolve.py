@@ -26,6 +26,7 @@ from qualify.plan.model import (
     CudaArm,
     Launch,
     Plan,
+    PythonArm,
     ScalarArg,
 )
 
@@ -110,7 +111,7 @@ class ResolvedArm:
     params: dict[str, Union[int, float]]
     buffers: tuple[ResolvedBuffer, ...]  # the workload's, then the arm's own scratch
     args: tuple[ResolvedArg, ...]
-    launch: ResolvedLaunch | None  # None for shared-library arms and arms with their own launches
+    launch: ResolvedLaunch | None  # None for shared-library and Python arms and arms with their own launches
     steps: tuple[ResolvedStep, ...] = ()  # an arm's own launches, in order; () for every other arm
     bytes_moved: int = 0  # the plan's expression, or each input read once and each output written once
     bytes_declared: bool = False  # bytes_moved is the plan's own expression
@@ -216,6 +217,8 @@ class _Resolver:
             assert workload_launch is not None  # Plan's validator: a CUDA arm without launches of its own uses it
             shared = self.launch(params, where, workload_launch, "workload.launch")
             args_field, arg_specs = "workload.launch.args", workload_launch.args
+        elif isinstance(arm, PythonArm):  # its function takes buffers and parameters by name
+            args_field, arg_specs = "", []
         else:
             assert plan.workload.call is not None  # Plan's validator: a library arm is called with workload.call
             args_field, arg_specs = "workload.call", plan.workload.call

@@ -48,8 +48,10 @@ from qualify.io import (
     atomic_write_bytes,
     atomic_write_text,
     open_in_record,
+    open_regular,
     read_limited,
     read_text_limited,
+    remove_in_record,
 )
 from qualify.plan.digest import sha256_file
 from qualify.results.model import RESULTS_VERSION, Results, Trial
@@ -186,9 +188,9 @@ class Record:
         Yields the descriptor that holds the lock (None under a parent's ownership): handed to the
         processes the owner starts, it keeps the device owned while any of them lives, so a trial
         process that outlives a killed parent is never taken for dead."""
-        self.folder.mkdir(parents=True, exist_ok=True)
         path = self.owner_path(device_uuid)
-        with open(path, "a+b") as f:
+        fd = open_in_record(path, self.folder)  # a link planted there is refused, never written through
+        with os.fdopen(fd, "r+b") as f:
             try:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -217,7 +219,7 @@ class Record:
                 yield f.fileno()
             finally:
                 if not self.ledger_path.exists():  # no trial started: a refused run leaves no record behind
-                    path.unlink(missing_ok=True)
+                    remove_in_record(path, self.folder)
                     with suppress(OSError):
                         self.folder.rmdir()  # only if nothing else is in it
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
@@ -225,9 +227,11 @@ class Record:
     def has_live_owner(self, device_uuid: str) -> bool:
         """Whether a process other than this one holds the device's ownership now."""
         path = self.owner_path(device_uuid)
-        if not path.is_file():
-            return False
-        with open(path, "rb") as f:
+        try:
+            fd = open_regular(path, MAX_OWNER_BYTES, root=self.folder)
+        except UnreadableFile:
+            return False  # missing, or not a regular file inside the record: nobody owns through it
+        with os.fdopen(fd, "rb") as f:
             try:
                 fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -339,9 +343,8 @@ def _read_owner(path: Path) -> dict[str, Any]:
     """What an owner file says (empty when it says nothing readable: the owner is still named
     as unknown, never guessed)."""
     try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read(MAX_OWNER_BYTES).decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
+        data = json.loads(read_limited(path, MAX_OWNER_BYTES, root=path.parent).decode("utf-8"))
+    except (OSError, ValueError, RecursionError, UnreadableFile):
         return {}
     return data if isinstance(data, dict) else {}
 

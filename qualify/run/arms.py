@@ -13,6 +13,7 @@ from qualify.plan.model import CudaArm
 from qualify.plan.resolve import ResolvedArg, ResolvedArm
 from qualify.run.device import DeviceBuffer
 from qualify.run.device_protocol import Device
+from qualify.run.python_arm import Bound, PythonEntry
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class ArmExec:
     outputs: list[str]
     args: list[tuple[str, int | float]] = field(default_factory=list)
     step_args: list[list[tuple[str, int | float]]] = field(default_factory=list)  # per own launch
+    bound: Bound | None = None  # a Python arm's call bound to these buffers
 
     def _bind(self, args: tuple[ResolvedArg, ...]) -> list[tuple[str, int | float]]:
         bound: list[tuple[str, int | float]] = []
@@ -79,6 +81,9 @@ class ArmExec:
         return bound
 
     def bind_args(self) -> None:
+        if isinstance(self.kernel, PythonEntry):
+            self.bound = self.kernel.bind(self.resolved, self.buffers)
+            return
         self.args = self._bind(self.resolved.args)
         self.step_args = [self._bind(step.args) for step in self.resolved.steps]
 
@@ -92,6 +97,11 @@ class ArmExec:
                     device.launch(kernel, step.launch.grid, step.launch.block, step.launch.shared_bytes, args)
             return
         launch = self.resolved.launch
+        if isinstance(self.kernel, PythonEntry):  # a Python callable: its work goes on our stream too
+            assert self.bound is not None  # bind_args binds a Python arm before any call
+            for _ in range(iterations):
+                self.kernel.call(self.bound)
+            return
         if launch is None:  # a shared-library entry point: it queues its own work on our stream
             for _ in range(iterations):
                 self.kernel.call(self.args, device.stream_handle)

@@ -141,7 +141,9 @@ class TrialRunner:
         with ThreadPoolExecutor(max_workers=1) as side_pool:
             preflight = side_pool.submit(run_preflight, self.loaded, opts.preflight, opts.progress, self.found.failures)
             with self.clock.stage("build"):
-                built = build_and_load(self.loaded, self.device, opts.libraries, self.found.libraries)
+                built = build_and_load(
+                    self.loaded, self.device, opts.libraries, self.found.libraries, self.found.python
+                )
                 self.found.code = built.code
                 self.tracer.check_available()
             with self.clock.stage("preflight"):

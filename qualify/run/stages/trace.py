@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from functools import partial
 
 from qualify.errors import DeviceError
+from qualify.evaluate.cupti_delta import TRACE_VERSION
 from qualify.plan.model import Plan
 from qualify.plan.schedule import trace_plan
 from qualify.results.model import DeviceLimits, KernelTrace, TracedCall
@@ -110,7 +111,7 @@ class Tracer:
             demangler=demangler,
             names=names,
             limits=limits,
-            version=2,
+            version=TRACE_VERSION,
             flush_slots=self._flush_slots if traced else None,
             null_calls=null_calls,
         )
