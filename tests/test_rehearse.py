@@ -104,6 +104,9 @@ def test_a_change_that_keeps_every_bit_is_rehearsed_with_reorder_ulp_zero(tmp_pa
     code, _, err, found = rehearse(capsys, plan, tmp_path / "out", "--reorder-ulp", "0")
     assert code == 0, err
     assert all(c["parity"][0]["equal"] for c in found["cases"])
+    # the record of the rehearsal says what was simulated: nothing moved, not "steps in [-0, 0]"
+    assert found["simulation"] == "identical to the expected values" and found["reorder_ulp"] == 0
+    assert "identical to the expected values" in (tmp_path / "out" / "REHEARSAL.md").read_text()
 
 
 def test_outputs_singled_out_as_bit_exact_are_simulated_identical(tmp_path, capsys):
