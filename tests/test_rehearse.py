@@ -232,3 +232,27 @@ def test_a_plan_with_golden_inputs_is_rehearsed_on_the_goldens_values(tmp_path, 
     assert all(c["simulated"] and c["passed"] is True for c in found["cases"]), found["cases"]
     assert all(set(c["input_sha256"]) == {"x", "y"} for c in found["cases"])
     assert found["expected_from"].startswith("the golden file golden.safetensors") and found["problems"] == []
+
+
+def test_a_calibrated_gate_is_calibrated_in_the_rehearsal(tmp_path, capsys):
+    """With `calibration`, each simulated case's outputs are perturbed as a trial perturbs them and
+    the rehearsal names the smallest perturbation the gate catches; a ceiling below the bound (64
+    f32 quanta are ~8e-6 relative, under rtol 1e-5) is a vacuous gate, refused before any GPU time."""
+    fidelity = {
+        "mode": "tolerance",
+        "against": "base",
+        "atol": 1e-12,
+        "rtol": 1e-5,
+        "calibration": {"ceiling_quanta": 64, "elements": [1, 16], "seed": 7},
+    }
+    code, _, err, found = rehearse(capsys, softmax_repo(tmp_path / "low", fidelity), tmp_path / "low-out")
+    assert code == 2 and "y: the gate caught no perturbation up to 64 quanta: it is vacuous here" in err
+    assert all(r["vacuous"] for c in found["cases"] for r in c["calibration"]) and found["cases"]
+    fidelity["calibration"]["ceiling_quanta"] = 1024
+    code, _, err, found = rehearse(capsys, softmax_repo(tmp_path / "high", fidelity), tmp_path / "out")
+    assert code == 0, err
+    for case in found["cases"]:
+        assert case["simulated"] and [r["output"] for r in case["calibration"]] == ["y"], case["calibration"]
+        (resolution,) = case["calibration"]
+        assert resolution["case"] == case["case"] and not resolution["vacuous"]
+        assert resolution["smallest_caught"] is not None and resolution["steps"]
