@@ -256,3 +256,13 @@ def test_a_calibrated_gate_is_calibrated_in_the_rehearsal(tmp_path, capsys):
         (resolution,) = case["calibration"]
         assert resolution["case"] == case["case"] and not resolution["vacuous"]
         assert resolution["smallest_caught"] is not None and resolution["steps"]
+
+
+def test_a_control_a_parity_gate_cannot_see_is_named_as_such(tmp_path, capsys):
+    """Under a parity mode (no counted tolerance, so no declared outcome to compare), a control
+    whose mutation changes nothing is refused saying the gate cannot see it."""
+    controls = [{"kind": "input", "name": "noop", "buffer": "x", "mutation": {"op": "scale", "index": 0, "value": 1.0}}]
+    plan = softmax_repo(tmp_path, {"mode": "bytes", "against": "base"}, controls=controls)
+    code, _, err, found = rehearse(capsys, plan, tmp_path / "out", "--reorder-ulp", "0")
+    assert code == 2 and "negative control noop passes the gate: the gate cannot see it" in err, err
+    assert found["controls"] and not any(c["caught"] for c in found["controls"])
