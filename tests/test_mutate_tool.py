@@ -667,3 +667,24 @@ def test_a_malformed_report_to_merge_is_one_line(tmp_path, capsys):
     assert mutate.main(["--merge", str(bad), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "lacking its seed, sample, commit or modules" in err
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"# README \xe2\x80\x94 not code\nThis is prose.\n", "not Python that parses (line 2"),
+        (b"\xff\xfe binary", "not UTF-8 text (byte 0)"),
+        (b"x = '\x00'\n", "not Python that parses"),
+    ],
+)
+def test_a_module_that_is_not_python_is_one_line_and_exit_2(tmp_path, capsys, content, message):
+    """Issue 36: a module argument naming a text or binary file printed a SyntaxError or
+    UnicodeDecodeError traceback; it is refused in one line before anything runs."""
+    root, config = _project(tmp_path)
+    (root / "pkg" / "notes.py").write_bytes(content)
+    for extra in (["--list"], []):
+        code = mutate.main(["pkg/notes.py", "--root", str(root), "--config", str(config), "--tests", "t.py", *extra])
+        err = capsys.readouterr().err
+        assert (
+            code == 2 and err.count("\n") == 1 and err.startswith("mutate: error: pkg/notes.py: ") and message in err
+        ), err

@@ -169,6 +169,13 @@ def test_a_callable_outside_the_repository_by_dot_dot_is_refused(tmp_path):
     assert exc.value.field == "arms.candidate.callable"
 
 
+def test_an_absolute_callable_path_is_refused(tmp_path):
+    (tmp_path / "outside.py").write_text(AXPY)
+    plan = python_plan(candidate={"kind": "python", "callable": f"{tmp_path / 'outside.py'}:axpy"})
+    with pytest.raises(PlanError, match="resolves outside the repository"):
+        load_plan(repo(tmp_path / "repo", plan))
+
+
 def test_a_callable_linked_from_outside_the_repository_is_refused(tmp_path):
     (tmp_path / "outside.py").write_text(AXPY)
     inner = tmp_path / "repo"
@@ -405,6 +412,21 @@ def test_a_python_record_renders_its_arms_and_passes_report_check(tmp_path, caps
     assert "Python callable `../../kernels/py/axpy.py:axpy`, timed as CUDA-graph replays" in readme
     assert "| 1 | candidate | `../../kernels/py/axpy.py:axpy` | graph replays |" in readme
     assert "| 1 | base | `../../kernels/py/axpy.py:axpy` | eager calls |" in readme
+
+
+def test_a_package_installed_in_a_virtual_environment_inside_the_repository_is_not_the_arms_code(tmp_path):
+    """A .venv at the repository's root holds torch and Triton: importing them is not loading an
+    unfrozen module of the repository."""
+    site = tmp_path / ".venv" / "lib" / "python3.11" / "site-packages"
+    (site / "fakepkg_for_qualify").mkdir(parents=True)
+    (site / "fakepkg_for_qualify" / "__init__.py").write_text("VALUE = 1\n")
+    source = "import sys\nsys.path.append(" + repr(str(site)) + ")\nimport fakepkg_for_qualify\n" + AXPY
+    loaded = load_plan(repo(tmp_path, files={"kernels/py/axpy.py": source}, freeze=True))
+    from qualify.run import python_arm
+
+    entry = python_arm.load(loaded, "base", fake_device().python_runtime())
+    assert any(m.__name__ == "helper" for m in entry.modules)
+    assert not any(m.__name__ == "fakepkg_for_qualify" for m in entry.modules)
 
 
 def test_a_compiler_error_names_its_place_and_its_cause():

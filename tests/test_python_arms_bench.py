@@ -47,3 +47,23 @@ def test_the_derived_plan_is_the_protocols_pair_with_a_smaller_schedule(graph, t
     assert [a["callable"] for a in plan["arms"].values()] == [a["callable"] for a in protocol["arms"].values()]
     assert all(a["graph"] is graph for a in plan["arms"].values())
     assert plan["schedule"]["trials"] == bench.TRIALS and plan["acceptance"]["sanitizer"] == []
+
+
+def test_per_case_reads_a_records_results_from_complete_trials_only():
+    def trial(status, base_ns, cand_ns, null):
+        timing = {"base": {"median_ns": base_ns}, "candidate": {"median_ns": cand_ns}}
+        python = {s: {"null_call_ns": null, "call_ns": 2 * null} for s in ("base", "candidate")}
+        return {"status": status, "cases": [{"case": "COLS=4096", "timing": timing}], "python": python}
+
+    results = {
+        "pooled": {"NVIDIA H200": {"COLS=4096": {"ratio": 0.9, "ci_low": 0.88, "ci_high": 0.92}}},
+        "trials": [
+            trial("complete", 100_000, 90_000, 500),
+            trial("failed", 1, 1, 1),
+            trial("complete", 110_000, 99_000, 700),
+        ],
+    }
+    (case,) = bench.per_case(results).values()
+    assert case["interval"] == (0.9, 0.88, 0.92)
+    assert case["us"] == {"base": 105.0, "candidate": 94.5}
+    assert case["host"]["base"] == [(500, 1000), (700, 1400)]

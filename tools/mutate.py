@@ -725,6 +725,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+MAX_MODULE_BYTES = 16 << 20  # far above any module of qualify's; a larger "module" is not one
+
+
+def _check_module(path: Path, module: str) -> None:
+    """A module to mutate is UTF-8 Python that parses: anything else is one line, before any run."""
+    if path.stat().st_size > MAX_MODULE_BYTES:
+        raise ToolError(f"{module}: {path.stat().st_size} bytes, not a Python module of this repository")
+    try:
+        ast.parse(path.read_bytes().decode("utf-8"), filename=module)
+    except UnicodeDecodeError as exc:
+        raise ToolError(f"{module}: not UTF-8 text (byte {exc.start}); give a Python module") from None
+    except (SyntaxError, ValueError) as exc:
+        where = f" (line {exc.lineno}: {exc.msg})" if isinstance(exc, SyntaxError) else ""
+        raise ToolError(f"{module}: not Python that parses{where}; give a Python module") from None
+
+
 def check_arguments(args: argparse.Namespace) -> None:
     """What argparse's types cannot say: the ranges, and the folders that must be folders."""
     if args.sample < 0:
@@ -781,6 +797,7 @@ def _main(args: argparse.Namespace) -> int:
             raise ToolError(f"{module}: no tests configured in {args.config.name}; give --tests")
         if not (root / module).is_file():
             raise ToolError(f"{module}: no such file under {root}")
+        _check_module(root / module, module)
         plan.append((module, tests))
     if args.list:
         for module, _ in plan:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from qualify.errors import PlanError
 from qualify.plan.load import LoadedPlan, load_plan
-from qualify.plan.model import ARM_SIDES, CudaArm, LibraryArm, Plan
+from qualify.plan.model import ARM_SIDES, CudaArm, LibraryArm, Plan, PythonArm
 
 GATE_PLAN = "gate-{side}.plan.json"
 
@@ -45,6 +45,8 @@ def _arm_at(plan: Plan, side: str, plan_dir: Path, derived_dir: Path) -> dict:
         data["include_dirs"] = [_rebase(d, plan_dir, derived_dir) for d in arm.include_dirs]
     elif isinstance(arm, LibraryArm):
         data["library"] = None  # built by the CI command in each tree and given to the run
+    elif isinstance(arm, PythonArm):
+        data["callable"] = f"{_rebase(arm.file, plan_dir, derived_dir)}:{arm.function}"
     return data
 
 

@@ -14,6 +14,7 @@ which refuses any module it loaded from the repository that the lock does not ho
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from qualify.errors import PlanError
 from qualify.io import MAX_SOURCE_BYTES, UnreadableFile, read_limited
+from qualify.plan.model import ARM_SIDES, Plan, PythonArm
 
 MAX_MODULES = 256  # local modules one callable may pull in
 # what qualify passes besides buffers and parameters
@@ -226,3 +228,11 @@ def imported_top_levels(path: Path) -> set[str]:
     except (UnreadableFile, SyntaxError, ValueError):
         return set()
     return {parts[0] for level, parts, _, _ in _imported_names(tree) if level == 0 and parts}
+
+
+def runtime_missing(plan: Plan) -> list[str] | None:
+    """None for a plan without Python arms; else which of torch and Triton, which its trial
+    processes import, are not installed (looked up, never imported)."""
+    if not any(isinstance(plan.arm(side), PythonArm) for side in ARM_SIDES):
+        return None
+    return [name for name in ("torch", "triton") if importlib.util.find_spec(name) is None]

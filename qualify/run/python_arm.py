@@ -306,7 +306,7 @@ def load(loaded, side: str, runtime, label: str | None = None) -> PythonEntry:
     own = [module]
     for key in sorted(set(sys.modules) - before - {name}):
         real = _file_of(sys.modules[key])
-        if real is None or not _inside(root, real):
+        if real is None or not _inside(root, real) or _installed(real):
             continue
         if real not in frozen:
             raise FrozenInputChanged(
@@ -328,6 +328,15 @@ def load(loaded, side: str, runtime, label: str | None = None) -> PythonEntry:
     entry = PythonEntry(label, arm, function, runtime, cache_dir, tuple(own), _packages(own, root))
     entry.measure_null()
     return entry
+
+
+def _installed(path: Path) -> bool:
+    """An installed package's file (a virtual environment may sit inside the repository), or
+    qualify's own: neither is the arm's code."""
+    if {"site-packages", "dist-packages"} & set(path.parts):
+        return True
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(__file__).resolve().parents[1])}
+    return any(_inside(Path(p).resolve(), path) for p in prefixes)
 
 
 def _file_of(module) -> Path | None:

@@ -27,6 +27,14 @@ def test_identity(device):
     assert info.arch == "sm_" + info.compute_capability.replace(".", "")
 
 
+def test_device_uuid_names_the_gpu_an_opened_device_reports(device):
+    """A run's parent identifies its GPU without a context (qualify.procs.invocation); its trial
+    processes open it: both must name the same GPU, or every trial process is refused."""
+    from qualify.run.device import device_uuid
+
+    assert device_uuid(0) == device.info.uuid
+
+
 # The published H200 figures (NVIDIA's H200 datasheet: 141 GB of HBM3e at 4.8 TB/s; Hopper: 132
 # SMs on the SXM part, 50 MiB of L2 at most). One H200 is not another: the driver has reported a
 # 6,144-bit bus on one and 6,016 bits on another (issue 32), so each figure is the device's own,
@@ -35,7 +43,9 @@ H200_BUS_BITS = (5120, 6144)  # five to six HBM3e stacks of 1,024 bits, less dis
 H200_PEAK_BYTES_S = (4.5e12, 5.1e12)  # the datasheet's 4.8 TB/s, give or take the clock's rounding
 H200_MEMORY_BYTES = (130 * 2**30, 144 * 2**30)  # 141 GB (about 131 GiB usable to 143 GiB raw)
 H200_SMS = (114, 132)  # PCIe/NVL to SXM parts
-H200_L2_BYTES = (40 * 2**20, 50 * 2**20)
+# the H100's 50 MB up to the whole GH100 die's 60 MiB, which the driver reported on every H200 seen
+# here (62,914,560 bytes); the H200's datasheet states no L2 size
+H200_L2_BYTES = (50 * 2**20, 60 * 2**20)
 
 
 def test_the_peak_dram_bandwidth_is_read_off_the_device(device):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,19 @@ def run(path: Path, record: Path):
     return run_plan(load_frozen(path), record, lambda: CudaDevice(0), Telemetry)
 
 
+def kernel_names(case, side: str) -> str | None:
+    """The one kernel the side's traced calls launched (Triton names it after its function); None
+    where CUPTI is not installed (QUALIFY_REQUIRE_CUPTI=1 makes that a failure)."""
+    if case.trace is None:
+        assert not os.environ.get("QUALIFY_REQUIRE_CUPTI"), "no kernel trace"
+        return None
+    names = {k.name for call in case.trace[side] for k in call.kernels}
+    assert len(names) == 1, names
+    (name,) = names
+    print(case.case, side, "launched", name)
+    return name.split("(")[0]
+
+
 def test_buffers_are_torch_tensors_over_qualifys_own_memory():
     import torch
 
@@ -88,12 +102,12 @@ def test_the_triton_pair_runs_a_trial_with_its_facts(tmp_path):
     assert {(c.name, c.caught) for c in trial.controls} >= {("skip_last_col", True), ("flip_first_x_bit", True)}
     for side in ("base", "candidate"):
         info = trial.python[side]
-        assert {"torch", "triton"} <= set(info.packages), info.packages
+        assert "torch" in info.packages and any("triton" in p for p in info.packages), info.packages
         assert info.cubins and info.first_call_s > 0 and info.null_call_ns > 0 and not info.graph
     assert trial.code.arms == "python" and trial.code.status == "differs", trial.code
     for case in trial.cases:
-        names = {k.name for call in case.trace["candidate"] for k in call.kernels}
-        assert names == {"_online"}, names
+        assert kernel_names(case, "candidate") in (None, "_online")
+        assert kernel_names(case, "base") in (None, "_three_pass")
         assert all(v < 50_000 for v in case.stream_escape_ns.values()), case.stream_escape_ns
         print(case.case, "change %", case.stats.delta_pct, "medians", {s: t.median_ns for s, t in case.timing.items()})
 
@@ -137,8 +151,7 @@ def test_the_mixed_pair_runs_on_the_same_buffers(tmp_path):
     assert set(trial.python) == {"candidate"} and trial.code.arms == "python"
     for case in trial.cases:
         assert case.resources.get("base") is not None  # the NVRTC arm's resources are still read
-        names = {k.name for call in case.trace["candidate"] for k in call.kernels}
-        assert names == {"_row_block"}, names
+        assert kernel_names(case, "candidate") in (None, "_row_block")
         print(case.case, "change %", case.stats.delta_pct)
 
 
