@@ -102,6 +102,7 @@ BOUNDED_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, damage, command, fragment",
     BOUNDED_CASES,
@@ -255,6 +256,7 @@ def test_a_plots_folder_link_is_refused_and_nothing_beyond_it_removed(rec, outsi
 # item 15: --devices leaves no worker logs behind
 
 
+@pytest.mark.slow
 def test_devices_leaves_no_worker_logs_in_tmpdir(tmp_path, monkeypatch):
     from qualify.procs import fleet
     from qualify.run import device

@@ -104,6 +104,7 @@ def small_plan():
     return p
 
 
+@pytest.mark.slow
 def test_trials_from_separate_processes_are_judged_with_the_spread_between_them(tmp_path):
     from qualify.commands.pipeline import rederive
     from qualify.plan.load import load_plan
