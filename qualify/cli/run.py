@@ -165,11 +165,9 @@ def gate_cmd(
     if target:
         if Path(target).exists() and not Path(target).is_file():
             raise UsageError("not a regular file; the summary is appended to files only", file=target)
-        try:
-            with open(target, "a", encoding="utf-8") as f:
-                f.write(markdown)
-        except OSError as exc:
-            raise UsageError(f"cannot append: {exc.strerror}", file=target) from None
+        from qualify.io import append_text
+
+        append_text(Path(target), markdown)  # a link in the summary's place is refused, never appended through
     raise SystemExit(document.exit_code)
 
 
