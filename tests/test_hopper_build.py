@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from plans import HEADER, KERNEL, make_repo, plan_copy
 from test_refused_inputs import refused, run_cli
 
-from qualify.build import nvrtc
+from qualify.build import header_reads, nvrtc
 from qualify.build.arms import kernel_spec
 from qualify.commands.check import check_plan
 from qualify.errors import BuildError
@@ -123,8 +124,8 @@ def test_done_when_an_sm_90a_kernel_with_cccl_compiles_and_the_lock_lists_every_
     read = set()
     for compiled in check_plan(path).compiled.values():
         for name, digest in compiled.headers:
-            if digest != nvrtc.BUILTIN and nvrtc._inside(CCCL.resolve(), nvrtc.Path(name).resolve()):
-                read.add(nvrtc.cccl_key(CCCL.resolve(), nvrtc.Path(name).resolve()))
+            if digest != header_reads.BUILTIN and header_reads._inside(CCCL.resolve(), Path(name).resolve()):
+                read.add(header_reads.cccl_key(CCCL.resolve(), Path(name).resolve()))
     assert read == frozen  # every CCCL header NVRTC read, and only those
 
 

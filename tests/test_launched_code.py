@@ -47,6 +47,10 @@ def test_softmax_arms_in_one_module_differ_by_the_functions_they_launch():
     assert code.digests["base"] != code.digests["candidate"]
     assert [f.name for f in code.launched["base"]] == [base.lowered_name]
     assert [f.name for f in code.launched["candidate"]] == [cand.lowered_name]
+    assert [f.shown for side in ("base", "candidate") for f in code.launched[side]] == [
+        "softmax_block<256>",
+        "softmax_warp<8>",
+    ]
     first = code.differences[0]
     assert first.startswith("the launched function: base softmax_block<256>") and "candidate softmax_warp<8>" in first
     assert "different functions, instructions " in first
@@ -76,16 +80,27 @@ def test_a_change_to_the_launched_kernel_alone_is_found(tmp_path):
     assert code.differences[0].startswith("the launched function: scale<64>: instructions")
 
 
-def test_a_device_function_is_held_by_every_kernel_that_may_call_it(tmp_path):
-    helper = "__device__ __noinline__ float helper(float v) { return v * v + 1.f; }\n"
-    source = helper + 'extern "C" __global__ void k(float* y) { y[threadIdx.x] = helper(y[threadIdx.x]); }\n'
-    data, name = cubin(tmp_path, source, kernel="k", name="h.cu")
-    code = machine_code(data)
-    held = launched(code, name)
-    assert held.functions[0] == name and set(code.functions) <= set(held.functions) | {name}
-    # any function of the module that is not a kernel counts, another kernel never does
-    other, _ = cubin(tmp_path, source + UNRELATED, kernel="k", name="h2.cu")
-    assert launched(machine_code(other), name).digest == held.digest
+def test_a_device_function_is_held_by_every_kernel_that_may_call_it():
+    # separate compilation keeps device functions as functions of their own: one the kernel calls
+    # (reached by a relocation) and one nothing calls (held too: the cautious side)
+    def module(f_body: str, g_body: str) -> bytes:
+        return _nvrtc_cubin(
+            f"__device__ __noinline__ float f(float v) {{ {f_body} }}\n"
+            f"__device__ float g(float v) {{ {g_body} }}\n"
+            'extern "C" __global__ void k(float* y) { y[threadIdx.x] = f(y[threadIdx.x]); }\n' + UNRELATED,
+            b"-rdc=true",
+        )
+
+    base = machine_code(module("return v * v + 1.f;", "return v - 1.f;"))
+    held = launched(base, "k")
+    assert held.functions[0] == "k" and "unrelated" not in held.functions
+    assert {"_Z1ff", "_Z1gf"} <= set(held.functions)
+    callee = machine_code(module("return v * v + 2.f;", "return v - 1.f;"))
+    uncalled = machine_code(module("return v * v + 1.f;", "return v - 2.f;"))
+    assert callee.functions["k"].digest == base.functions["k"].digest  # the kernel's own code is the same
+    assert launched(callee, "k").digest != held.digest
+    assert launched(uncalled, "k").digest != held.digest
+    assert launched(machine_code(module("return v * v + 1.f;", "return v - 1.f;")), "k").digest == held.digest
 
 
 def test_arms_with_their_own_launches_are_compared_launch_by_launch(tmp_path):
@@ -136,3 +151,44 @@ def test_report_check_holds_the_launched_fact_to_its_digests_and_the_trace(tmp_p
     assert problems == ["code.launched names the arms' kernels as different, but the trace saw the same kernels"]
     problems = _code_problems(_trial_with(code, {"base": ["s", "t"], "candidate": ["o"]}))
     assert problems == ["code.launched.base names 1 distinct kernels, but the trace saw the base arm launch 2"]
+
+
+def _nvrtc_cubin(source: str, *options: bytes) -> bytes:
+    """A CUBIN straight from NVRTC with exactly these options (qualify's own build always adds line
+    information, so this is how a build without it is made)."""
+    from cuda.bindings import nvrtc
+
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"k.cu", 0, [], [])
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
+    opts = [b"--gpu-architecture=sm_90", *options]
+    (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS
+    _, size = nvrtc.nvrtcGetCUBINSize(prog)
+    data = b" " * size
+    nvrtc.nvrtcGetCUBIN(prog, data)
+    nvrtc.nvrtcDestroyProgram(prog)
+    return data
+
+
+def test_line_information_alone_moves_the_elf_flags_and_not_the_launched_identity():
+    source = 'extern "C" __global__ void k(float* x, int n) { int i = threadIdx.x; if (i < n) x[i] *= 2.f; }\n'
+    plain, lined = machine_code(_nvrtc_cubin(source)), machine_code(_nvrtc_cubin(source, b"-lineinfo"))
+    assert plain.functions["k"].digest == lined.functions["k"].digest  # the same instructions and facts
+    assert dict(plain.module)["elf header"] != dict(lined.module)["elf header"]  # the flags' high byte moved
+    assert launched(plain, "k").digest == launched(lined, "k").digest
+
+
+def test_a_kernel_another_launch_can_reach_by_a_relocation_is_held_too():
+    # a kernel whose code takes another kernel's address (how a device-side launch names it)
+    def module(k2_body: str) -> bytes:
+        return _nvrtc_cubin(
+            f'extern "C" __global__ void k2(float* y) {{ {k2_body} }}\n'
+            'extern "C" __global__ void k(unsigned long long* y) { y[threadIdx.x] = (unsigned long long)(void*)&k2; }\n'
+            + UNRELATED,
+            b"-rdc=true",
+        )
+
+    base, other = machine_code(module("y[0] = 1.f;")), machine_code(module("y[0] = 2.f;"))
+    assert launched(base, "k").functions == ("k", "k2")  # reached; the unrelated kernel is not
+    assert launched(base, "k").digest != launched(other, "k").digest
+    assert launched(base, "unrelated").digest == launched(other, "unrelated").digest

@@ -9,6 +9,7 @@ header that exists in the repository but in no folder the arm searches (the plan
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 _MISSING = re.compile(r'(?:cannot|could not) open source file "([^"]+)"')
 _TEMPLATE = re.compile(r"cannot determine which instance of function template \"([^\"]+)\"")
@@ -32,21 +33,19 @@ def is_template_hint(hint: str) -> bool:
     return _TEMPLATE_HINT in hint
 
 
-def for_log(log: str, spec) -> str:
-    """'; <hint>' for the first failure of `log` qualify knows a fix for, else ''."""
+def for_log(log: str, spec, cccl: Path | None) -> str:
+    """'; <hint>' for the first failure of `log` qualify knows a fix for, else ''. `cccl`: the CCCL
+    headers' folder (`nvrtc.cccl_include_dir`), None when not installed."""
     template = _TEMPLATE.search(log)
     if template:
         return f'; {template.group(1)}{_TEMPLATE_HINT} in the plan\'s kernel field, e.g. "{template.group(1)}<256>"'
     missing = _MISSING.search(log)
     if missing is None:
         return ""
-    return missing_header(missing.group(1), spec)
+    return missing_header(missing.group(1), spec, cccl)
 
 
-def missing_header(name: str, spec) -> str:
-    from qualify.build.nvrtc import cccl_include_dir
-
-    cccl = cccl_include_dir()
+def missing_header(name: str, spec, cccl: Path | None) -> str:
     std = _C_HEADERS.get(name, name)
     if "/" not in std and "." not in std:
         if cccl is not None and (cccl / "cuda" / "std" / std).is_file():

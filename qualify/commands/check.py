@@ -64,7 +64,7 @@ class PlanCheck:
 def check_plan(path: str | Path, archs: list[str] | None = None, compile: bool = True) -> PlanCheck:
     """`qualify plan check`. The plan's own problems come first; a frozen plan that changed since
     its lock is reported after them (so an edit's real error is never hidden by "changed")."""
-    from qualify.commands.refreeze import with_remedy
+    from qualify.plan.digest import with_remedy
 
     loaded = load_plan(path)
     lock_problem: FrozenInputChanged | None = None

@@ -53,6 +53,8 @@ class DeviceEffect:
     # every complete trial ran identical machine code with identical launches: the runs are what
     # the timer measured between two copies of one kernel, not an effect of the candidate
     free_aa: bool = False
+    # the runs' classes and changes are the pooled two-level interval's (trace version 3 on)
+    pooled: bool = False
 
 
 @dataclass(frozen=True)

@@ -269,7 +269,7 @@ def launched_text(trials: list[Trial], identity: CodeIdentity) -> Md:
     launches = {str(side): fs for side, fs in identity.launched.items()}
 
     def arm(side: str) -> str:
-        listed = [code(names.get(f.name, f.name)) for f in launches.get(side, [])]
+        listed = [code(f.shown or names.get(f.name, f.name)) for f in launches.get(side, [])]
         return (" then ".join(listed) or "nothing") + f" ({side})"
 
     return Md(f"{arm('base')} against {arm('candidate')}")

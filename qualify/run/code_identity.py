@@ -85,6 +85,7 @@ def nvrtc(base: Arms, candidate: Arms, cases: list[ResolvedCase], arch: str) -> 
             lines += [d for d in module.differences if d not in lines]
         lines = _capped(lines)
     held = {n for side in ARM_SIDES for f in launched[side] for n in f.functions}
+    _, shown = demangle_all([f.name for side in ARM_SIDES for f in launched[side]])
     return CodeIdentity(
         status="identical" if identical else "differs",
         arms="nvrtc",
@@ -92,7 +93,10 @@ def nvrtc(base: Arms, candidate: Arms, cases: list[ResolvedCase], arch: str) -> 
         digests=digests,
         scope="launched",
         launched={
-            side: [LaunchedCode(name=f.name, digest=f.digest, functions=list(f.functions)) for f in launched[side]]
+            side: [
+                LaunchedCode(name=f.name, shown=shown.get(f.name), digest=f.digest, functions=list(f.functions))
+                for f in launched[side]
+            ]
             for side in ARM_SIDES
         },
         functions=len(held),
