@@ -17,14 +17,6 @@ if TYPE_CHECKING:
 BUILTIN = "builtin"  # the sha256 slot of a header NVRTC holds in memory (no file was read)
 
 
-def _inside(root: Path, path: Path) -> bool:
-    try:
-        path.relative_to(root)
-    except ValueError:
-        return False
-    return True
-
-
 def check_reads(
     spec: KernelSpec, source: bytes, headers: tuple[tuple[str, str], ...], toolkit: Path, cccl: Path | None
 ) -> None:
@@ -48,14 +40,14 @@ def check_reads(
                 raise PlanError(f"NVRTC read {name!r} from the working directory", file=spec.source)
             continue
         path = Path(name).resolve()
-        if cccl is not None and _inside(cccl, path):
+        if cccl is not None and path.is_relative_to(cccl):
             # CCCL is code the kernel compiles, so its headers are frozen like the repository's
             if spec.locked:
                 _check_frozen_key(spec, frozen, cccl_key(cccl, path), digest)
             continue
-        if _inside(toolkit, path):
+        if path.is_relative_to(toolkit):
             continue
-        if not _inside(root, path):
+        if not path.is_relative_to(root):
             raise PlanError(f"NVRTC read {path}, which is outside the repository {root}", file=spec.source)
         if spec.locked:
             _check_frozen(spec, root, frozen, path, digest)

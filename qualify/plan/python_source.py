@@ -114,7 +114,7 @@ def local_modules(source: Path, root: Path, plan_path: Path, field: str) -> list
             spelled = ".".join(parts) or "." * level
             files = _candidates(folder, parts) + [f for n in names for f in _candidates(folder, (*parts, n))[-2:]]
             for candidate in files:
-                if not _inside(root, Path(os.path.normpath(candidate))):
+                if not Path(os.path.normpath(candidate)).is_relative_to(root):
                     raise PlanError(
                         f"{_shown(path, root)} line {line} imports {spelled!r} from outside the repository",
                         file=plan_path,
@@ -127,7 +127,7 @@ def local_modules(source: Path, root: Path, plan_path: Path, field: str) -> list
                 if not is_file:
                     continue
                 real = candidate.resolve()
-                if not _inside(root, real):
+                if not real.is_relative_to(root):
                     raise PlanError(
                         f"{_shown(path, root)} line {line} imports {spelled!r}, which is a link to a file "
                         "outside the repository",
@@ -136,14 +136,6 @@ def local_modules(source: Path, root: Path, plan_path: Path, field: str) -> list
                     )
                 stack.append(real)
     return seen
-
-
-def _inside(root: Path, path: Path) -> bool:
-    try:
-        path.relative_to(root)
-    except ValueError:
-        return False
-    return True
 
 
 def signature(tree: ast.Module, function: str, rel: str, plan_path: Path, field: str) -> Signature:

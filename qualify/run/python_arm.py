@@ -306,7 +306,7 @@ def load(loaded, side: str, runtime, label: str | None = None) -> PythonEntry:
     own = [module]
     for key in sorted(set(sys.modules) - before - {name}):
         real = _file_of(sys.modules[key])
-        if real is None or not _inside(root, real) or _installed(real):
+        if real is None or not real.is_relative_to(root) or _installed(real):
             continue
         if real not in frozen:
             raise FrozenInputChanged(
@@ -336,7 +336,7 @@ def _installed(path: Path) -> bool:
     if {"site-packages", "dist-packages"} & set(path.parts):
         return True
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(__file__).resolve().parents[1])}
-    return any(_inside(Path(p).resolve(), path) for p in prefixes)
+    return any(path.is_relative_to(Path(p).resolve()) for p in prefixes)
 
 
 def _file_of(module) -> Path | None:
@@ -348,7 +348,7 @@ def _refuse_shadowed(path: Path, frozen: set[Path], plan_path: Path, field: str)
     """A frozen module beside the callable whose name this process already holds from another file."""
     folder = path.parent
     for file in frozen:
-        if file.suffix != ".py" or not _inside(folder, file) or file == path:
+        if file.suffix != ".py" or not file.is_relative_to(folder) or file == path:
             continue
         parts = file.relative_to(folder).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -360,14 +360,6 @@ def _refuse_shadowed(path: Path, frozen: set[Path], plan_path: Path, field: str)
                 file=plan_path,
                 field=field,
             )
-
-
-def _inside(root: Path, path: Path) -> bool:
-    try:
-        path.relative_to(root)
-    except ValueError:
-        return False
-    return True
 
 
 def _packages(modules, root: Path) -> dict[str, str]:
