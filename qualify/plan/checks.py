@@ -245,7 +245,19 @@ def _check_own_launches(arm, roles: dict[str, str], field: str, fail) -> None:
         if buf.name in roles or buf.name in own:
             raise fail(f"{field}.scratch[{j}].name", f"buffer {buf.name!r} is declared twice")
         own.add(buf.name)
+    named = set()
     for i, launch in enumerate(arm.launches):
         for k, arg in enumerate(launch.args):
             if isinstance(arg, BufferArg) and arg.name not in roles and arg.name not in own:
                 raise fail(f"{field}.launches[{i}].args[{k}].name", f"unknown buffer {arg.name!r}")
+            if isinstance(arg, BufferArg):
+                named.add(arg.name)
+    # a scratch buffer no launch is passed is a typo or a leftover: the launch that was meant to
+    # use it writes elsewhere, and its declared size bounds nothing
+    for j, buf in enumerate(arm.scratch):
+        if buf.name not in named:
+            raise fail(
+                f"{field}.scratch[{j}]",
+                f"scratch buffer {buf.name!r} is passed to none of the arm's launches; pass it in "
+                "a launch's args or remove it",
+            )
