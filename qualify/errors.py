@@ -34,9 +34,12 @@ class QualifyError(Exception):
         self.file = str(file) if file is not None else None
         self.field = field
 
-    def one_line(self) -> str:
+    def one_line(self, limit: int | None = None) -> str:
+        """'file: field: message' on one line; with `limit`, the message cut to about that many
+        characters (`capped`), the file and field never."""
         parts = [printable(p) for p in (self.file, self.field) if p]
-        parts.append(printable(" ".join(self.message.split())))
+        message = printable(" ".join(self.message.split()))
+        parts.append(message if limit is None else capped(message, limit))
         return ": ".join(parts)
 
     def each(self) -> list[QualifyError]:
@@ -106,6 +109,20 @@ class EnvironmentProblem(QualifyError):
     Not a bad plan and not a bug: the message names the file and what the system said."""
 
     exit_code = ExitCode.DEVICE
+
+
+MAX_LINE = 300  # characters of one error's message; a longer one is cut in its middle
+
+
+def capped(line: str, limit: int = MAX_LINE) -> str:
+    """`line` cut to about `limit` characters in its middle, saying how much was cut: the start
+    names the file and field, the end usually the fix, and a line listing every case of a large
+    plan is no longer one line to read."""
+    if len(line) <= limit + 40:  # cutting fewer characters than the marker adds is no cut
+        return line
+    head, tail = limit * 2 // 3, limit // 4
+    cut = len(line) - head - tail
+    return f"{line[:head]} … [{cut:,} characters cut] … {line[-tail:]}"
 
 
 def printable(text: str) -> str:
