@@ -326,7 +326,7 @@ _RUN_OPTIONS = [
     click.option(
         "--exploratory", is_flag=True, help="Allow a device the plan does not list; the record is marked unplanned."
     ),
-    # how `run` starts each trial in a process of its own (qualify.commands.trial_processes)
+    # how `run` starts each trial in a process of its own (qualify.procs.trials)
     click.option("--trial-process", "trial_process", type=click.Path(path_type=Path), hidden=True),
 ]
 
@@ -395,7 +395,7 @@ def _execute_on_devices(command, plan_path, record_dir, devices, trials, explora
     """`--devices`: one `qualify run/compare --device N` worker per GPU, in parallel, into one record."""
     from rich.text import Text
 
-    from qualify.commands.fleet import run_on_devices
+    from qualify.procs.fleet import run_on_devices
 
     terminate_as_interrupt()
     code = run_on_devices(
@@ -410,9 +410,9 @@ def _execute(command, plan_path, record_dir, ordinal, trials, exploratory, libra
     A trial process exits 0 once its trial is kept (the parent judges the record), 130 if it was
     interrupted; the parent exits with the most severe trial process's code that is no verdict,
     else the record's verdict."""
-    from qualify.commands.pipeline import execute, exit_code
-    from qualify.commands.trial_processes import most_severe
-    from qualify.render.terminal import run_summary
+    from qualify.commands.pipeline import exit_code
+    from qualify.errors import most_severe
+    from qualify.procs.trials import execute
 
     terminate_as_interrupt()
     run = execute(
@@ -421,11 +421,15 @@ def _execute(command, plan_path, record_dir, ordinal, trials, exploratory, libra
     interrupted = any(t.status == "interrupted" for t in run.outcome.trials)
     if trial_process is not None:
         raise SystemExit(int(ExitCode.INTERRUPTED) if interrupted else 0)
+    # the summary's renderer (rich, the headline's judgement) is the parent's alone: a trial
+    # process renders nothing, and each one's start-up counts against a short kernel's verdict
+    from qualify.render.terminal import run_summary
+
     if run.outcome.results is not None:
         out.print(run_summary(run.outcome, run.folder, run.loaded.plan))
     severe = most_severe(list(run.codes))
     if severe is not None:
-        raise SystemExit(severe)
+        raise SystemExit(int(severe))
     if run.outcome.results is None:
         raise SystemExit(int(ExitCode.INCOMPLETE))
     raise SystemExit(exit_code(run.outcome.results, interrupted))
@@ -523,6 +527,7 @@ def summary_cmd(folder: Path, target: Path | None) -> None:
     """Markdown summary of RECORD for a CI run's page; exits with the verdict's code, as report does."""
     from qualify.commands.pipeline import exit_code
     from qualify.commands.summary import checked_summary
+    from qualify.io import append_text
     from qualify.results.store import Record
 
     if target is not None and target.exists() and not target.is_file():
@@ -532,12 +537,38 @@ def summary_cmd(folder: Path, target: Path | None) -> None:
     if target is None:
         click.echo(markdown, nl=False)
     else:
-        try:
-            with open(target, "a", encoding="utf-8") as f:
-                f.write(markdown)
-        except OSError as exc:
-            raise UsageError(f"cannot append: {exc.strerror}", file=target) from None
+        append_text(target, markdown)  # a link in the summary's place is refused, never appended through
     raise SystemExit(failed_check if failed_check is not None else exit_code(Record(folder).results()))
+
+
+@cli.command("history")
+@click.option("--artifacts", type=click.Path(path_type=Path), help="A folder of records (CI artifacts).")
+@click.option("--git", "git_record", type=click.Path(path_type=Path), help="A record folder, read from git history.")
+@click.option("--protocol", help="The protocol (plan name) to show, where the folder holds several.")
+@click.option("--manifest", type=click.Path(path_type=Path), help="Commits of --artifacts records that state none.")
+@click.option(
+    "--alpha",
+    type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+    default=0.01,
+    show_default=True,
+    help="Level of each change-point test (the chance a flat history is flagged).",
+)
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="The HTML page to write.")
+def history_cmd(artifacts, git_record, protocol, manifest, alpha, output) -> None:
+    """A protocol's records across commits as one static HTML page: per case the change over time
+    with its interval, the verdicts, and change points (docs/history.md). Exit 0 when written, 2 on
+    bad input, 5 when the host refuses the write, 6 when git is missing."""
+    from qualify.commands.history import history_page, write_page
+
+    history, page = history_page(
+        artifacts=artifacts, git_record=git_record, protocol=protocol, manifest=manifest, alpha=alpha
+    )
+    write_page(page, output)
+    flagged = sum(1 for c in history.cases if c.changes.points)
+    click.echo(
+        f"history of {_printable(history.protocol)}: {len(history.records)} records, {len(history.cases)} series, "
+        f"{flagged} with change points -> {_printable(str(output))}"
+    )
 
 
 @cli.command("changed")
@@ -580,6 +611,84 @@ def changed_cmd(base: str | None, head: str, paths: tuple[str, ...], sources: tu
             click.echo(t.plan)
         if not touched:  # on stderr: stdout stays the (empty) list of plans a script reads
             click.echo(f"qualify: no protocol is touched by the {len(changed)} changed path(s)", err=True)
+
+
+@cli.command("gate")
+@click.option("--base", help="Git revision to gate against (default: the merge base of HEAD with the default branch).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=Path("qualify-gate"),
+    show_default=True,
+    help="A fresh folder for gate.json, GATE.md and one record per protocol and arm.",
+)
+@click.option(
+    "--protocol", "protocols", multiple=True, help="Gate this protocol too, whether or not the change touches it."
+)
+@click.option("--device", "ordinal", type=int, default=0, show_default=True, help="CUDA device ordinal.")
+@click.option(
+    "--time-identical",
+    is_flag=True,
+    help="Time arms even when both sides compile to identical machine code (the gate's noop qualification).",
+)
+@click.option("--link-base", default="", help="Prefix of the record links in GATE.md (an artifact's URL).")
+@click.option("--schema", "schema", is_flag=True, help="Print gate.json's JSON Schema and exit.")
+def gate_cmd(
+    base: str | None,
+    out_dir: Path,
+    protocols: tuple[str, ...],
+    ordinal: int,
+    time_identical: bool,
+    link_base: str,
+    schema: bool,
+) -> None:
+    """Measure every protocol a change touches, each arm at --base against the same arm in the
+    working tree, on this GPU; write gate.json and a Markdown table (also to $GITHUB_STEP_SUMMARY).
+    Exit 0 passed, 1 a case slower or its outputs beyond the bound, 7 can't tell, 2-6 as elsewhere."""
+    import json as _json
+    import os
+
+    from qualify.commands.gate import gate_schema, run_gate
+    from qualify.procs.trials import execute
+
+    if schema:
+        click.echo(_json.dumps(gate_schema(), indent=2))
+        return
+    terminate_as_interrupt()
+
+    def runner(plan_path: Path, record_dir: Path, libraries):
+        if libraries:
+            command = ["compare", str(libraries["base"]), str(libraries["candidate"]), "--plan", str(plan_path)]
+        else:
+            command = ["run", str(plan_path)]
+        run = execute(plan_path, record_dir, ordinal, None, False, libraries, _progress, sys.argv[1:], command)
+        return run.outcome.results
+
+    from qualify.commands.gate import GATE_MD
+
+    document = run_gate(
+        Path.cwd(),
+        base,
+        out_dir,
+        runner,
+        protocols=protocols,
+        time_identical=time_identical,
+        link_base=link_base,
+        say=lambda line: click.echo(f"qualify gate: {line}", err=True),
+    )
+    markdown = (out_dir / GATE_MD).read_text(encoding="utf-8")
+    click.echo(markdown, nl=False)
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if target:
+        if Path(target).exists() and not Path(target).is_file():
+            raise UsageError("not a regular file; the summary is appended to files only", file=target)
+        try:
+            with open(target, "a", encoding="utf-8") as f:
+                f.write(markdown)
+        except OSError as exc:
+            raise UsageError(f"cannot append: {exc.strerror}", file=target) from None
+    raise SystemExit(document.exit_code)
 
 
 @cli.command("doctor")

@@ -244,6 +244,13 @@ def from_float64(values: np.ndarray, dtype: str, overflow: Overflow = "nonfinite
     target = np.dtype(NUMPY_DTYPES[dtype])
     if target.kind in "iu":
         info = np.iinfo(target)
-        values = np.clip(np.rint(values), info.min, info.max)
+        values = np.rint(values)
+        # 2**63 - 1 rounds up to 2**63 as a float64, which no int64 holds: clamp below it, then set
+        # what reached the top to the largest integer (a cast of 2**63 would be undefined)
+        top = np.nextafter(float(info.max), 0.0) if float(info.max) > info.max else float(info.max)
+        high = values >= float(info.max)
+        ints = np.clip(values, info.min, top).astype(target)
+        ints[high] = info.max
+        return ints.view(np.uint8)
     with np.errstate(over="ignore"):  # a float beyond its range becomes infinite: "nonfinite" says so
         return values.astype(target).view(np.uint8)

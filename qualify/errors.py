@@ -6,6 +6,7 @@ Library code raises these; `qualify.cli` catches them once and prints one line. 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from enum import IntEnum
 from pathlib import Path
 
@@ -21,6 +22,39 @@ class ExitCode(IntEnum):
     INCOMPLETE = 7
     INTERNAL = 70
     INTERRUPTED = 130
+
+
+# When several processes of one invocation end (the devices of `--devices`, the trial processes of
+# a run), the code that reaches the caller: an interruption first, then what a person must fix,
+# then a verdict. Severity is this order, not the codes' numeric order (7 is milder than 2).
+SEVERITY = (
+    ExitCode.INTERRUPTED,
+    ExitCode.INTERNAL,
+    ExitCode.DEVICE,
+    ExitCode.TOOL,
+    ExitCode.BUILD,
+    ExitCode.FROZEN,
+    ExitCode.BAD_INPUT,
+    ExitCode.INCOMPLETE,
+    ExitCode.NOT_QUALIFIED,
+    ExitCode.QUALIFIED,
+)
+VERDICTS = frozenset({ExitCode.QUALIFIED, ExitCode.NOT_QUALIFIED, ExitCode.INCOMPLETE})
+
+
+def most_severe(codes: Iterable[int]) -> ExitCode | None:
+    """Of child processes' exit codes, the one that must reach the caller instead of the record's
+    verdict: the most severe that is no verdict. A process killed by a signal (a negative code)
+    was interrupted (the trial it was in is closed as such); a code qualify never exits with is an
+    internal error. None when every code is a verdict (0 included: a trial process that kept its
+    trial), so the record's verdict decides."""
+    seen = {int(ExitCode.INTERRUPTED) if c < 0 else int(c) for c in codes}
+    for code in SEVERITY:
+        if int(code) in seen and code not in VERDICTS:
+            return code
+    if seen - {int(c) for c in SEVERITY}:
+        return ExitCode.INTERNAL
+    return None
 
 
 class QualifyError(Exception):
@@ -56,7 +90,7 @@ class Problems(PlanError):
     lock's mismatch), in the order they are to be fixed; the first stands for the group as a
     PlanError, and the exit code is the highest of theirs."""
 
-    def __init__(self, errors: list[QualifyError]):
+    def __init__(self, errors: Sequence[QualifyError]):
         first = errors[0]
         super().__init__(first.message, file=first.file, field=first.field)
         self.errors = [e for error in errors for e in error.each()]
@@ -66,7 +100,7 @@ class Problems(PlanError):
         return list(self.errors)
 
 
-def all_of(errors: list[QualifyError]) -> QualifyError:
+def all_of(errors: Sequence[QualifyError]) -> QualifyError:
     """One error for `errors` (at least one): itself when alone, else `Problems`."""
     return errors[0] if len(errors) == 1 else Problems(errors)
 

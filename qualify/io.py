@@ -239,7 +239,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, replace: bool = True, root: P
     try:
         folder = _folder_fd(path, root)
         try:
-            _write(folder, path, data, replace, refuse_link=root is not None)
+            _write(folder, path, data, replace)
         finally:
             os.close(folder)
     except FileExistsError:
@@ -272,6 +272,18 @@ def open_in_record(path: Path, root: Path, *, append: bool = False) -> int:
     return fd
 
 
+def append_text(path: Path, text: str) -> None:
+    """Append `text` to the regular file `path` (created if missing) in one write, through no link:
+    a link in its place is refused (LinkRefused), a FIFO or device too."""
+    path = Path(os.path.abspath(path))
+    fd = open_in_record(path, path.parent, append=True)
+    try:
+        with os.fdopen(fd, "ab") as f:
+            f.write(text.encode("utf-8"))
+    except OSError as exc:
+        raise write_problem(path, exc) from None
+
+
 def remove_in_record(path: Path, root: Path) -> None:
     """Remove the file `path` under `root` (a link is removed itself; no folder on the way may be one)."""
     path = Path(path)
@@ -287,7 +299,7 @@ def remove_in_record(path: Path, root: Path) -> None:
         raise write_problem(path, exc) from None
 
 
-_LINK_REFUSED = "refused: a symbolic link inside the record; qualify never writes through one"
+_LINK_REFUSED = "refused: a symbolic link where qualify writes; qualify never writes through one"
 
 
 def _folder_fd(path: Path, root: Path | None, *, create: bool = True) -> int:
@@ -299,6 +311,8 @@ def _folder_fd(path: Path, root: Path | None, *, create: bool = True) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
         return os.open(path.parent, dir_flags)
     root = Path(root)
+    if not path.is_relative_to(root) or ".." in path.relative_to(root).parts:
+        raise LinkRefused(f"refused: outside {root}, the folder qualify writes into", file=path)
     parts = path.relative_to(root).parts[:-1]
     if create:
         root.mkdir(parents=True, exist_ok=True)
@@ -326,7 +340,7 @@ def _folder_fd(path: Path, root: Path | None, *, create: bool = True) -> int:
     return fd
 
 
-def _write(folder: int, path: Path, data: bytes, replace: bool, *, refuse_link: bool) -> None:
+def _write(folder: int, path: Path, data: bytes, replace: bool) -> None:
     name = path.name
     tmp = f".{name}.{secrets.token_hex(6)}.tmp"
     # created by name relative to the folder's descriptor, O_EXCL | O_NOFOLLOW: a fresh file, never
@@ -339,10 +353,9 @@ def _write(folder: int, path: Path, data: bytes, replace: bool, *, refuse_link: 
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        if refuse_link:
-            with contextlib.suppress(FileNotFoundError):
-                if stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode):
-                    raise LinkRefused(_LINK_REFUSED, file=path)
+        with contextlib.suppress(FileNotFoundError):  # a link in the file's place is refused, never replaced
+            if stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode):
+                raise LinkRefused(_LINK_REFUSED, file=path)
         if replace:
             os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
         else:

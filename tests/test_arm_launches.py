@@ -230,12 +230,14 @@ class _Compiled:
 
 @pytest.mark.parametrize("archs, code_arch", [(["sm_90"], "sm_90"), (["sm_90a"], "sm_90a")])
 def test_a_sequence_arms_code_fact_names_the_target_it_compiled(tmp_path, archs, code_arch):
-    # machine code is not compared for a sequence, but the fact still names the exact target: an
-    # sm_90a plan on a 9.0 device compiles sm_90a, and report --check holds the fact to the plan
+    # a sequence's machine code is compared launch by launch and the fact names the exact target:
+    # an sm_90a plan on a 9.0 device compiles sm_90a, and report --check holds the fact to the plan
     plan = two_step_plan()
     plan["hardware"]["architectures"] = archs
     loaded = load_plan(make_repo(tmp_path, plan, FILES, freeze=True))
     device = _device(**{"base:scale_into": 4_000.0, "base:add_to": 6_000.0, "candidate": 7_000.0})
     trial = run_trial(loaded, device, tmp_path)
     assert trial.status == "complete", trial.failures
-    assert trial.code is not None and trial.code.status == "unknown" and trial.code.arch == code_arch
+    assert trial.code is not None and trial.code.status == "differs" and trial.code.arch == code_arch
+    assert [len(trial.code.launched[side]) for side in ("base", "candidate")] == [2, 1]
+    assert trial.code.differences[-1] == "launch 2: only the base arm launches add_to"

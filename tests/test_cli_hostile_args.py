@@ -14,8 +14,8 @@ from test_refreeze import frozen_then_changed
 from test_scaffold import SOFTMAX, repo
 
 from qualify.cli import main
-from qualify.commands.fleet import parse_devices
 from qualify.errors import UsageError
+from qualify.procs.fleet import parse_devices
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -61,7 +61,11 @@ def test_different_kernels_differ_and_the_verdict_judges_the_measurement(tmp_pat
     assert code.status == "differs" and code.arms == "nvrtc" and code.arch == "sm_90"
     assert code.digests["base"] != code.digests["candidate"]
     assert code.launches_match is False and not code.free_aa
-    pair, *rest = code.differences  # a template's two instantiations, paired first, then each as compared
+    assert code.scope == "launched" and [f.name for f in code.launched["base"]] == ["_Z4axpyILi1EEvPKfS1_Pffx"]
+    # the launched functions first, then the modules' own differences: the template's two
+    # instantiations paired, then each as compared
+    launched, pair, *rest = code.differences
+    assert launched.startswith("the launched function: base axpy<1> ↔ candidate axpy<4>: different functions")
     assert pair.startswith("pair axpy<1> ↔ axpy<4>: instructions ")
     assert sorted(d.split(": ")[1] for d in rest) == ["only in base", "only in candidate"]
     assert verdict(loaded.plan, [trial]).gates[0].passed  # measured 20 % faster, the gate asks 1 %

@@ -4,7 +4,7 @@ never quotes a file outside the repository and the CUDA headers (issue 25, cause
 
 from __future__ import annotations
 
-import base64
+import io
 import json
 import subprocess
 import sys
@@ -87,14 +87,12 @@ def test_a_literal_path_outside_the_repository_is_refused_whether_or_not_it_exis
     assert said[:2] == said[2:]  # the same words whether the file exists or not
 
 
-def request(source: str, headers: dict[str, bytes] | None = None) -> dict:
-    return {
-        "program": "/nowhere/k.cu",
-        "source": base64.b64encode(source.encode()).decode(),
-        "headers": [[n, base64.b64encode(b).decode()] for n, b in (headers or {}).items()],
-        "kernel": "k",
-        "options": ["--gpu-architecture=sm_90"],
-    }
+REQUEST = {"program": "/nowhere/k.cu", "kernel": "k", "options": ["--gpu-architecture=sm_90"]}
+
+
+def request(source: str, headers: dict[str, bytes] | None = None) -> tuple[dict, bytes, list[tuple[str, bytes]]]:
+    """_run_worker's arguments but the spec: the options, the source, the headers in memory."""
+    return REQUEST, source.encode(), list((headers or {}).items())
 
 
 K = '\nextern "C" __global__ void k(int* x) { x[0] = 1; }\n'
@@ -103,12 +101,12 @@ K = '\nextern "C" __global__ void k(int* x) { x[0] = 1; }\n'
 @pytest.mark.skipif(not LANDLOCK, reason="the kernel does not enforce Landlock")
 def test_the_confined_worker_opens_no_file_even_when_the_scanner_is_bypassed(secret):
     spec = KernelSpec(source=secret / "k.cu", kernel="k", arch="sm_90")
-    reply = nvrtc._run_worker(request(f'#include "{secret / "secret"}"' + K), spec)
+    reply = nvrtc._run_worker(*request(f'#include "{secret / "secret"}"' + K), spec)
     assert reply["sandbox"].startswith("landlock")
     assert not reply["compiled"]
     assert "Permission denied" in reply["log"] and SECRET.decode() not in str(reply)
     # __has_include cannot tell an existing file from a missing one
-    probe = nvrtc._run_worker(request(f'#if __has_include("{secret / "secret"}")\n#error found\n#endif' + K), spec)
+    probe = nvrtc._run_worker(*request(f'#if __has_include("{secret / "secret"}")\n#error found\n#endif' + K), spec)
     assert probe["compiled"], probe["log"]
 
 
@@ -116,7 +114,7 @@ def test_the_confined_worker_opens_no_file_even_when_the_scanner_is_bypassed(sec
 def test_a_header_handed_in_memory_compiles_inside_the_sandbox(tmp_path):
     spec = KernelSpec(source=tmp_path / "k.cu", kernel="k", arch="sm_90")
     reply = nvrtc._run_worker(
-        request('#include "v.h"\n#if V != 3\n#error\n#endif' + K, {"v.h": b"#define V 3\n"}), spec
+        *request('#include "v.h"\n#if V != 3\n#error\n#endif' + K, {"v.h": b"#define V 3\n"}), spec
     )
     assert reply["compiled"], reply["log"]
     assert "v.h" in reply["headers"]
@@ -131,9 +129,11 @@ def test_without_landlock_the_worker_says_why(monkeypatch):
         "from qualify.build import compile_worker, sandbox\n"
         f"sandbox.support = lambda: (0, {why!r})\n"
         "sandbox.restrict = lambda *a, **k: sys.exit('restricted without Landlock')\n"
-        "print(json.dumps(compile_worker.compile_request(json.loads(sys.stdin.read()))))\n"
+        "print(json.dumps(compile_worker.compile_request(compile_worker.read_request(sys.stdin.buffer))))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], input=json.dumps(request(K)), capture_output=True, text=True)
+    framed = io.BytesIO()
+    nvrtc.write_request(framed, *request(K))
+    done = subprocess.run([sys.executable, "-c", script], input=framed.getvalue(), capture_output=True)
     assert done.returncode == 0, done.stderr
     reply = json.loads(done.stdout)
     assert reply["compiled"] and reply["sandbox"] == f"none: {why}"
@@ -219,3 +219,24 @@ def test_every_spelling_of_a_computed_include_is_refused(tmp_path, spelling):
     with pytest.raises(PlanError, match="literal") as exc:
         includes.resolve_headers(tmp_path / "k.cu", text, (tmp_path,), (tmp_path,), (), {})
     assert exc.value.field == "line 3"
+
+
+def test_a_link_inside_the_repository_to_a_file_outside_is_refused_by_where_it_resolves(tmp_path):
+    """The allowed folders are checked on the path the file system resolves, not the name as written:
+    `"inc/key.h"` is lexically inside the repository, but the link leads out of it. Neither the
+    outside file's bytes nor the header are handed to NVRTC."""
+    repo, outside = tmp_path / "repo", tmp_path / "outside"
+    (repo / "inc").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.h").write_text("#define SECRET 42\n")
+    (repo / "inc" / "key.h").symlink_to(outside / "secret.h")
+    (repo / "inc" / "own.h").write_text("// a header of the repository's own\n")
+    text = b'#include "inc/own.h"\n#include "inc/key.h"\n'
+    with pytest.raises(PlanError, match="'inc/key.h', which resolves outside the repository") as exc:
+        includes.resolve_headers(repo / "k.cu", text, (repo,), (repo,), (), {})
+    assert exc.value.field == "line 2"
+    # the same link pointing inside the repository is an ordinary header
+    (repo / "inc" / "key.h").unlink()
+    (repo / "inc" / "key.h").symlink_to(repo / "inc" / "own.h")
+    found = includes.resolve_headers(repo / "k.cu", text, (repo,), (repo,), (), {})
+    assert found.by_name["inc/key.h"][0] == repo / "inc" / "own.h"

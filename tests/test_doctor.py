@@ -291,3 +291,21 @@ def test_cupti_present_or_missing_is_said_and_never_fails():
     assert missing.status == "warn" and missing.detail.startswith(why)
     assert "no kernel inventory or second timer" in missing.detail
     assert (report.ok, report.exit_code) == (True, 0)
+
+
+def test_a_plan_with_python_arms_needs_torch_in_the_trial_processes(monkeypatch):
+    import importlib.util
+
+    plan = load_plan(ROOT / "protocols/triton-softmax/plan.json").plan
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in ("torch", "triton") else found(name, *a)
+    )
+    report = diagnose(healthy(), plan=plan)
+    assert report.exit_code == 5
+    (check,) = [c for c in by_name(report, "plan") if c.status == "fail"]
+    assert "Python arms: torch and triton not installed: pip install 'qualify[triton]'" in check.detail
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    assert diagnose(healthy(), plan=plan).exit_code == 0
+    vecload = load_plan(ROOT / "protocols/vecload/plan.json").plan
+    assert not [c for c in by_name(diagnose(healthy(), plan=vecload), "plan") if "Python" in c.detail]

@@ -177,7 +177,7 @@ _SPARSE_LIBRARY_CHILD = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_DATA, (1536 << 20, 1536 << 20))
 from pathlib import Path
-from qualify.commands.libcheck import check_library
+from qualify.build.libcheck import check_library
 from qualify.errors import PlanError
 from qualify.plan.files import shared_object_problem
 from qualify.run import code_identity

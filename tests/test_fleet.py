@@ -7,8 +7,8 @@ import pytest
 from fleet_worker import ProcessWorker, run_on_fake_device
 from plans import make_repo, plan_copy
 
-from qualify.commands.fleet import DeviceOutcome, combined_exit_code, parse_devices, run_devices
 from qualify.errors import ExitCode, UsageError
+from qualify.procs.fleet import DeviceOutcome, combined_exit_code, parse_devices, run_devices
 from qualify.record.check import check_record
 from qualify.results.store import Record
 

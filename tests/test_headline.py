@@ -331,3 +331,46 @@ def test_a_large_crossover_length_is_written_whole():
     assert (
         "faster from N=4194304;" in head[0] and "a gate where N >= 4194304 with a change of at most -11.5 %" in head[0]
     )
+
+
+def _traced(t, version: int):
+    from qualify.results.model import KernelTrace
+
+    return t.model_copy(update={"kernel_trace": KernelTrace(tool="t", demangler="none", version=version)})
+
+
+def test_trials_of_trace_version_3_are_worded_by_their_pooled_interval():
+    """Issue 32: the headline said "median of 2 complete trials" where the pooled interval decides.
+    From trace version 3 on, each case's class and change are the pooled interval's."""
+    from qualify.evaluate.pooled import pool
+
+    plan = make_plan()
+    trials = [_traced(trial(1, SLOWER[0]), 3), _traced(trial(2, SLOWER[1]), 3)]
+    head, _ = lines(plan, trials)
+    pooled = [pool([c.stats for t in trials for c in t.cases if c.case == cid]).delta_pct for cid in plan_cases(plan)]
+    low, high = sorted((min(pooled), max(pooled)))
+    assert head[0] == (
+        f"The candidate is slower at all 6 cases, by {low:.1f} % to {high:.1f} % (time per launch, pooled over "
+        "2 complete trials, each its own process)."
+    )
+    # one version-2 trial among them: the words the record was written with
+    mixed, _ = lines(plan, [trials[0], _traced(trial(2, SLOWER[1]), 2)])
+    assert mixed[0].endswith("(time per launch, median of 2 complete trials).")
+    one, _ = lines(plan, trials[:1])
+    assert one[0].endswith("(time per launch, from 1 complete trial).")
+
+
+def test_pooled_words_name_a_case_the_trials_disagree_on_by_the_pooled_class():
+    plan = make_plan()
+    a, b = (0.1, -0.2, 0.0, -6.1, -8.0, -9.0), (0.2, -0.1, 0.1, -6.3, -7.8, -8.8)
+    mixed_first = (6.0,) + a[1:]  # trial 1 reads N=512 slower, trial 2 the same: per trial "inconsistent"
+    head, _ = lines(plan, [trial(1, mixed_first), trial(2, b)])
+    assert "inconsistent across trials" in head[0]
+    head, _ = lines(plan, [_traced(trial(1, mixed_first), 3), _traced(trial(2, b), 3)])
+    assert "inconsistent across trials" not in head[0]
+
+
+def plan_cases(plan):
+    from qualify.plan.resolve import case_id
+
+    return [case_id(c) for c in plan.workload.cases]

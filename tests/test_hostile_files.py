@@ -256,7 +256,7 @@ def test_a_plots_folder_link_is_refused_and_nothing_beyond_it_removed(rec, outsi
 
 
 def test_devices_leaves_no_worker_logs_in_tmpdir(tmp_path, monkeypatch):
-    from qualify.commands import fleet
+    from qualify.procs import fleet
     from qualify.run import device
 
     plan = make_repo(tmp_path / "repo", freeze=True)

@@ -11,6 +11,7 @@ import pytest
 from test_compare import build, compare
 from test_engine import fake, frozen, run_trial, small_plan
 
+from qualify.evaluate.cupti_delta import TRACE_VERSION
 from qualify.record.check import check_record
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C compiler")
@@ -85,22 +86,26 @@ def test_tracing_follows_each_cases_timing_and_is_kept_raw(tmp_path):
     assert [len(case.trace[s]) for s in ("base", "candidate")] == [5, 5]
     assert [k.name for k in case.trace["candidate"][0].kernels] == [PREP, FLASH, "tail"]
     assert trial.kernel_trace.names[FLASH] == "flash::kernel<128, true>"
-    assert trial.kernel_trace.version == 2
+    assert trial.kernel_trace.version == TRACE_VERSION
     assert trial.cost.stages_s["inventory"] >= 0
 
 
-def test_record_names_each_kernel_and_the_change(tmp_path):
+def test_record_names_each_kernel_without_cuptis_change(tmp_path):
     outcome = traced_compare(tmp_path)
     readme = (tmp_path / "record" / "README.md").read_text()
     assert "## Kernels each call launches" in readme
     assert "| N=256 | candidate | `flash::kernel<128, true>` | 132×1×1 | 128×1×1 | 168 | 0 B | 101,376 B |" in readme
     (line,) = [x for x in readme.splitlines() if x.startswith("- N=256:")]
-    # each kernel's change by CUPTI with its interval, beside the call's change by the samples
-    assert line.startswith("- N=256: `prep`: +0.")
-    assert "; `flash::kernel<128, true>`: +12." in line and "`tail`: only in candidate; " in line
-    assert "; the call by the timed samples: +14." in line
-    assert "### CUPTI against the timed samples" in readme
-    assert "### Second timer" in readme and outcome.results.verdict.status == "qualified"
+    # trace version 3: each kernel by name and the arms that launch it, CUPTI's change (+12 % for
+    # flash, kept in the trial file) nowhere; the call's change by the samples beside them
+    assert line.startswith("- N=256: `prep`: both arms; `flash::kernel<128, true>`: both arms; ")
+    assert "`tail`: only in candidate; the call by the timed samples: +14." in line
+    (case,) = [c for c in outcome.trials[0].cases if c.case == "N=256"]
+    flash = [d for d in case.kernels.deltas if d.name == "flash::kernel<128, true>"]
+    assert flash[0].stats.delta_pct > 11  # the evidence is kept
+    assert "+12." not in readme
+    assert "### CUPTI against the timed samples" not in readme
+    assert "### Second timer" not in readme and outcome.results.verdict.status == "qualified"
     assert check_record(tmp_path / "record") == []
 
 
@@ -142,21 +147,17 @@ def test_report_check_catches_an_edited_readme_row(tmp_path):
 
 
 @pytest.mark.parametrize("scale, agree", [(1.0, True), (1.4, False)])
-def test_cupti_that_reads_otherwise_than_the_samples_is_a_reason(tmp_path, scale, agree):
+def test_cupti_that_reads_otherwise_than_the_samples_is_kept_and_never_a_reason(tmp_path, scale, agree):
     # tracing's own cost on every traced window (5 µs here) never enters the comparison with the
-    # samples beyond the launch overhead it states; CUPTI reading the candidate 40 % longer does
+    # samples beyond the launch overhead it states; CUPTI reading the candidate 40 % longer does,
+    # and under trace version 3 the comparison is evidence in the trial file, not a reason
     outcome = traced_compare(tmp_path, trace_offset_ns=5_000.0, trace_scale={"candidate": scale})
-    reasons = outcome.results.verdict.reasons
-    disagree = [r for r in reasons if "timers disagree at" in r]
-    assert outcome.results.verdict.status == "qualified"  # said, never decisive (evaluate/verdict.py)
-    if agree:
-        assert not disagree
-    else:
-        assert "trial 1: the two timers disagree at N=256: CUPTI +" in disagree[0]
-        assert any(r.startswith("trial 1: timers disagree at N=256 (candidate): the timed samples'") for r in disagree)
-        assert not any("(base)" in r for r in disagree)
-        readme = (tmp_path / "record" / "README.md").read_text()
-        assert "| no |" in readme
+    (case,) = [c for c in outcome.trials[0].cases if c.case == "N=256"]
+    assert case.kernels.timer_delta.agree is agree
+    assert case.kernels.sample_timers["candidate"].agree is agree and case.kernels.sample_timers["base"].agree
+    assert outcome.results.verdict.status == "qualified" and outcome.results.verdict.reasons == []
+    readme = (tmp_path / "record" / "README.md").read_text()
+    assert "CUPTI against the timed samples" not in readme and "timers disagree" not in readme
     assert check_record(tmp_path / "record") == []
 
 
@@ -254,5 +255,7 @@ def test_the_terminal_summary_attributes_the_change(tmp_path):
     text = out.getvalue()
     assert "kernels (traced calls, information only):" in text
     (line,) = [x for x in text.splitlines() if x.strip().startswith("trial 1, N=1000:")]
-    assert line.strip().startswith("trial 1, N=1000: prep: +0.") and "]; flash::kernel<128, true>: +12." in line
-    assert line.endswith("tail: only in candidate") and "% [+" in line  # each change with its interval
+    # trace version 3: the kernels by name and the arms that launch them, no CUPTI change
+    assert (
+        line.strip() == "trial 1, N=1000: prep: both arms; flash::kernel<128, true>: both arms; tail: only in candidate"
+    )

@@ -12,8 +12,8 @@ from plans import make_repo
 from test_compare import ARM, LIB, PLAN, arm, build
 
 from qualify.build.elf import HOST_MACHINES, parse
+from qualify.build.libcheck import check_library, host_machine
 from qualify.cli import main
-from qualify.commands.libcheck import check_library, host_machine
 from qualify.errors import PlanError
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C compiler")

@@ -139,7 +139,7 @@ CASES = [
         "workload.launch.args[0].name",
         "unknown buffer 'z'",
     ),
-    ("unknown-arm-kind", _set("arms/base/kind", "python"), "arms.base", "kind"),
+    ("unknown-arm-kind", _set("arms/base/kind", "rust"), "arms.base", "kind"),
     ("unknown-dtype", _set("workload/buffers/0/dtype", "f8"), "workload.buffers[0].dtype", "f8"),
     ("input-without-init", _drop("workload/buffers/0/init"), "workload.buffers[0]", "needs init"),
     ("duplicate-buffer", _set("workload/buffers/1/name", "x"), "workload.buffers[1].name", "declared twice"),

@@ -283,7 +283,7 @@ CORE = (
     "qualify/evaluate/pooled.py",
     "qualify/run/placement.py",
     "qualify/run/stages/timing.py",
-    "qualify/commands/trial_processes.py",
+    "qualify/procs/trials.py",
     # issues 24-27: the timers compared like with like, the vacuous-promise checks, throughput and
     # the one-line cause
     "qualify/evaluate/cupti_delta.py",

@@ -9,18 +9,23 @@ and an open trial where a crash cannot leave one is still refused.
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.connection
 import os
+import select
 import signal
 import socket
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
 from fleet_worker import ProcessWorker, run_on_fake_device
 from plans import make_repo, plan_copy
 
-from qualify.commands.fleet import combined_exit_code, run_devices
 from qualify.errors import ExitCode
+from qualify.procs.fleet import combined_exit_code, run_devices
 from qualify.record.assemble import write_record
 from qualify.record.check import check_record
 from qualify.results.store import DeviceBusy, Record
@@ -36,13 +41,37 @@ def small_plan():
     return p
 
 
-def hold_ownership(record: str, uuid: str, ready: str, release: str) -> None:
-    """Another process that owns `uuid` in `record` until `release` exists."""
+def hold_ownership(record: str, uuid: str, conn: Connection) -> None:
+    """Another process that owns `uuid` in `record`: it says so on `conn` once it owns it, and holds
+    it until the test sends anything or closes its end (EOF)."""
     with Record(Path(record)).owned(uuid):
-        Path(ready).touch()
-        deadline = time.monotonic() + 60
-        while not Path(release).exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        conn.send("owned")
+        try:
+            conn.recv()
+        except EOFError:
+            pass
+
+
+@contextmanager
+def owned_elsewhere(record: Path, uuid: str) -> Iterator[ProcessWorker]:
+    """A spawned process owning `uuid` in `record` for the `with` block. Readiness is an event, not a
+    deadline: the test waits for the owner's message or its exit, whichever comes first, however
+    long a loaded machine takes to start a Python process (a fixed 60 s wait failed under load)."""
+    here, there = multiprocessing.get_context("spawn").Pipe()
+    owner = ProcessWorker(hold_ownership, str(record), uuid, there)
+    there.close()  # the child holds its own copy: EOF on `here` now means the owner is gone
+    try:
+        multiprocessing.connection.wait([here, owner.process.sentinel])
+        try:
+            said = here.recv() if here.poll() else None
+        except EOFError:
+            said = None
+        if said != "owned":
+            pytest.fail(f"the owner process exited ({owner.wait()}) before owning {uuid}", pytrace=False)
+        yield owner
+    finally:
+        here.close()  # releases the owner
+        owner.wait()
 
 
 def killed_mid_trial(plan_path: str, record: str, ordinal: int) -> None:
@@ -67,21 +96,13 @@ def killed_mid_trial(plan_path: str, record: str, ordinal: int) -> None:
 def test_a_second_run_on_the_device_is_refused_naming_the_owner(tmp_path):
     plan = make_repo(tmp_path, small_plan(), freeze=True)
     record = tmp_path / "records" / "shared"
-    ready, release = tmp_path / "ready", tmp_path / "release"
-    owner = ProcessWorker(hold_ownership, str(record), FAKE_UUID, str(ready), str(release))
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+    with owned_elsewhere(record, FAKE_UUID) as owner:
         with pytest.raises(DeviceBusy) as info:
             run_on_fake_device(str(plan), str(record), 1)
         line = info.value.one_line()
         assert f"pid {owner.process.pid} on {socket.gethostname()}" in line and FAKE_UUID in line
         assert info.value.exit_code == ExitCode.DEVICE and "\n" not in line
         assert not Record(record).trials_in_ledger()  # refused before any trial started
-    finally:
-        release.touch()
-        owner.wait(60)
     run_on_fake_device(str(plan), str(record), 1)  # the owner gone, the device is free again
     assert [t.status for t in Record(record).trials_in_ledger()] == ["complete", "complete"]
 
@@ -112,16 +133,8 @@ def test_an_owned_open_trial_is_never_closed_by_another_process(tmp_path):
     record = tmp_path / "rec"
     rec = Record(record)
     rec.append({"event": "trial_started", "trial": 1, "device_uuid": FAKE_UUID, "digest": "d"})
-    ready, release = tmp_path / "ready", tmp_path / "release"
-    owner = ProcessWorker(hold_ownership, str(record), FAKE_UUID, str(ready), str(release))
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+    with owned_elsewhere(record, FAKE_UUID):
         assert rec.close_dead_trials() == []  # the trial is live: its owner runs
-    finally:
-        release.touch()
-        owner.wait(60)
     assert rec.close_dead_trials() == [1]
 
 
@@ -199,12 +212,13 @@ def test_a_trial_process_that_outlives_its_killed_owner_keeps_the_device_owned(t
         [sys.executable, "-c", KILLED_OWNER, str(record), FAKE_UUID], capture_output=True, text=True, timeout=60
     )
     orphan = int(done.stdout.split()[0])
+    gone = os.pidfd_open(orphan)  # readable once the orphan has exited and its descriptors are closed
     try:
         assert Record(record).has_live_owner(FAKE_UUID)
         assert Record(record).close_dead_trials() == []  # its trial may still be written
     finally:
         os.kill(orphan, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while Record(record).has_live_owner(FAKE_UUID) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        select.select([gone], [], [])  # an event, not a deadline: a loaded machine only delays it
+        os.close(gone)
+    assert not Record(record).has_live_owner(FAKE_UUID)
     assert Record(record).close_dead_trials() == [1]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from qualify.build.declarations import declared_params
 from qualify.cli import main
-from qualify.commands.scaffold import declared_params
 
 SOFTMAX = """\
 // row softmax: block tree reduction (base) against warp shuffles (candidate)

@@ -19,6 +19,7 @@ from qualify.evaluate.stats import (
     summarize,
     t_cdf,
     t_quantile,
+    unit_log_ratios,
 )
 from qualify.plan.schedule import block_order
 
@@ -299,3 +300,21 @@ def test_an_interval_ending_exactly_at_the_band_is_same():
     edge_lo, edge_hi = 1.0 - SAME_BAND, 1.0 + SAME_BAND
     assert classify(1.0, edge_lo, edge_hi)[0] == "same"
     assert classify(1.0, edge_lo, math.nextafter(edge_hi, 2.0))[0] == "cant_tell"
+
+
+def test_blocks_that_share_a_placement_are_one_unit_of_the_interval():
+    """Six blocks on two placements: the interval's units are the two placements (each the mean of
+    its blocks' log-ratios), not the six blocks. Blocks as units would narrow the interval to
+    "faster" on these very samples, hiding that the effect differs between the placements."""
+    blocks = np.repeat(np.arange(6), 2)  # two samples of each arm per block
+    placement = blocks % 2  # blocks 0, 2, 4 on placement 0; 1, 3, 5 on placement 1
+    per_block = np.array([0.90, 0.96, 0.905, 0.965, 0.90, 0.96])
+    base, cand = np.full(blocks.size, 100.0), 100.0 * per_block[blocks]
+    units = unit_log_ratios(base, blocks, cand, blocks, placement, blocks)
+    expected = [np.mean(np.log(per_block[[0, 2, 4]])), np.mean(np.log(per_block[[1, 3, 5]]))]
+    assert units == pytest.approx(expected, rel=1e-12)
+    by_placement = case_stats(base, blocks, cand, blocks, placement=placement, placement_block=blocks)
+    assert by_placement.blocks == 2 and by_placement.case_class == "cant_tell"
+    by_block = case_stats(base, blocks, cand, blocks)
+    assert by_block.blocks == 6 and by_block.case_class == "faster"
+    assert by_placement.ci_high - by_placement.ci_low > 5 * (by_block.ci_high - by_block.ci_low)

@@ -1,4 +1,4 @@
-"""Each trial in a process of its own (qualify.commands.trial_processes), on the CPU: which workers
+"""Each trial in a process of its own (qualify.procs.trials), on the CPU: which workers
 start, which codes let the next trial start, the preflight shared through a file, and a record
 whose trials came from separate processes judged by the two-level interval."""
 
@@ -10,14 +10,9 @@ import pytest
 from fleet_worker import ProcessWorker, one_trial_on_fake_device
 from plans import make_repo, plan_copy
 
-from qualify.commands.trial_processes import (
-    GRACE_S,
-    PreflightShared,
-    child_command,
-    most_severe,
-    run_each_in_a_process,
-)
-from qualify.run.isolation import CaseOutcome
+from qualify.errors import most_severe
+from qualify.procs.trials import GRACE_S, child_command, run_each_in_a_process
+from qualify.run.isolation import CaseOutcome, PreflightShared
 
 
 class Scripted:
@@ -161,3 +156,39 @@ def test_both_arms_asked_at_once_are_both_kept_in_the_shared_file(tmp_path):
     assert sorted(json.loads(k)[0] for k in kept) == ["base", "candidate"]
     later = PreflightShared(lambda side, cases: pytest.fail("ran again"), tmp_path)
     assert [o.side for o in later("candidate", ["N=4"])] == ["candidate"] and later.reused
+
+
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        (b"{not json", "not JSON"),
+        (b'{"k": [{"case": "N=4", "side": "base"}]}', "not a list of preflight outcomes"),
+        (b'{"k": [{"case": "N=4", "side": "base", "status": "exploded"}]}', "not a list of preflight outcomes"),
+        (b'{"k": [{"case": 4, "side": "base", "status": "ok", "extra": 1}]}', "not a list of preflight outcomes"),
+        (b"[1, 2]", "not a list of preflight outcomes"),
+        (b"\xff\xfe", "not UTF-8"),
+    ],
+)
+def test_a_damaged_shared_preflight_file_is_one_error_naming_it(tmp_path, content, fragment):
+    """The file trial processes share is an input like any other: damaged, it is refused with exit 2
+    and its name, not an internal error (exit 70) in every trial process."""
+    from qualify.errors import ExitCode, PlanError
+    from qualify.run.isolation import PREFLIGHT_FILE
+
+    (tmp_path / PREFLIGHT_FILE).write_bytes(content)
+    with pytest.raises(PlanError) as exc:
+        PreflightShared(lambda side, cases: [], tmp_path)
+    assert exc.value.exit_code == ExitCode.BAD_INPUT and fragment in exc.value.message
+    assert str(tmp_path / PREFLIGHT_FILE) in str(exc.value.file)
+
+
+def test_a_shared_preflight_file_linked_elsewhere_is_refused(tmp_path):
+    from qualify.errors import PlanError
+    from qualify.run.isolation import PREFLIGHT_FILE
+
+    outside = tmp_path / "outside.json"
+    outside.write_text("{}")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / PREFLIGHT_FILE).symlink_to(outside)
+    with pytest.raises(PlanError, match="outside"):
+        PreflightShared(lambda side, cases: [], tmp_path / "work")

@@ -299,6 +299,9 @@ def test_why_line_of_a_sequence_names_the_kernel_that_moved_most():
     two = case.kernels.model_copy(update={"inventory": {**inventory, "base": [inventory["base"][0]] * 2}})
     line = why_line(case.model_copy(update={"kernels": two}), None, 132, None)
     assert line.startswith("2 → 1 kernels per call; most change in axpy<1> → axpy<4>: ")
+    # trace version 3 states no CUPTI change: no kernel is named as the one that moved
+    quiet = why_line(case.model_copy(update={"kernels": two}), None, 132, None, cupti_changes=False)
+    assert quiet.startswith("2 → 1 kernels per call") and "most change" not in quiet
     assert "; 4,096 → 1,024 CTAs on 132 SMs;" in line  # the pair the attribution names, base first
     assert why_line(case, None, 132, None).startswith("4,096 → 1,024 CTAs on 132 SMs; ")  # one kernel each
 

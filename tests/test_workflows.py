@@ -129,8 +129,36 @@ def gpu_jobs() -> list[dict]:
     return [job for _, job in jobs().values() if "self-hosted" in job["runs-on"]]
 
 
+def qualify_job() -> dict:
+    return load(ROOT / ".github" / "workflows" / "gpu.yml")["jobs"]["qualify"]
+
+
+def test_every_gpu_job_is_kept_from_forks():
+    assert len(gpu_jobs()) == 2
+    for job in gpu_jobs():
+        assert "github.event.pull_request.head.repo.full_name == github.repository" in job["if"]
+        assert "github.event_name == 'pull_request' && " in job["if"]  # no other event slips through
+
+
+def test_the_gate_job_runs_on_pull_requests_and_nightly_on_the_default_branch():
+    workflow = load(ROOT / ".github" / "workflows" / "gpu.yml")
+    assert [c["cron"] for c in workflow["on"]["schedule"]] == ["23 2 * * *"]
+    job = workflow["jobs"]["gate"]
+    assert "github.event_name == 'schedule' && github.ref == format('refs/heads/{0}'," in job["if"]
+    assert "workflow_dispatch" not in job["if"]
+    assert job["runs-on"][:4] == ["self-hosted", "linux", "x64", "gpu"]
+    runs = [s["run"] for s in job["steps"] if "run" in s]
+    assert runs == [".github/scripts/gate-job.sh"]
+    checkout = job["steps"][0]
+    assert checkout["with"]["fetch-depth"] == 0 and checkout["with"]["persist-credentials"] is False
+    upload = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["with"]["path"] == "gate-out/"
+    # the scheduled run must not start the qualify job, which reads a pull request's base
+    assert "github.event_name == 'pull_request' &&" in workflow["jobs"]["qualify"]["if"]
+
+
 def test_the_gpu_job_runs_on_the_documented_labels_and_never_for_forks():
-    (job,) = gpu_jobs()
+    job = qualify_job()
     assert job["runs-on"][:5] == ["self-hosted", "linux", "x64", "gpu", "${{ matrix.gpu }}"]
     assert "github.event.pull_request.head.repo.full_name == github.repository" in job["if"]
     assert "vars.QUALIFY_GPU_LABELS" in str(job["strategy"]["matrix"]["gpu"])
@@ -138,7 +166,7 @@ def test_the_gpu_job_runs_on_the_documented_labels_and_never_for_forks():
 
 
 def test_the_gpu_job_calls_the_script_and_uploads_the_records():
-    (job,) = gpu_jobs()
+    job = qualify_job()
     runs = [s["run"] for s in job["steps"] if "run" in s]
     assert runs == [".github/scripts/gpu-job.sh"]  # no inline shell: the script is what was tested
     upload = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
@@ -159,8 +187,9 @@ def test_the_cpu_job_runs_the_readme_commands_and_checks_every_plan():
     (job,) = workflow["jobs"].values()
     assert job["strategy"]["matrix"]["python"] == ["3.10", "3.11", "3.12", "3.13"]
     runs = [s["run"] for s in job["steps"] if "run" in s]
-    assert runs[0] == ".ci/run"
-    assert "qualify plan check" in runs[1] and "protocols/*/plan.json" in runs[1]
+    assert "chromium" in runs[0]  # the browser tests' browser, before the README's commands
+    assert runs[1] == ".ci/run"
+    assert "qualify plan check" in runs[2] and "protocols/*/plan.json" in runs[2]
 
 
 def test_no_run_step_expands_an_expression_into_shell():
@@ -370,3 +399,45 @@ def test_merge_records_of_every_runner_into_one_per_protocol(tmp_path):
 def test_merge_with_no_record_is_incomplete(tmp_path):
     code, summary, _ = merge(tmp_path, {})
     assert code == 7 and "No runner uploaded a record" in summary
+
+
+# -- gate-job.sh against a stand-in qualify -------------------------------------------------------
+
+GATE_PYTHON = """\
+#!/usr/bin/env bash
+echo "$*" >> "$FAKE_LOG"
+exit "${FAKE_GATE_CODE:-0}"
+"""
+
+
+@pytest.mark.parametrize("code", [0, 1, 7])
+def test_gate_job_passes_the_gate_exit_code_on(tmp_path, code):
+    python = tmp_path / "python"
+    python.write_text(GATE_PYTHON)
+    python.chmod(0o755)
+    log = tmp_path / "log"
+    env = {**os.environ, "QUALIFY_PYTHON": str(python), "FAKE_LOG": str(log), "FAKE_GATE_CODE": str(code)}
+    env |= {"QUALIFY_BASE": "origin/main", "QUALIFY_OUT": str(tmp_path / "out")}
+    done = subprocess.run(["bash", str(SCRIPTS / "gate-job.sh")], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == code, done.stdout + done.stderr
+    assert log.read_text().split() == ["-m", "qualify", "gate", "--out", str(tmp_path / "out"), "--base", "origin/main"]
+
+
+def test_gate_job_nightly_times_every_protocol_against_itself(tmp_path):
+    python = tmp_path / "python"
+    python.write_text(GATE_PYTHON)
+    python.chmod(0o755)
+    log = tmp_path / "log"
+    env = {**os.environ, "QUALIFY_PYTHON": str(python), "FAKE_LOG": str(log), "QUALIFY_GATE_MODE": "nightly"}
+    done = subprocess.run(["bash", str(SCRIPTS / "gate-job.sh")], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    words = log.read_text().split()
+    assert words[:6] == ["-m", "qualify", "gate", "--out", "gate-out", "--base"] and "--time-identical" in words
+    named = [words[i + 1] for i, w in enumerate(words) if w == "--protocol"]
+    assert sorted(named) == sorted(p.parent.name for p in (ROOT / "protocols").glob("*/plan.json"))
+
+
+def test_gate_job_refuses_an_unknown_mode(tmp_path):
+    env = {**os.environ, "QUALIFY_PYTHON": "/bin/false", "QUALIFY_GATE_MODE": "weekly"}
+    done = subprocess.run(["bash", str(SCRIPTS / "gate-job.sh")], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2 and "must be change or nightly" in done.stdout

@@ -1,7 +1,7 @@
 """The child process that runs one NVRTC compile, confined (qualify.build.sandbox).
 
-It reads one JSON request on stdin (the source, every header in memory, the options, the name
-expression), loads NVRTC, gives up every file but NVRTC's library folder and its own trace
+It reads one request on stdin (a JSON line with the options, the name expression and each
+header's name and size, then the source's and headers' bytes as they are), loads NVRTC, gives up every file but NVRTC's library folder and its own trace
 folder, compiles, and writes one JSON reply on stdout: the log, the lowered name, the CUBIN and
 the headers NVRTC's time trace names. It decides nothing: the parent checks and reports.
 Run as `python -m qualify.build.compile_worker`.
@@ -68,10 +68,10 @@ def compile_request(request: dict) -> dict:
                 reply["sandbox"] = f"none: {why or 'the folder NVRTC was loaded from is unknown'}"
         headers = request["headers"]
         err, prog = nvrtc.nvrtcCreateProgram(
-            base64.b64decode(request["source"]),
+            request["source"],
             request["program"].encode(),
             len(headers),
-            [base64.b64decode(h[1]) for h in headers],
+            [h[1] for h in headers],
             [h[0].encode() for h in headers],
         )
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
@@ -101,8 +101,34 @@ def compile_request(request: dict) -> dict:
     return reply
 
 
+MAX_HEAD_BYTES = 64 << 20  # the request's JSON line: names, sizes and options, never contents
+
+
+def read_request(stream) -> dict:
+    """The request qualify.build.nvrtc.write_request wrote: its JSON line, then the source and
+    each header read to its stated size (bytes as they are; nothing decoded twice)."""
+    line = stream.readline(MAX_HEAD_BYTES)
+    request = json.loads(line)
+
+    def exactly(size: int) -> bytes:
+        data = stream.read(size)
+        if len(data) != size:
+            raise ValueError(f"the request ended after {len(data)} of {size} bytes")
+        return data
+
+    request["source"] = exactly(int(request.pop("source_size")))
+    request["headers"] = [(name, exactly(int(size))) for name, size in request["headers"]]
+    return request
+
+
 def main() -> int:
-    request = json.loads(sys.stdin.buffer.read())
+    try:
+        request = read_request(sys.stdin.buffer)
+    except (ValueError, TypeError, KeyError) as exc:
+        request, failed = None, f"the request is not one: {exc}"
+    if request is None:
+        sys.stdout.buffer.write(json.dumps({"error": failed}).encode())
+        return 0
     try:
         reply = compile_request(request)
     except Exception as exc:  # noqa: BLE001 - the parent reports it as a tool failure

@@ -27,22 +27,23 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from qualify.cpp_lexer import INCLUDE_WORDS, lex
 from qualify.errors import PlanError
 from qualify.io import MAX_SOURCE_BYTES, UnreadableFile, read_limited
 
 MAX_HEADERS = 20_000
 MAX_TOTAL_BYTES = 512 * 2**20
 
-_COMMENT_OR_LITERAL = re.compile(
-    r'"(?:\\.|[^"\\\n])*"' r"|'(?:\\.|[^'\\\n])*'" r"|//[^\n]*" r"|/\*.*?(?:\*/|\Z)",
-    re.DOTALL,
-)
-_DIRECTIVE = re.compile(r"^[ \t]*(?:#|%:|\?\?=)[ \t]*([A-Za-z_]\w*)(.*)$")
+_DIRECTIVE = re.compile(r"^[ \t\f\v]*(?:#|%:|\?\?=)[ \t\f\v]*([A-Za-z_]\w*)(.*)$", re.DOTALL)
 _LITERAL = re.compile(r'^(?:"([^"\n]+)"|<([^<>\n]+)>)')
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 _DEFINE = re.compile(r"^\s*([A-Za-z_]\w*)(\([^)]*\))?(.*)$")
-_HAS_INCLUDE = re.compile(r"\b__has_include(?:_next)?\s*\(\s*")
-INCLUDE_WORDS = ("include", "include_next", "import")
+_HAS_INCLUDE = re.compile(r"\b__has_include(?:_next)?\b")
+_HAS_INCLUDE_OPERAND = re.compile(r'\s*\(\s*(?:"[^"\n]+"|<[^<>\n]+>)\s*\)')
+_DEFINED_BEFORE = re.compile(r"\bdefined\s*\(?\s*$")
+_IDENTIFIERS = re.compile(r"[A-Za-z_]\w*")
+# a name NVRTC and this scan could read two ways (a comment, an escape, a quote, whitespace in it)
+_AMBIGUOUS_NAME = re.compile(r"""[\s\\"']|/\*|//""")
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Scanned:
     directives: tuple[Directive, ...]
     includes: tuple[tuple[int, str, bool], ...]  # (line, name, quoted) of literal includes and __has_include
     macro_includes: tuple[tuple[int, str], ...]  # (line, identifier) of `#include NAME`
-    literal_defines: tuple[tuple[str, str, bool], ...]  # (macro, name, quoted) of `#define M "x"`
+    literal_defines: tuple[tuple[str, str, bool, int], ...]  # (macro, name, quoted, line) of `#define M "x"`
     other_defines: tuple[str, ...]  # macros defined as anything but one literal
     wrappers: tuple[str, ...]  # function-like macros whose body reaches __has_include
     computed: tuple[tuple[int, str], ...]  # (line, why) of each computed include
@@ -75,72 +76,92 @@ class Headers:
         return found[0] if found is not None else None
 
 
-def logical_lines(text: str) -> list[tuple[int, str]]:
-    """(first physical line, text) of each logical line: backslash-newlines spliced, comments
-    blanked (a block comment keeps its newlines, so later lines keep their numbers)."""
-    text = text.replace("\r\n", "\n")
-    joined: list[tuple[int, str]] = []
-    start, parts = 1, []
-    for number, physical in enumerate(text.split("\n"), start=1):
-        if physical.endswith("\\"):
-            parts.append(physical[:-1])
-            continue
-        parts.append(physical)
-        joined.append((start, "".join(parts)))
-        start, parts = number + 1, []
-    if parts:
-        joined.append((start, "".join(parts)))
-    body = "\n".join(line for _, line in joined)
-    blanked = _COMMENT_OR_LITERAL.sub(
-        lambda m: m.group(0) if m.group(0)[0] in "\"'" else " " + "\n" * m.group(0).count("\n"), body
+def _piece_of_has_include(word: str) -> bool:
+    """A part of `__has_include(_next)` that token pasting could complete (`__has_`, `include`)."""
+    whole = "__has_include_next"
+    return (
+        word not in ("__has_include", "__has_include_next")
+        and len(word) >= 4
+        and word in whole
+        and ("has" in word or "incl" in word)
     )
-    return [(joined[i][0], line) for i, line in enumerate(blanked.split("\n")) if i < len(joined)]
 
 
-def _operand_after(text: str, start: int) -> str:
-    return text[start:].lstrip()
+def _has_include_problems(word: str, rest: str) -> list[str]:
+    """Why a directive's `__has_include` cannot be named by this scan (none when each is a literal)."""
+    problems = []
+    for found in _HAS_INCLUDE.finditer(rest):
+        if word in ("ifdef", "ifndef", "undef") or _DEFINED_BEFORE.search(rest[: found.start()]):
+            continue  # `defined(__has_include)` asks whether the feature exists, not a header
+        if not _HAS_INCLUDE_OPERAND.match(rest, found.end()):
+            problems.append('__has_include of a name that is not a literal "..." or <...>')
+    if any(_piece_of_has_include(w) for w in _IDENTIFIERS.findall(rest)):
+        problems.append("a piece of __has_include that token pasting could complete")
+    return problems
+
+
+def _literal_name(operand: str) -> tuple[str, bool] | None:
+    literal = _LITERAL.match(operand)
+    if literal is None:
+        return None
+    quoted, angled = literal.groups()
+    return (quoted if quoted is not None else angled), quoted is not None
 
 
 def scan(text: str) -> Scanned:
     directives, includes, macro_includes, literal_defines, other, wrappers, computed = [], [], [], [], [], [], []
-    for line, content in logical_lines(text):
-        match = _DIRECTIVE.match(content)
+    lexed = lex(text)
+    computed.extend((line, why) for line, why in lexed.problems)
+    for logical in lexed.lines:
+        line = logical.number
+        match = _DIRECTIVE.match(logical.text)
         if match is None:
             continue
         word, rest = match.group(1), match.group(2)
         directives.append(Directive(line, word, rest))
         if word in INCLUDE_WORDS:
-            operand = rest.strip()
-            literal = _LITERAL.match(operand)
-            if literal:
-                quoted, angled = literal.groups()
-                includes.append((line, quoted or angled.strip(), quoted is not None))
+            operand = rest.strip(" \t\f\v")
+            named = _literal_name(operand)
+            if named is not None:
+                if _AMBIGUOUS_NAME.search(named[0]):
+                    computed.append(
+                        (line, f"#{word} names {named[0]!r}, which holds a space, quote, backslash or comment")
+                    )
+                    continue
+                includes.append((line, *named))
             elif _IDENT.match(operand):
                 macro_includes.append((line, operand))
             else:
                 computed.append((line, f"#{word} computes its file name with a macro"))
             continue
+        computed.extend((line, why) for why in _has_include_problems(word, rest))
         for found in _HAS_INCLUDE.finditer(rest):
-            operand = _operand_after(rest, found.end())
-            literal = _LITERAL.match(operand)
-            if literal:
-                quoted, angled = literal.groups()
-                includes.append((line, quoted or angled.strip(), quoted is not None))
-            else:
-                computed.append((line, '__has_include of a name that is not a literal "..." or <...>'))
+            operand = _HAS_INCLUDE_OPERAND.match(rest, found.end())
+            if operand is not None:
+                named = _literal_name(operand.group(0).strip()[1:-1].strip())
+                if named is not None and not _AMBIGUOUS_NAME.search(named[0]):
+                    includes.append((line, *named))
         if word == "define":
             parsed = _DEFINE.match(rest)
             if parsed is None:
                 continue
             name, params, body = parsed.groups()
-            literal = _LITERAL.match(body.strip())
-            if params is None and literal and body.strip() == literal.group(0):
-                quoted, angled = literal.groups()
-                literal_defines.append((name, quoted or angled.strip(), quoted is not None))
+            body = body.strip(" \t\f\v")
+            named = _literal_name(body)
+            if (
+                params is None
+                and named
+                and body == _LITERAL.match(body).group(0)
+                and not _AMBIGUOUS_NAME.search(named[0])
+            ):
+                literal_defines.append((name, *named, line))
             else:
                 other.append(name)
-                if params is not None and _HAS_INCLUDE.search(body):
-                    wrappers.append(name)
+                if _HAS_INCLUDE.search(body):
+                    if params is None:  # `#define H __has_include`: H(...) would test any name unseen
+                        computed.append((line, f"#define {name} stands for __has_include; call __has_include itself"))
+                    else:
+                        wrappers.append(name)
     return Scanned(
         directives=tuple(directives),
         includes=tuple(includes),
@@ -290,9 +311,9 @@ def resolve_headers(
         path = queue.pop()
         info = scanned[path]
         names = [(line, name, quoted) for line, name, quoted in info.includes]
-        for macro, name, quoted in info.literal_defines:
+        for macro, name, quoted, line in info.literal_defines:
             literal_defines.setdefault(macro, set()).add((name, quoted))
-            names.append((0, name, quoted))
+            names.append((line, name, quoted))
         if not walk.is_trusted(path):
             non_literal.update(info.other_defines)
         if path == source:  # the arm's -D values name headers as if the source defined them
@@ -334,7 +355,27 @@ def _refuse_computed(
     walk: _Walk, scanned: dict[Path, Scanned], literal_defines: dict[str, set], non_literal: set[str]
 ) -> None:
     wrappers = {w for info in scanned.values() for w in info.wrappers}
-    call = re.compile(r"\b(" + "|".join(map(re.escape, sorted(wrappers))) + r")\s*\(\s*") if wrappers else None
+    # a macro that calls a wrapper is one too (to a fixed point); an object-like one stands for it
+    defines = [
+        (path, d.line, parsed.groups())
+        for path, info in scanned.items()
+        for d in info.directives
+        if d.word == "define" and (parsed := _DEFINE.match(d.rest)) is not None
+    ]
+    grew = bool(wrappers)
+    while grew:
+        grew = False
+        names = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(wrappers))) + r")\b")
+        for path, line, (name, params, body) in defines:
+            if name in wrappers or not names.search(body):
+                continue
+            if params is None and not walk.is_trusted(path):
+                raise walk.refuse(
+                    f"#define {name} stands for a macro that tests a header; call it by its name", path, line
+                )
+            wrappers.add(name)
+            grew = True
+    call = re.compile(r"\b(" + "|".join(map(re.escape, sorted(wrappers))) + r")\b") if wrappers else None
     for path in sorted(scanned):
         if walk.is_trusted(path):
             continue
@@ -352,8 +393,10 @@ def _refuse_computed(
         if call is None:
             continue
         for directive in info.directives:
+            if directive.word == "define":
+                continue  # a wrapper's own definition (or another built on it) is checked where it is called
             for found in call.finditer(directive.rest):
-                if not _LITERAL.match(directive.rest[found.end() :]):
+                if not _HAS_INCLUDE_OPERAND.match(directive.rest, found.end()):
                     raise walk.refuse(
                         f"{found.group(1)}(...) tests a header whose name is not a literal",
                         path,

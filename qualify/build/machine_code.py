@@ -193,6 +193,62 @@ def machine_code(cubin: bytes) -> CubinCode:
     return CubinCode(sm=_sm(elf), functions=code, module=tuple(sorted(module)))
 
 
+# st_other bit of a kernel (an entry point the driver launches), CUDA's STO_CUDA_ENTRY
+ENTRY = 0x10
+# e_flags bits 24-31 changed with -lineinfo alone (0x06 -> 0x09 under NVRTC 13) while every
+# instruction stayed the same; the SM, the virtual SM and the address-size flags are below them
+FLAGS_THAT_DESCRIBE = 0xFF000000
+_TARGET = re.compile(r"^0x[0-9a-f]+ type \d+ (.+?)[+-]\d+$")
+
+
+@dataclass(frozen=True)
+class LaunchedFunction:
+    """What one launch executes: the kernel and every function its identity holds."""
+
+    name: str  # the kernel as launched (its lowered name)
+    digest: str
+    functions: tuple[str, ...]  # the kernel first, then the others, by name
+
+
+def launched(code: CubinCode, name: str) -> LaunchedFunction:
+    """The identity of what launching `name` can execute, not of the whole module: the kernel's
+    own code and facts, every function its relocations reach (transitively), every function of the
+    module that is not a kernel (a device function may be called without a relocation left in the
+    CUBIN, so any of them counts), and the module's facts (constant banks, globals, compat
+    attributes, the ELF header less FLAGS_THAT_DESCRIBE). Other kernels of the module are left
+    out: a kernel cannot call another kernel except by a launch, which is a relocation. So the
+    free A/A survives a module with different unrelated kernels or line information, and two
+    different kernels of one module are never "identical". ElfProblem when the module lacks it."""
+    if name not in code.functions:
+        raise ElfProblem(f"the CUBIN defines no function {name!r}")
+    held, todo = {name}, [name]
+    while todo:
+        for what, value in code.functions[todo.pop()].facts:
+            m = _TARGET.match(value) if what == "relocation" else None
+            if m is not None and m.group(1) in code.functions and m.group(1) not in held:
+                held.add(m.group(1))
+                todo.append(m.group(1))
+    held |= {n for n, fn in code.functions.items() if not _is_entry(fn)}
+    ordered = (name, *sorted(held - {name}))
+    module = [(w, _described(v) if w == "elf header" else v) for w, v in code.module]
+    body = {"module": module, "functions": [[n, code.functions[n].digest] for n in ordered]}
+    return LaunchedFunction(name, hashlib.sha256(json.dumps(body).encode()).hexdigest(), ordered)
+
+
+def sequence_digest(digests: list[str]) -> str:
+    """One arm's digest of what it launches, launch by launch in order: equal for two arms exactly
+    when they launch the same number of functions and each pair is identical."""
+    return hashlib.sha256(json.dumps(digests).encode()).hexdigest()
+
+
+def _is_entry(fn: FunctionCode) -> bool:
+    return any(w == "symbol other" and int(v, 16) & ENTRY for w, v in fn.facts)
+
+
+def _described(header: str) -> str:
+    return re.sub(r"flags 0x([0-9a-f]+)", lambda m: f"flags {int(m.group(1), 16) & ~FLAGS_THAT_DESCRIBE:#x}", header)
+
+
 def merged(codes: list[CubinCode]) -> CubinCode:
     """The CUBINs of one library for one architecture as one identity: nvcc embeds one per
     translation unit plus the device link's. A name defined in two of them (a `static` function

@@ -188,12 +188,10 @@ def _compile(spec: KernelSpec, source: bytes, opts: list[bytes]) -> CompiledKern
         # The absolute path names the program (it is in the line info, so in the CUBIN); NVRTC
         # can open no file there, or anywhere: its headers are the ones given here.
         "program": str(spec.source),
-        "source": base64.b64encode(source).decode("ascii"),
-        "headers": [[n, base64.b64encode(headers.by_name[n][1]).decode("ascii")] for n in names],
         "kernel": spec.kernel,
         "options": [o.decode() for o in opts],
     }
-    reply = _run_worker(request, spec)
+    reply = _run_worker(request, source, [(n, headers.by_name[n][1]) for n in names], spec)
     allowed = headers.allowed
     log = scrub_log(str(reply.get("log", "")), allowed)
     if not reply.get("compiled"):
@@ -240,21 +238,37 @@ def _compile(spec: KernelSpec, source: bytes, opts: list[bytes]) -> CompiledKern
 WORKER_TIMEOUT_S = 600
 
 
-def _run_worker(request: dict, spec: KernelSpec) -> dict:
+def write_request(stream, request: dict, source: bytes, headers: list[tuple[str, bytes]]) -> None:
+    """The worker's request as it reads it (qualify.build.compile_worker.read_request): one JSON
+    line (the options, and each header's name and size), then the source's and headers' bytes as
+    they are. Nothing is encoded or joined: the headers are held once, by the caller, however large."""
+    head = {**request, "source_size": len(source), "headers": [[n, len(data)] for n, data in headers]}
+    stream.write(json.dumps(head).encode() + b"\n")
+    stream.write(source)
+    for _, data in headers:
+        stream.write(data)
+
+
+def _run_worker(request: dict, source: bytes, headers: list[tuple[str, bytes]], spec: KernelSpec) -> dict:
     """One compile in a fresh, confined child process (qualify.build.compile_worker)."""
     # the parent's whole environment: the worker must load the very NVRTC the parent did (found by
     # cuda-pathfinder through PYTHONPATH, LD_LIBRARY_PATH, LD_PRELOAD, CUDA_HOME ...)
     env = dict(os.environ)
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "qualify.build.compile_worker"],
-            input=json.dumps(request).encode(),
-            capture_output=True,
-            timeout=WORKER_TIMEOUT_S,
-            env=env,
-            cwd=tempfile.gettempdir(),
-            check=False,
-        )
+        # the request goes through an unnamed temporary file, not a pipe fed from memory: its bytes
+        # are written straight from the headers qualify read, never copied into one request object
+        with tempfile.TemporaryFile(prefix="qualify-compile-") as stdin:
+            write_request(stdin, request, source, headers)
+            stdin.seek(0)
+            done = subprocess.run(
+                [sys.executable, "-m", "qualify.build.compile_worker"],
+                stdin=stdin,
+                capture_output=True,
+                timeout=WORKER_TIMEOUT_S,
+                env=env,
+                cwd=tempfile.gettempdir(),
+                check=False,
+            )
     except subprocess.TimeoutExpired:
         raise BuildError(f"NVRTC did not finish {spec.kernel} within {WORKER_TIMEOUT_S} s", file=spec.source) from None
     except OSError as exc:

@@ -5,8 +5,12 @@ changed    which frozen inputs changed since the lock
 doctor     what this host can run, and why not
 refreeze   replacing a lock whose inputs changed, naming the records it orphans
 scaffold   plan new: a skeleton plan for a kernel or library pair
-libcheck   a plan's shared libraries against the host and the declared symbols
+golden     golden make: a plan's golden from a float64 reference
+rehearse   plan rehearse: the fidelity gate on the CPU, against a simulated candidate
 pipeline   run and compare: the frozen plan to the record and the exit code
 probe      one launch per case and arm, to choose a fidelity bound before freezing
-fleet      one worker process per device, merged into one record
+summary    the CI summary of a record that checks
+
+The processes `run` and `compare` start are `qualify.procs`'s; what a command needs that is no
+command lives in the layer it belongs to (a kernel's declaration in `build`, NVML in `run`).
 """

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from qualify.build.arch_use import unused_targets
 from qualify.build.arms import FitRow, compile_arms, headers_read, shared_memory_fit
+from qualify.build.kernel_match import check_compiled_kernels
+from qualify.build.libcheck import check_plan_libraries
 from qualify.build.nvrtc import CompiledKernel, cccl_version, compile_sandbox, nvrtc_version
 from qualify.build.params import check_launches
-from qualify.commands.kernel_match import check_compiled_kernels
-from qualify.commands.libcheck import check_plan_libraries
 from qualify.errors import BuildError, FrozenInputChanged, PlanError, QualifyError, all_of
 from qualify.plan.digest import compute_freeze, freeze, verify_frozen
 from qualify.plan.files import PlanFiles

@@ -26,9 +26,9 @@ from typing import Callable, Literal
 from pydantic import BaseModel, ConfigDict
 
 from qualify import generation
-from qualify.commands.nvml_state import NvmlState, read_nvml_state
 from qualify.errors import ExitCode, QualifyError
 from qualify.results.model import DeviceInfo
+from qualify.run.nvml_state import NvmlState, read_nvml_state
 
 # History of the --json shape (bump on any incompatible change and say what changed):
 #   1 — {"doctor_version", "ok", "exit_code", "device", "checks": [{"name", "status", "detail", "exit_code"}]}
@@ -303,6 +303,7 @@ def _cuda_check(found: CudaVersions) -> tuple[Check, CudaVersions]:
 def _plan_checks(plan, info: DeviceInfo) -> list[Check]:
     from qualify.evaluate.device_match import device_matches
     from qualify.plan.model.hardware import refusal, target_for
+    from qualify.plan.python_source import runtime_missing
 
     specs = plan.hardware.devices
     listed = ", ".join(f"{s.name or '*'} (cc {s.compute_capability or 'any'})" for s in specs)
@@ -327,6 +328,12 @@ def _plan_checks(plan, info: DeviceInfo) -> list[Check]:
                 detail=refusal(plan.hardware.architectures, info.arch, info.compute_capability),
             )
         )
+    missing = runtime_missing(plan)  # Python arms: torch and Triton for the trial processes
+    if missing is not None:
+        lacks = f"{' and '.join(missing)} not installed: pip install 'qualify[triton]'"
+        detail, status = f"Python arms: {lacks if missing else 'torch and triton found'}", "warn" if missing else "ok"
+        code = ExitCode.DEVICE if "torch" in missing else None
+        out.append(Check(name="plan", status="fail" if code else status, exit_code=code, detail=detail))
     return out
 
 

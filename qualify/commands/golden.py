@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +109,7 @@ def resolve_reference(spec: str, plan_path: Path) -> Reference:
     sys.path.insert(0, str(Path.cwd()))
     try:
         module = importlib.import_module(target)
-    except Exception as exc:  # noqa: BLE001 - the user's module: report it, do not crash
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module: report it; sys.exit is no success
         raise UsageError(f"importing {target} failed: {type(exc).__name__}: {exc}", field=OPTION) from None
     finally:
         sys.path.pop(0)
@@ -133,6 +134,27 @@ def case_inputs(loaded: PlanView, case: ResolvedCase) -> dict[str, np.ndarray]:
     specs = [s for s in loaded.plan.workload.buffers if s.role == "input"]
     arrays = input_gen.generate_case(loaded.plan.seeds, case.id, [(s, arm.buffer(s.name)) for s in specs])
     return {s.name: host_values(arm.buffer(s.name).dtype, a, arm.buffer(s.name).shape) for s, a in zip(specs, arrays)}
+
+
+# What `golden make` and `plan rehearse` may hold on the host for one case: every buffer as its
+# dtype's bytes and as the float64 values the reference sees (and returns). A case above it is
+# refused before any input is generated, with the numbers, instead of exhausting the machine.
+HOST_BUDGET_BYTES = 8 << 30
+
+
+def check_host_budget(loaded: PlanView, what: str) -> None:
+    """UsageError naming the first case whose buffers need more host memory than HOST_BUDGET_BYTES."""
+    for case in loaded.cases:
+        buffers = [b for b in case.arms["candidate"].buffers if b.role in ("input", "output")]
+        need = sum(b.elements * 8 + b.nbytes for b in buffers)
+        if need > HOST_BUDGET_BYTES:
+            largest = max(buffers, key=lambda b: b.elements * 8 + b.nbytes)
+            raise UsageError(
+                f"case {case.id}: {what} would hold {need / 2**30:.1f} GiB on the host (each buffer as "
+                f"its dtype and as float64; {largest.name!r} alone {largest.elements} elements), over the "
+                f"{HOST_BUDGET_BYTES >> 30} GiB budget; {what} checks smaller cases on the CPU",
+                file=loaded.path,
+            )
 
 
 def case_params(loaded: PlanView, case: ResolvedCase) -> dict:
@@ -170,7 +192,18 @@ def make_golden(loaded: PlanView, reference: Reference, out: Path | None = None)
                 "the plan names no golden (acceptance.fidelity.golden): give --out, or add the golden to the plan",
                 file=loaded.path,
             )
-        out = (loaded.path.parent / fid.golden).resolve()
+        # the name as written, never resolved: a dangling link or `../..` must not carry the write out
+        out = Path(os.path.normpath(loaded.path.parent.resolve() / fid.golden))
+        if not out.is_relative_to(loaded.root):
+            raise PlanError(
+                f"{fid.golden!r} names a file outside the repository ({loaded.root}); a golden lives in it",
+                file=loaded.path,
+                field="acceptance.fidelity.golden",
+            )
+        write_root = loaded.root
+    else:
+        out = Path(os.path.abspath(out))
+        write_root = out.parent  # the folder --out names; a link in the file's place is refused
     root = loaded.root
     producer = repository_path(reference.script, root)
     hint = None
@@ -192,6 +225,7 @@ def make_golden(loaded: PlanView, reference: Reference, out: Path | None = None)
         hint = "; ".join(
             filter(None, [hint, "set acceptance.fidelity.against to 'golden' and .golden to this file to gate on it"])
         )
+    check_host_budget(loaded, "golden make")
     tensors: dict[str, tuple[str, np.ndarray]] = {}
     for case in loaded.cases:
         values = evaluate_case(loaded, reference, case)
@@ -214,8 +248,7 @@ def make_golden(loaded: PlanView, reference: Reference, out: Path | None = None)
         "reference": f"{producer}:{reference.spec.rpartition(':')[2]}",
         "reference_sha256": hashlib.sha256(reference.script.read_bytes()).hexdigest(),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_golden(out, plan, tensors, producer, extra_metadata=metadata)
+    write_golden(out, plan, tensors, producer, extra_metadata=metadata, root=write_root)
     return GoldenMade(path=out, producer=producer, cases=len(loaded.cases), tensors=len(tensors), hint=hint)
 
 

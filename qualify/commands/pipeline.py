@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from qualify.commands.trial_processes import PreflightShared
 from qualify.errors import ExitCode, FrozenInputChanged, QualifyError, UsageError
 from qualify.plan.digest import sha256_file, verify_frozen
 from qualify.plan.load import LoadedPlan, load_plan
 from qualify.plan.model import ARM_SIDES, LibraryArm
 from qualify.results.model import Results, Trial
 from qualify.results.store import Record
+
+if TYPE_CHECKING:  # the device floor loads lazily: `qualify --help` never imports it
+    from qualify.run.device_protocol import Device
 
 
 def load_frozen(plan_path: Path, checked: bool = True) -> LoadedPlan:
@@ -31,10 +33,11 @@ def load_frozen(plan_path: Path, checked: bool = True) -> LoadedPlan:
         raise with_remedy(exc) from None
     # a plan `plan check` now refuses (a stricter qualify, another NVRTC) is refused before any
     # trial counts against budget.max_trials
-    # (checked=False: a trial process, whose parent invocation has checked the same frozen plan)
-    from qualify.commands.check import refuse_unchecked
-
+    # (checked=False: a trial process, whose parent invocation has checked the same frozen plan,
+    # and which then never imports the checks: a trial process's start-up is paid once per trial)
     if checked:
+        from qualify.commands.check import refuse_unchecked
+
         refuse_unchecked(loaded)
     return loaded
 
@@ -78,7 +81,7 @@ def check_libraries(loaded: LoadedPlan, libraries: dict[str, Path] | None) -> No
     """Before the driver opens: the .so files given to `compare` (or named by the plan, for `run`)
     read as ELF and their ABI called, so a wrong file is named as such rather than reported as a
     device problem."""
-    from qualify.commands.libcheck import check_compare_libraries, check_plan_libraries
+    from qualify.build.libcheck import check_compare_libraries, check_plan_libraries
 
     if libraries:
         check_compare_libraries(loaded, libraries)
@@ -109,7 +112,7 @@ class RunOutcome:
 def run_plan(
     loaded: LoadedPlan,
     record_dir: Path,
-    open_device: Callable[[], object],
+    open_device: Callable[[], Device],
     open_telemetry: Callable[[str], object],
     *,
     exploratory: bool = False,
@@ -125,9 +128,10 @@ def run_plan(
     """Run the trials still planned for this device in this process, then re-derive the record.
 
     workdir: where the isolated preflight's outcomes are shared with the invocation's other trial
-    processes (qualify.commands.trial_processes); render=False leaves the record's re-derivation
+    processes (qualify.procs.trials); render=False leaves the record's re-derivation
     to the parent that runs them."""
     from qualify.run.engine import RunOptions, TrialRunner
+    from qualify.run.isolation import PreflightShared
 
     libraries = bind_libraries(loaded, libraries)  # before the device opens or the record moves
     record = Record(record_dir)
@@ -186,72 +190,6 @@ def exit_code(results: Results, interrupted: bool = False) -> ExitCode:
     }[results.verdict.status]
 
 
-@dataclass(frozen=True)
-class Executed:
-    """What `run` and `compare` did on one device: the plan, the record folder and the run's outcome."""
-
-    loaded: LoadedPlan
-    folder: Path
-    outcome: RunOutcome
-    codes: tuple[int, ...] = ()  # each trial process's exit code, in order (none in a trial process)
-
-
-def execute(
-    plan_path: Path,
-    record_dir: Path | None,
-    ordinal: int,
-    trials: int | None,
-    exploratory: bool,
-    libraries: dict[str, Path] | None,
-    progress: Callable,
-    argv: list[str],
-    command: list[str],
-    trial_process: Path | None = None,
-) -> Executed:
-    """`run` and `compare` on one device, from the frozen plan to the record, each check at its place.
-
-    The invocation the user typed runs each planned trial in a process of its own (`command`, the
-    arguments that name the plan and libraries, is how it starts them); with `trial_process` this
-    process is one of those, and runs one trial. `progress(total)` gives a context manager
-    yielding the callback that advances a progress bar."""
-    import tempfile
-
-    from qualify.commands.trial_processes import child_command, run_each_in_a_process, spawn
-    from qualify.run.device import CudaDevice
-
-    loaded = load_frozen(plan_path, checked=trial_process is None)
-    if libraries is not None:
-        libraries = bind_libraries(loaded, libraries)  # a frozen build cannot be swapped (exit 3)
-    check_libraries(loaded, libraries)  # before the driver: a wrong file is named as such
-    folder = record_folder(loaded, record_dir)
-    device = CudaDevice(ordinal)  # before any output: no GPU is a one-line error, exit 5
-    if trial_process is not None:
-        return Executed(
-            loaded,
-            folder,
-            _one_trial(loaded, folder, device, ordinal, exploratory, libraries, progress, argv, trial_process),
-        )
-    try:
-        uuid = device.info.uuid
-        wanted, skipped = remaining_trials(loaded, Record(folder), uuid, trials)
-    finally:
-        device.close()  # each trial opens the device afresh in its own process
-    record = Record(folder)
-    before = {t.index for t in record.trials()}
-    # this process owns the device's trials in the record while its trial processes run: a second
-    # run on the device is refused, and a trial a dead trial process left open is closed here
-    with record.owned(uuid) as owner, tempfile.TemporaryDirectory(prefix="qualify-trials-") as workdir:
-        held = (owner,) if owner is not None else ()
-        codes = run_each_in_a_process(
-            wanted, lambda n: spawn(child_command(command, folder, ordinal, Path(workdir), exploratory), held)
-        )
-        if record.ledger_path.exists():
-            record.close_dead_trials()
-    results = rederive(record, loaded)
-    done = [t for t in record.trials() if t.index not in before]
-    return Executed(loaded, folder, RunOutcome(done, results, skipped), tuple(codes))
-
-
 def remaining_trials(loaded: LoadedPlan, record: Record, uuid: str, trials: int | None) -> tuple[int, str | None]:
     """How many planned trials this device still owes (at most `trials`), and why none if none."""
     complete = [t for t in record.trials() if t.status == "complete" and t.provenance.device.uuid == uuid]
@@ -261,32 +199,3 @@ def remaining_trials(loaded: LoadedPlan, record: Record, uuid: str, trials: int 
     if wanted <= 0:
         return 0, f"the {loaded.plan.schedule.trials} planned trials on this device are complete"
     return wanted, None
-
-
-def _one_trial(loaded, folder, device, ordinal, exploratory, libraries, progress, argv, workdir) -> RunOutcome:
-    """One trial in this process (a trial process of `execute`), the record left for the parent."""
-    from qualify.run.engine import samples_per_trial
-    from qualify.run.isolation import preflight
-    from qualify.run.sanitizer import run_check
-    from qualify.run.telemetry import Telemetry
-
-    with progress(samples_per_trial(loaded)) as advance:
-        return run_plan(
-            loaded,
-            folder,
-            lambda: device,
-            Telemetry,
-            exploratory=exploratory,
-            trials=1,
-            argv=argv,
-            progress=advance,
-            sanitize=lambda tool, case, side, timeout: run_check(
-                tool, loaded.path, case, side, timeout, ordinal, library=(libraries or {}).get(side)
-            ),
-            preflight=lambda side, cases: preflight(
-                loaded.path, side, cases, ordinal, library=(libraries or {}).get(side)
-            ),
-            libraries=libraries,
-            workdir=Path(workdir),
-            render=False,
-        )

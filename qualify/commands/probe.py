@@ -23,7 +23,7 @@ import numpy as np
 from qualify.dtypes import BITS, FLOATS, ITEMSIZE, UNSIGNED, as_float64
 from qualify.evaluate.fidelity import _ordered, compare
 from qualify.plan.load import LoadedPlan
-from qualify.plan.model import ARM_SIDES, LibraryArm
+from qualify.plan.model import ARM_SIDES, LibraryArm, PythonArm
 from qualify.run import inputs as input_gen
 from qualify.run.arms import ArmExec, compile_and_load, unload
 from qualify.run.reference import host_values, load_reference, reference_outputs
@@ -176,7 +176,7 @@ def run_probe(loaded: LoadedPlan, device, libraries: dict[str, Path] | None = No
                     rows.append(probe_buffer(case.id, name, dtypes[name], expected[name], got, f"{side}/float64"))
     finally:
         for side, kernel in kernels.items():
-            if not isinstance(loaded.plan.arm(side), LibraryArm):
+            if not isinstance(loaded.plan.arm(side), (LibraryArm, PythonArm)):
                 unload(device, kernel)
     return ProbeResult(
         loaded.plan.name,
@@ -195,7 +195,7 @@ def load_arms(loaded: LoadedPlan, device, libraries: dict[str, Path]) -> dict[st
     from qualify.errors import UsageError
     from qualify.run.library import load_library
 
-    kernels = {}
+    kernels: dict[str, object] = {}
     for side in ARM_SIDES:
         arm = loaded.plan.arm(side)
         if isinstance(arm, LibraryArm):
@@ -207,6 +207,10 @@ def load_arms(loaded: LoadedPlan, device, libraries: dict[str, Path]) -> dict[st
                     field=f"arms.{side}.library",
                 )
             kernels[side] = load_library(side, Path(path), arm, f"arms.{side}.library")
+        elif isinstance(arm, PythonArm):
+            from qualify.run import python_arm
+
+            kernels[side] = python_arm.load(loaded, side, device.python_runtime())
         else:
             kernels[side] = compile_and_load(device, loaded, side, loaded.cases)[1]
     return kernels

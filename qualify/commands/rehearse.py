@@ -18,12 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from qualify.commands.golden import PlanView, Reference, case_params
+from qualify.commands.golden import PlanView, Reference, case_params, check_host_budget
 from qualify.errors import PlanError, UsageError
 from qualify.evaluate.fidelity import compare
 from qualify.evaluate.rehearsal import declared_identical, reordered
 from qualify.evaluate.tolerance_gate import calibrate, control_outcome, judge_case, passes
 from qualify.evaluate.verdict import fidelity_passes
+from qualify.io import atomic_write_text
 from qualify.plan.golden import Golden, load_golden
 from qualify.plan.model import GoldenInit, InputControl
 from qualify.plan.resolve import ResolvedCase
@@ -129,6 +130,7 @@ def rehearse(
     for cid in only or []:
         if cid not in known:
             raise UsageError(f"undeclared case {cid!r} (cases: {', '.join(known)})", field="--cases")
+    check_host_budget(loaded, "plan rehearse")
     plan, fid = loaded.plan, loaded.plan.acceptance.fidelity
     golden_path = loaded.path.parent / fid.golden if fid.golden is not None else None
     problems: list[str] = []
@@ -184,9 +186,9 @@ def rehearse(
         problems=problems,
         hint=REORDER_HINT if reorder_ulp and any(c.passed is False for c in cases) else None,
     )
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "rehearsal.json").write_text(rehearsal.model_dump_json(indent=1) + "\n")
-    (folder / "REHEARSAL.md").write_text(rehearsal_markdown(plan, rehearsal))
+    # written by qualify.io under --out's folder: a link planted in the folder is refused, never followed
+    atomic_write_text(folder / "rehearsal.json", rehearsal.model_dump_json(indent=1) + "\n", root=folder)
+    atomic_write_text(folder / "REHEARSAL.md", rehearsal_markdown(plan, rehearsal), root=folder)
     return rehearsal
 
 
@@ -244,7 +246,7 @@ def _rehearse_control(
     cid = one.case.id
     if not isinstance(control, InputControl) or expected.reference is None:
         why = (
-            "a build control needs the kernel"
+            f"a {control.kind} control needs the kernel"
             if not isinstance(control, InputControl)
             else ("needs --reference to evaluate the mutated inputs")
         )

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qualify.build.c_types import ELEMENT_TYPES, SCALAR_TYPES
+from qualify.build.declarations import ELEMENT_TYPES, SCALAR_TYPES, Param, declared_params
 from qualify.build.indexing import kernel_body
 from qualify.errors import UsageError
 from qualify.io import MAX_SOURCE_BYTES, read_limited
@@ -27,60 +27,6 @@ FLIP_BIT = {"f32": 22, "f64": 51, "f16": 9, "bf16": 6}
 SIGNATURE_TYPES = ("ptr", "i32", "u32", "i64", "u64", "f32", "f64")
 FIDELITY_PLACEHOLDER = {"ulp": 4, "abs": 1e-3, "rel": 1e-3}
 TOLERANCE_PLACEHOLDER = {"atol": 1e-6, "rtol": 1e-5}
-
-_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
-_QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict|__grid_constant__|struct)\b")
-
-
-@dataclass(frozen=True)
-class Param:
-    name: str
-    ctype: str  # the declared type without qualifiers: "float*", "int"
-    pointer: bool
-    const: bool  # pointer to const: an input
-
-
-def declared_params(source: str, kernel: str) -> list[Param] | None:
-    """The parameters of `__global__ ... kernel(...)` as declared in `source`; None if not found.
-
-    A reading of the declaration, not a C++ parser: enough to name arguments and buffers. The
-    count and sizes are then checked against the CUBIN, so a misreading cannot reach a plan.
-    """
-    name = kernel.split("<", 1)[0].split("::")[-1]
-    text = _COMMENTS.sub(" ", source)
-    match = re.search(r"__global__[^;{}]*?\b" + re.escape(name) + r"\s*\(", text)
-    if match is None:
-        return None
-    depth, start = 1, match.end()
-    for end in range(start, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[end], 0)
-        if depth == 0:
-            break
-    else:
-        return None
-    inside, parts, depth, current = text[start:end], [], 0, ""
-    for ch in inside:
-        depth += {"(": 1, "<": 1, ")": -1, ">": -1}.get(ch, 0)
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    parts.append(current)
-    out = []
-    for k, part in enumerate(p.split("=", 1)[0].strip() for p in parts):
-        if not part or part == "void":
-            continue
-        const = bool(re.search(r"\bconst\b", part.split("*", 1)[0])) if "*" in part else False
-        bare = " ".join(_QUALIFIERS.sub(" ", part).split())
-        found = re.match(r"^(.*?)([A-Za-z_]\w*)\s*$", bare)
-        if found is None or not found.group(1).strip():
-            ctype, pname = bare, f"arg{k}"
-        else:
-            ctype, pname = found.group(1).strip(), found.group(2)
-        pointer = "*" in ctype
-        out.append(Param(pname, " ".join(ctype.replace("*", " * ").split()).replace(" *", "*"), pointer, const))
-    return out
 
 
 @dataclass
@@ -448,6 +394,17 @@ def skeleton_from_options(
         if not kernel:
             raise UsageError("a kernel pair needs --kernel NAME")
         cand_source, cand_kernel = cand_source or source, cand_kernel or kernel
+        from qualify.plan.model.arms import KERNEL_NAME
+
+        for option, value in (("--kernel", kernel), ("--candidate-kernel", cand_kernel)):
+            # checked before NVRTC sees it as a name expression: a newline there would be a source
+            # line the include scanner never read
+            if len(value) > 200 or re.fullmatch(KERNEL_NAME, value) is None:
+                raise UsageError(
+                    f"{value!r} is not a kernel name (letters, digits, _ and ::, then an optional "
+                    "<template arguments>, as the plan's arms.*.kernel accepts)",
+                    field=option,
+                )
         if not Path(source).is_file() or not Path(cand_source).is_file():
             raise UsageError("no such file", file=source if not Path(source).is_file() else cand_source)
         from qualify.plan.files import repository_root

@@ -25,7 +25,8 @@ def _ordered(bits: np.ndarray, width: int) -> np.ndarray:
     unsigned = bits.astype(np.uint64)
     magnitude = (unsigned & np.uint64((1 << (width - 1)) - 1)).astype(np.int64)
     negative = ((unsigned >> np.uint64(width - 1)) & np.uint64(1)) == 1
-    return np.where(negative, -magnitude, magnitude)
+    keys: np.ndarray = np.where(negative, -magnitude, magnitude)
+    return keys
 
 
 def _distance(p: np.ndarray, q: np.ndarray) -> np.ndarray:

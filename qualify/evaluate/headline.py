@@ -25,13 +25,18 @@ from qualify.evaluate.headline_model import (
     Headline,
     Run,
 )
-from qualify.evaluate.headline_text import cause_lines, headline_lines, reason_lines  # noqa: F401 - the words
+
+# the words, re-exported (`x as x`): render/ imports them from here
+from qualify.evaluate.headline_text import cause_lines as cause_lines
+from qualify.evaluate.headline_text import headline_lines as headline_lines
+from qualify.evaluate.headline_text import reason_lines as reason_lines
+from qualify.evaluate.pooled import pool
 from qualify.evaluate.throughput import case_rates
 from qualify.evaluate.verdict import device_label, fidelity_passes, free_aa
 from qualify.evaluate.why import case_causes
 from qualify.plan.model import ARM_SIDES, Plan
 from qualify.plan.resolve import case_id
-from qualify.results.model import Results, Trial
+from qualify.results.model import GateResult, Results, Trial
 
 
 def _by_device(trials: list[Trial]) -> dict[str, list[Trial]]:
@@ -41,15 +46,31 @@ def _by_device(trials: list[Trial]) -> dict[str, list[Trial]]:
     return out
 
 
-def case_effects(plan: Plan, trials: list[Trial]) -> list[CaseEffect]:
-    """Each planned case on one device's complete trials (unplanned case ids are left out)."""
+def pooled_words(trials: list[Trial]) -> bool:
+    """Whether the headline speaks of the pooled interval: for trials that record trace version 3
+    or later (records made since; see qualify.evaluate.cupti_delta). Records made before keep the
+    words they were written with (the median of the trials' changes, a class per trial), so
+    `report --check` renders them as they are."""
     complete = [t for t in trials if t.status == "complete"]
+    return bool(complete) and all(t.kernel_trace is not None and t.kernel_trace.version >= 3 for t in complete)
+
+
+def case_effects(plan: Plan, trials: list[Trial]) -> list[CaseEffect]:
+    """Each planned case on one device's complete trials (unplanned case ids are left out): its
+    class and change from the two-level interval pooled over them (pooled_words), else the class
+    the trials agree on and the median of their changes."""
+    complete = [t for t in trials if t.status == "complete"]
+    pooled = pooled_words(trials)
     out = []
     for case in plan.workload.cases:
         cid = case_id(case)
         rows = [c for t in complete for c in t.cases if c.case == cid]
         if not rows:
             out.append(CaseEffect(cid, UNMEASURED, None, 0))
+            continue
+        if pooled:
+            p = pool([c.stats for c in rows])
+            out.append(CaseEffect(cid, p.case_class, p.delta_pct, len(rows)))
             continue
         classes = {c.stats.case_class for c in rows}
         cls = classes.pop() if len(classes) == 1 else MIXED
@@ -151,6 +172,7 @@ def device_effects(plan: Plan, results: Results) -> tuple[DeviceEffect, ...]:
             DeviceEffect(
                 device=label,
                 complete_trials=sum(t.status == "complete" for t in trials),
+                pooled=pooled_words(trials),
                 cases=len(effects),
                 runs=runs(effects, ordered),
                 crossover=crossover(plan, trials, effects),
@@ -174,7 +196,10 @@ def contract(plan: Plan) -> str:
 
 
 def fidelity(plan: Plan, results: Results) -> Fidelity:
-    failing, nondet, mismatch, checks = [], [], [], 0
+    failing: list[str] = []
+    nondet: list[str] = []
+    mismatch: list[str] = []
+    checks = 0
     for t in results.trials:
         for c in t.cases:
             where = f"{c.case} (trial {t.index})"
@@ -195,10 +220,10 @@ def fidelity(plan: Plan, results: Results) -> Fidelity:
 
 
 def checks(plan: Plan, results: Results) -> Checks:
-    aa_runs, aa_resolved, aa_classes = 0, [], {}
+    aa_runs, aa_resolved, aa_classes = 0, [], dict[str, int]()
     neg_runs, neg_missed = 0, []
     san_runs, san_bad, tools = 0, [], []
-    seen: dict[str, set] = {}
+    seen: dict[str, set[tuple[str, str, str]]] = {}
     for t in results.trials:
         label = device_label(t)
         for c in t.cases:
@@ -240,7 +265,7 @@ def checks(plan: Plan, results: Results) -> Checks:
 def gate_misses(plan: Plan, results: Results) -> tuple[GateMiss, ...]:
     classes = {(t.index, c.case): c.stats.case_class for t in results.trials for c in t.cases}
     bounds = {g.name: g for g in plan.acceptance.gates}
-    groups: dict[tuple[str, str], list] = {}
+    groups: dict[tuple[str, str], list[GateResult]] = {}
     for g in results.verdict.gates:
         groups.setdefault((g.gate, g.device), []).append(g)
     out = []

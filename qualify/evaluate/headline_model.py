@@ -4,6 +4,10 @@ and `qualify.evaluate.headline_text` words."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from qualify.evaluate.why import Cause
 
 # a case's class across a device's complete trials: the class they agree on, or one of these
 MIXED = "mixed"  # the trials disagree
@@ -49,6 +53,8 @@ class DeviceEffect:
     # every complete trial ran identical machine code with identical launches: the runs are what
     # the timer measured between two copies of one kernel, not an effect of the candidate
     free_aa: bool = False
+    # the runs' classes and changes are the pooled two-level interval's (trace version 3 on)
+    pooled: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,5 +108,5 @@ class Headline:
     checks: Checks
     gate_misses: tuple[GateMiss, ...]
     other_reasons: tuple[str, ...]  # the verdict's reasons that are not gate misses, as written
-    causes: tuple = ()  # qualify.evaluate.why.Cause per device and case: the arms side by side
+    causes: tuple[Cause, ...] = ()  # qualify.evaluate.why.Cause per device and case: the arms side by side
     causes_left: int = 0  # cases whose cause a many-case plan leaves out of the headline

@@ -57,10 +57,9 @@ def _where(run: Run, total: int, esc: Escape) -> str:
 def _run_phrase(run: Run, total: int, esc: Escape) -> str:
     where = _where(run, total, esc)
     lo, hi = run.low_pct, run.high_pct
-    if run.case_class == "slower":
-        return f"slower {where}, by {pct_range(lo, hi)}"
-    if run.case_class == "faster":
-        return f"faster {where}, by {pct_range(lo, hi)}"
+    if run.case_class in ("slower", "faster"):
+        assert lo is not None and hi is not None  # a run of one measured class has every case's delta
+        return f"{run.case_class} {where}, by {pct_range(lo, hi)}"
     if run.case_class == "same":
         return f"the same {where} (within ±{SAME_BAND * 100:g} %)"
     if run.case_class == MIXED:
@@ -75,12 +74,20 @@ def device_sentence(d: DeviceEffect, esc: Escape, many_devices: bool) -> str:
     phrases = "; ".join(_run_phrase(r, d.cases, esc) for r in d.runs)
     on = f"On {esc(d.device)}, the" if many_devices else "The"
     trials = f"{d.complete_trials} complete trial{'s' if d.complete_trials != 1 else ''}"
+    if d.pooled:
+        basis = (
+            f"time per launch, pooled over {trials}, each its own process"
+            if d.complete_trials != 1
+            else f"time per launch, from {trials}"
+        )
+    else:
+        basis = f"time per launch, median of {trials}"
     if d.free_aa:
         return (
             f"{on} candidate runs the base's machine code with the same launches: no change by "
-            f"construction (a free A/A); the timer measured it {phrases} (time per launch, median of {trials})."
+            f"construction (a free A/A); the timer measured it {phrases} ({basis})."
         )
-    text = f"{on} candidate is {phrases} (time per launch, median of {trials})."
+    text = f"{on} candidate is {phrases} ({basis})."
     if d.crossover is not None:
         x = d.crossover
         edge = "from" if x.direction == ">=" else "up to"

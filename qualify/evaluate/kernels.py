@@ -11,10 +11,12 @@ information: it explains a verdict, it never decides one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from qualify.evaluate.inventory import inventory
 from qualify.evaluate.second_timer import agreement
-from qualify.plan.model import ARM_SIDES
-from qualify.results.model import CaseKernels, DeviceLimits, KernelChange, KernelRow, TracedCall
+from qualify.plan.model import ARM_SIDES, Side
+from qualify.results.model import CaseKernels, CaseTrial, DeviceLimits, KernelChange, KernelRow, TracedCall
 
 SAME_PCT = 2.0
 SAME_NS = 300.0
@@ -112,7 +114,7 @@ def label(change: KernelChange | KernelRow) -> str:
 
 
 def case_kernels(
-    trace: dict[str, list[TracedCall]],
+    trace: dict[Side, list[TracedCall]],
     names: dict[str, str],
     limits: DeviceLimits | None,
     floor_ns: float,
@@ -128,7 +130,7 @@ def case_kernels(
     )
 
 
-def traced_launches_match(cases) -> bool | None:
+def traced_launches_match(cases: Sequence[CaseTrial]) -> bool | None:
     """Whether the kernel inventory saw both libraries launch the same kernels the same way and
     write the same bytes, in every case; None when a case has no trace to judge by.
 
@@ -147,7 +149,7 @@ def traced_launches_match(cases) -> bool | None:
     return True
 
 
-def _launch_shape(call) -> tuple:
+def _launch_shape(call: TracedCall) -> tuple[object, ...]:
     return tuple(
         (
             k.name,

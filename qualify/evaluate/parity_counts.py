@@ -30,7 +30,8 @@ def step_index(data: np.ndarray, dtype: str) -> np.ndarray:
     magnitude_mask = (1 << (width - 1)) - 1
     magnitude = (bits & bits.dtype.type(magnitude_mask)).astype(np.int64)
     negative = ((bits >> bits.dtype.type(width - 1)) & bits.dtype.type(1)) == 1
-    return np.where(negative, -magnitude, magnitude)
+    keys: np.ndarray = np.where(negative, -magnitude, magnitude)
+    return keys
 
 
 def count(

@@ -78,7 +78,7 @@ def _pct(log_sd: float) -> float:
 
 def _one_process(stats: CaseStats, moments: TrialMoments) -> PooledStats:
     """One trial: its own interval, class and MDE; the within part is its standard error."""
-    has_interval = moments.sd is not None and stats.ci_low is not None and stats.ci_high is not None
+    sd = moments.sd if stats.ci_low is not None and stats.ci_high is not None else None
     return PooledStats(
         ratio=stats.ratio,
         ci_low=stats.ci_low,
@@ -87,8 +87,8 @@ def _one_process(stats: CaseStats, moments: TrialMoments) -> PooledStats:
         case_class=stats.case_class,
         reason=f"{stats.reason}; {ONE_PROCESS}",
         trials=1,
-        df=float(moments.blocks - 1) if has_interval else None,
-        within_pct=_pct(moments.sd / math.sqrt(moments.blocks)) if has_interval else None,
+        df=float(moments.blocks - 1) if sd is not None else None,
+        within_pct=_pct(sd / math.sqrt(moments.blocks)) if sd is not None else None,
         between_pct=None,
         mde_pct=stats.mde_pct,
     )

@@ -7,6 +7,8 @@ so what is checked is exactly what was produced.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from qualify.evaluate.cupti_delta import traced_like_samples
@@ -14,11 +16,11 @@ from qualify.evaluate.kernels import case_kernels
 from qualify.evaluate.placements import placement_deltas
 from qualify.evaluate.second_timer import traced_offset
 from qualify.evaluate.summarize import floor_ns, has_series, pair_stats, timing_summary
-from qualify.plan.model import ARM_SIDES
-from qualify.results.model import CaseStats, CaseTrial, KernelTrace, Trial
+from qualify.plan.model import ARM_SIDES, Side
+from qualify.results.model import CaseStats, CaseTrial, KernelTrace, TracedCall, Trial
 
 
-def derived_fields(arrays: dict[str, np.ndarray], cid: str, iterations: int) -> dict:
+def derived_fields(arrays: dict[str, np.ndarray], cid: str, iterations: int) -> dict[str, Any]:
     """A case's timing summaries, paired statistics and A/A control, from the raw samples alone."""
     floor = floor_ns(arrays)
     timing = {side: timing_summary(arrays, cid, side, floor, iterations) for side in ARM_SIDES}
@@ -36,13 +38,13 @@ def derived_fields(arrays: dict[str, np.ndarray], cid: str, iterations: int) -> 
 
 
 def kernel_fields(
-    trace: dict | None,
+    trace: dict[Side, list[TracedCall]] | None,
     kernel_trace: KernelTrace | None,
     floor: float,
-    samples: dict | None = None,
+    samples: dict[str, Any] | None = None,
     case: str = "",
     iterations: int = 1,
-) -> dict:
+) -> dict[str, Any]:
     """A case's kernel inventory, attribution and timer agreement, from its raw trace alone (the
     names as the trial's demangler gave them, the device limits the trial read).
 

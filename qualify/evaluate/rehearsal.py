@@ -37,7 +37,8 @@ def reordered(values: np.ndarray, dtype: str, steps: int, seed: int, case_id: st
     """A copy of flat uint8 `values` with each float element moved a seeded number of steps in
     [-steps, steps]; the draw is keyed by case and output, so one rehearsal is reproducible."""
     if dtype not in FLOATS or steps == 0:
-        return values.copy()
+        unmoved: np.ndarray = values.copy()
+        return unmoved
     largest = np.int64(LARGEST_FINITE_BITS[dtype])
     unsigned = UNSIGNED[ITEMSIZE[dtype]]
     words = values.copy().view(unsigned)
@@ -49,4 +50,5 @@ def reordered(values: np.ndarray, dtype: str, steps: int, seed: int, case_id: st
     magnitude = (w & (sign - np.uint64(1))).astype(np.int64)
     moved = np.where(magnitude <= largest, np.clip(magnitude + move, 0, largest), magnitude)
     words[:] = ((w & sign) | moved.astype(np.uint64)).astype(unsigned)
-    return words.view(np.uint8)
+    out: np.ndarray = words.view(np.uint8)
+    return out

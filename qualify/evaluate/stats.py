@@ -25,6 +25,7 @@ import math
 from functools import lru_cache
 
 import numpy as np
+import numpy.typing as npt
 
 from qualify.results.model import CaseStats, TimingSummary
 
@@ -127,29 +128,44 @@ def t_quantile(p: float, df: float) -> float:
 # per-block paired log-ratios
 
 
-def block_logs(base_ns, base_block, cand_ns, cand_block) -> dict[int, float]:
+def block_logs(
+    base_ns: npt.ArrayLike, base_block: npt.ArrayLike, cand_ns: npt.ArrayLike, cand_block: npt.ArrayLike
+) -> dict[int, float]:
     """block -> log(candidate's block median / base's block median), for each block both arms
     measured, in block order.
 
     A block where either arm's median is not positive (a floor-corrected duration of zero: the
     kernel is shorter than the timer resolves) has no ratio and is left out.
     """
-    base_ns, cand_ns = np.asarray(base_ns, np.float64), np.asarray(cand_ns, np.float64)
-    base_block, cand_block = np.asarray(base_block), np.asarray(cand_block)
+    base, cand = np.asarray(base_ns, np.float64), np.asarray(cand_ns, np.float64)
+    bb, cb = np.asarray(base_block), np.asarray(cand_block)
     out: dict[int, float] = {}
-    for b in np.intersect1d(np.unique(base_block), np.unique(cand_block)):
-        mb, mc = np.median(base_ns[base_block == b]), np.median(cand_ns[cand_block == b])
+    for b in np.intersect1d(np.unique(bb), np.unique(cb)):
+        mb, mc = np.median(base[bb == b]), np.median(cand[cb == b])
         if mb > 0 and mc > 0:
             out[int(b)] = math.log(mc / mb)
     return out
 
 
-def block_log_ratios(base_ns, base_block, cand_ns, cand_block) -> np.ndarray:
+# (ratio, ci_low, ci_high, blocks, mde_pct): no interval and no MDE below two units
+RatioOfLogs = tuple[float, float | None, float | None, int, float | None]
+
+
+def block_log_ratios(
+    base_ns: npt.ArrayLike, base_block: npt.ArrayLike, cand_ns: npt.ArrayLike, cand_block: npt.ArrayLike
+) -> np.ndarray:
     """The block log-ratios of `block_logs`, in block order."""
     return np.asarray(list(block_logs(base_ns, base_block, cand_ns, cand_block).values()), dtype=np.float64)
 
 
-def unit_log_ratios(base_ns, base_block, cand_ns, cand_block, placement=None, placement_block=None) -> np.ndarray:
+def unit_log_ratios(
+    base_ns: npt.ArrayLike,
+    base_block: npt.ArrayLike,
+    cand_ns: npt.ArrayLike,
+    cand_block: npt.ArrayLike,
+    placement: npt.ArrayLike | None = None,
+    placement_block: npt.ArrayLike | None = None,
+) -> np.ndarray:
     """The independent units of a case's interval: one log-ratio per block, or, where blocks share
     a placement of the buffers, the mean of those blocks' log-ratios per placement.
 
@@ -161,7 +177,7 @@ def unit_log_ratios(base_ns, base_block, cand_ns, cand_block, placement=None, pl
     no placement serves two blocks, the blocks are the units.
     """
     logs = block_logs(base_ns, base_block, cand_ns, cand_block)
-    if placement is None or placement_block is None or len(placement) == 0:
+    if placement is None or placement_block is None or np.asarray(placement).size == 0:
         return np.asarray(list(logs.values()), dtype=np.float64)
     where = {int(b): int(p) for b, p in zip(np.asarray(placement_block), np.asarray(placement))}
     by_placement: dict[int, list[float]] = {}
@@ -187,7 +203,13 @@ def mde_pct(sd: float, blocks: int, confidence: float = CONFIDENCE, power: float
     return None if d is None else math.expm1(d) * 100.0
 
 
-def paired_ratio(base_ns, base_block, cand_ns, cand_block, confidence: float = CONFIDENCE):
+def paired_ratio(
+    base_ns: npt.ArrayLike,
+    base_block: npt.ArrayLike,
+    cand_ns: npt.ArrayLike,
+    cand_block: npt.ArrayLike,
+    confidence: float = CONFIDENCE,
+) -> RatioOfLogs:
     """(ratio, ci_low, ci_high, blocks, mde_pct) of candidate / base.
 
     ratio = exp(mean of block log-ratios); the interval is the t-interval of that mean mapped back
@@ -198,10 +220,12 @@ def paired_ratio(base_ns, base_block, cand_ns, cand_block, confidence: float = C
     return _ratio_of_logs(logs, base_ns, cand_ns, confidence)
 
 
-def _ratio_of_logs(logs: np.ndarray, base_ns, cand_ns, confidence: float = CONFIDENCE):
+def _ratio_of_logs(
+    logs: np.ndarray, base_ns: npt.ArrayLike, cand_ns: npt.ArrayLike, confidence: float = CONFIDENCE
+) -> RatioOfLogs:
     n = int(logs.size)
     if n == 0:
-        mb, mc = float(np.median(base_ns)), float(np.median(cand_ns))
+        mb, mc = float(np.median(np.asarray(base_ns, np.float64))), float(np.median(np.asarray(cand_ns, np.float64)))
         return (mc / mb if mb > 0 and mc > 0 else 1.0), None, None, 0, None
     mean = float(np.mean(logs))
     if n < 2:
@@ -241,7 +265,14 @@ def classify(
     return "cant_tell", f"{level} [{lo:.4f}, {hi:.4f}] straddles 1 and leaves ±{band:.1%}{resolve}"
 
 
-def case_stats(base_ns, base_block, cand_ns, cand_block, placement=None, placement_block=None) -> CaseStats:
+def case_stats(
+    base_ns: npt.ArrayLike,
+    base_block: npt.ArrayLike,
+    cand_ns: npt.ArrayLike,
+    cand_block: npt.ArrayLike,
+    placement: npt.ArrayLike | None = None,
+    placement_block: npt.ArrayLike | None = None,
+) -> CaseStats:
     """A case's statistics over its independent units (blocks, or placements shared by blocks)."""
     logs = unit_log_ratios(base_ns, base_block, cand_ns, cand_block, placement, placement_block)
     ratio, lo, hi, blocks, mde = _ratio_of_logs(logs, base_ns, cand_ns)

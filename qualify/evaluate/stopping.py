@@ -25,6 +25,7 @@ import numpy as np
 from qualify.evaluate.stats import ci_half_width_pct
 from qualify.evaluate.summarize import floor_ns, pair_stats
 from qualify.plan.model import Plan
+from qualify.plan.schedule import Pair
 from qualify.results.samples import key
 
 TARGET_MET = "target met"
@@ -39,7 +40,7 @@ def adaptive(plan: Plan) -> bool:
     return plan.stop.rule in ("precision", "noise")
 
 
-def half_width_pct(arrays: dict[str, np.ndarray], case_id: str, pair, plan: Plan) -> float:
+def half_width_pct(arrays: dict[str, np.ndarray], case_id: str, pair: Pair, plan: Plan) -> float:
     """The ratio's interval half-width in %, over the samples of `pair` so far (inf below 2 blocks)."""
     (a, _), (b, _) = pair
     stats = pair_stats(arrays, case_id, a, b, floor_ns(arrays), plan.schedule.iterations_per_sample)
@@ -47,7 +48,7 @@ def half_width_pct(arrays: dict[str, np.ndarray], case_id: str, pair, plan: Plan
 
 
 def stop_reason(
-    arrays: dict[str, np.ndarray], case_id: str, pair, blocks_done: int, plan: Plan, elapsed_s: float = 0.0
+    arrays: dict[str, np.ndarray], case_id: str, pair: Pair, blocks_done: int, plan: Plan, elapsed_s: float = 0.0
 ) -> str | None:
     """Why the pair's timing stops after `blocks_done` blocks, or None to run another block.
 
@@ -57,7 +58,7 @@ def stop_reason(
     sched, stop = plan.schedule, plan.stop
     per_block = 2 * sched.samples_per_block  # samples per arm in one block
     if adaptive(plan) and blocks_done >= stop.min_blocks:
-        if half_width_pct(arrays, case_id, pair, plan) <= stop.target_ci_pct:
+        if stop.target_ci_pct is not None and half_width_pct(arrays, case_id, pair, plan) <= stop.target_ci_pct:
             return TARGET_MET
     if blocks_done >= sched.blocks:
         return BLOCK_CAP if adaptive(plan) else BLOCKS_DONE
@@ -68,7 +69,7 @@ def stop_reason(
     return None
 
 
-def replay_stop(arrays: dict[str, np.ndarray], case_id: str, pair, plan: Plan) -> tuple[int, str | None]:
+def replay_stop(arrays: dict[str, np.ndarray], case_id: str, pair: Pair, plan: Plan) -> tuple[int, str | None]:
     """Re-run the rule block by block over saved samples: (blocks the rule allows, its reason).
 
     For `report --check`: a record whose pair ran more blocks than this, or claims another reason,
@@ -86,7 +87,9 @@ def replay_stop(arrays: dict[str, np.ndarray], case_id: str, pair, plan: Plan) -
     return done, None
 
 
-def _through_block(arrays, case_id: str, series: tuple[str, str], last: int) -> dict[str, np.ndarray]:
+def _through_block(
+    arrays: dict[str, np.ndarray], case_id: str, series: tuple[str, str], last: int
+) -> dict[str, np.ndarray]:
     out = {"floor_ns": arrays["floor_ns"]} if "floor_ns" in arrays else {}
     for s in series:
         keep = arrays[key(case_id, s, "block")] <= last

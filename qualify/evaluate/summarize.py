@@ -15,11 +15,13 @@ def floor_ns(arrays: dict[str, np.ndarray]) -> float:
     return float(np.median(floor)) if floor is not None and floor.size else 0.0
 
 
-def series_ns(arrays, case: str, series: str, floor: float, iterations: int) -> np.ndarray:
+def series_ns(arrays: dict[str, np.ndarray], case: str, series: str, floor: float, iterations: int) -> np.ndarray:
     return per_launch_ns(arrays[key(case, series, "ns")], floor, iterations)
 
 
-def timing_summary(arrays, case: str, series: str, floor: float, iterations: int) -> TimingSummary:
+def timing_summary(
+    arrays: dict[str, np.ndarray], case: str, series: str, floor: float, iterations: int
+) -> TimingSummary:
     warm = arrays.get(key(case, series, "warmup_ns"))
     return summarize(
         series_ns(arrays, case, series, floor, iterations),
@@ -29,7 +31,7 @@ def timing_summary(arrays, case: str, series: str, floor: float, iterations: int
     )
 
 
-def pair_stats(arrays, case: str, a: str, b: str, floor: float, iterations: int) -> CaseStats:
+def pair_stats(arrays: dict[str, np.ndarray], case: str, a: str, b: str, floor: float, iterations: int) -> CaseStats:
     return case_stats(
         series_ns(arrays, case, a, floor, iterations),
         arrays[key(case, a, "block")],
@@ -40,5 +42,5 @@ def pair_stats(arrays, case: str, a: str, b: str, floor: float, iterations: int)
     )
 
 
-def has_series(arrays, case: str, series: str) -> bool:
+def has_series(arrays: dict[str, np.ndarray], case: str, series: str) -> bool:
     return key(case, series, "ns") in arrays and arrays[key(case, series, "ns")].size > 0

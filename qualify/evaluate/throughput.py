@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from qualify.plan.model import ARM_SIDES, Plan
+from qualify.plan.model import ARM_SIDES, Plan, Side
 from qualify.plan.resolve import resolve_cases
 from qualify.results.model import DeviceInfo, Trial
 
@@ -82,7 +82,7 @@ def case_rates(plan: Plan, groups: dict[str, list[Trial]]) -> list[CaseRate]:
             rows = [c for t in complete for c in t.cases if c.case == case.id]
             if not rows:
                 continue
-            arms = {}
+            arms: dict[str, ArmRate] = {}
             for side in ARM_SIDES:
                 arm = case.arms[side]
                 median = statistics.median(c.timing[side].median_ns for c in rows)
@@ -104,7 +104,7 @@ def case_rates(plan: Plan, groups: dict[str, list[Trial]]) -> list[CaseRate]:
     return out
 
 
-def impossible_reasons(plan: Plan, groups: dict[str, list[Trial]]) -> list[tuple[str, str]]:
+def impossible_reasons(plan: Plan, groups: dict[str, list[Trial]]) -> list[tuple[Side, str]]:
     """(side, reason): one per device, case and arm whose rate exceeds the peak where DRAM bounds it."""
     out = []
     for rate in case_rates(plan, groups):

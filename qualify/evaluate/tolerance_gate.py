@@ -74,6 +74,7 @@ def declared_bound(fidelity: Fidelity, case_id: str, params: Params, output: str
         return float(fidelity.atol or 0.0), float(fidelity.rtol or 0.0)
     if rule.bit_exact:
         return 0.0, 0.0
+    assert rule.rtol is not None  # ToleranceRule's validator: a rule that is not bit_exact gives rtol
     return (None if rule.atol is None else float(rule.atol)), float(rule.rtol)
 
 
@@ -82,8 +83,10 @@ def bound_for(
 ) -> tuple[float, float]:
     """(atol, rtol) of one output in one case, an atol in quanta made absolute from the expected values."""
     atol, rtol = declared_bound(fidelity, case_id, params, output)
-    if atol is None:
+    if atol is None:  # only a rule with atol_quanta leaves the absolute bound open
         rule = rule_for(fidelity, case_id, params, output)
+        if rule is None or rule.atol_quanta is None:
+            raise ValueError(f"{case_id}/{output}: no absolute bound and no atol_quanta to derive one from")
         atol = rule.atol_quanta * quantum_at_rms(dtype, expected)
     return float(atol), rtol
 
@@ -158,7 +161,8 @@ def perturb(actual: np.ndarray, dtype: str, quanta: int, elements: int, seed: in
     # near the largest finite value the step goes toward zero instead, to stay finite
     moved = np.where(up <= largest_finite, up, np.maximum(magnitude - quanta, 0)).astype(np.uint64)
     words[chosen] = ((w & sign) | moved).astype(unsigned)
-    return words.view(np.uint8)
+    out: np.ndarray = words.view(np.uint8)
+    return out
 
 
 def calibrate(

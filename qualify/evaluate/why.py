@@ -17,6 +17,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from qualify.evaluate.cupti_delta import cupti_change_stated
 from qualify.evaluate.kernels import change_text, label
 from qualify.evaluate.throughput import CaseRate
 from qualify.plan.model import ARM_SIDES, Plan
@@ -127,8 +128,12 @@ def _moved_most(attribution: list[KernelChange]) -> KernelChange | None:
     return max(timed, key=lambda c: abs((c.candidate_ns or 0.0) - (c.base_ns or 0.0)))
 
 
-def why_line(case: CaseTrial, resolved: ResolvedCase | None, sms: int, rate: CaseRate | None) -> str:
-    """The case's cause in one line (without the case's name and change, which the caller adds)."""
+def why_line(
+    case: CaseTrial, resolved: ResolvedCase | None, sms: int, rate: CaseRate | None, cupti_changes: bool = True
+) -> str:
+    """The case's cause in one line (without the case's name and change, which the caller adds).
+    `cupti_changes`: whether the trial's trace version lets CUPTI's change per kernel be said
+    (qualify.evaluate.cupti_delta.cupti_change_stated); without it no kernel is named as the mover."""
     kernels = shapes(case, resolved)
     parts = []
     if all(side in kernels for side in ARM_SIDES):
@@ -137,7 +142,7 @@ def why_line(case: CaseTrial, resolved: ResolvedCase | None, sms: int, rate: Cas
             parts.append(kernel_line(base[0], candidate[0], sms))
         else:
             parts.append(_pair((str(len(base)), str(len(candidate))), " kernels per call"))
-            moved = _moved_most(case.kernels.attribution) if case.kernels is not None else None
+            moved = _moved_most(case.kernels.attribution) if case.kernels is not None and cupti_changes else None
             if moved is not None:
                 parts.append(f"most change in {label(moved)}: {change_text(moved)}")
                 suffix = "" if moved.occurrence == 0 else f" #{moved.occurrence + 1}"
@@ -146,12 +151,12 @@ def why_line(case: CaseTrial, resolved: ResolvedCase | None, sms: int, rate: Cas
                 if b is not None and c is not None:
                     parts.append(kernel_line(b, c, sms))
     if rate is not None:
-        fractions = [rate.fraction(side) for side in ARM_SIDES]
-        if all(f is not None for f in fractions):
-            parts.append(_pair(tuple(f"{f * 100:.0f} %" for f in fractions), " of peak DRAM bandwidth"))  # type: ignore[arg-type]
-        else:
-            rates = tuple(f"{rate.arms[side].gb_per_s:,.0f}" for side in ARM_SIDES)
-            parts.append(_pair(rates, " GB/s"))  # type: ignore[arg-type]  # the peak: see the hardware table
+        base_f, cand_f = (rate.fraction(side) for side in ARM_SIDES)
+        if base_f is not None and cand_f is not None:
+            parts.append(_pair((f"{base_f * 100:.0f} %", f"{cand_f * 100:.0f} %"), " of peak DRAM bandwidth"))
+        else:  # no peak known for the device: see the hardware table
+            base_r, cand_r = (f"{rate.arms[side].gb_per_s:,.0f}" for side in ARM_SIDES)
+            parts.append(_pair((base_r, cand_r), " GB/s"))
     return "; ".join(parts) if parts else "no launch geometry recorded"
 
 
@@ -181,7 +186,8 @@ def case_causes(plan: Plan, groups: dict[str, list[Trial]], rates: list[CaseRate
                 continue
             trial, case = rows[0]
             delta = statistics.median(c.stats.delta_pct for _, c in rows)
-            text = why_line(case, rc, trial.provenance.device.sm_count, by_case.get((device, cid)))
+            sms, stated = trial.provenance.device.sm_count, cupti_change_stated(trial.kernel_trace)
+            text = why_line(case, rc, sms, by_case.get((device, cid)), stated)
             causes.append(Cause(device, cid, delta, text))
         left += max(0, len(causes) - MAX_CAUSES)
         out += causes[:MAX_CAUSES]

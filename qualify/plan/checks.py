@@ -6,17 +6,28 @@ rules about files live in `qualify.plan.files`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Sequence
+
 from qualify import expr
 from qualify.errors import PlanError, all_of
 from qualify.plan.model import (
     ARM_SIDES,
+    Arg,
+    ArmLaunch,
     BufferArg,
+    CaseSelector,
     CudaArm,
     LibraryArm,
     Plan,
+    PythonArm,
 )
 from qualify.plan.model.hardware import unrunnable_device
 from qualify.plan.resolve import case_id, case_key
+
+# builds the PlanError of a rule: (field path, message), the plan's file already known
+Fail = Callable[[str, str], PlanError]
+# a buffer's role by name: "input", "output" or "scratch"
+Roles = dict[str, str]
 
 
 def cross_check(plan: Plan, file: str | None = None) -> None:
@@ -49,7 +60,7 @@ def structure_problems(plan: Plan, file: str | None = None) -> list[PlanError]:
     """The rules the resolution of cases depends on: devices, parameters, cases, buffers and the
     launches' and calls' references. Each group reports its first refusal."""
     wl = plan.workload
-    roles = {b.name: b.role for b in wl.buffers}
+    roles: Roles = {b.name: b.role for b in wl.buffers}
 
     def devices(fail) -> None:
         for i, device in enumerate(plan.hardware.devices):
@@ -76,7 +87,7 @@ def structure_problems(plan: Plan, file: str | None = None) -> list[PlanError]:
 
     def launches(fail) -> None:
         kinds = {type(plan.arm(side)) for side in ARM_SIDES}
-        own = [isinstance(plan.arm(s), CudaArm) and plan.arm(s).launches is None for s in ARM_SIDES]
+        own = [_cuda_launches(plan, s) is None for s in ARM_SIDES if isinstance(plan.arm(s), CudaArm)]
         if any(own) and wl.launch is None:
             raise fail("workload.launch", "a CUDA arm that names `kernel` needs workload.launch")
         for side in ARM_SIDES:
@@ -103,7 +114,7 @@ def selector_problems(plan: Plan, file: str | None = None) -> list[PlanError]:
     and of the budget; nothing is resolved from them, so they are checked alongside the rest."""
     wl = plan.workload
     known_cases = {case_id(c) for c in wl.cases}
-    roles = {b.name: b.role for b in wl.buffers}
+    roles: Roles = {b.name: b.role for b in wl.buffers}
 
     def gates(fail) -> None:
         repeat = _first_repeat([g.name for g in plan.acceptance.gates])
@@ -112,6 +123,8 @@ def selector_problems(plan: Plan, file: str | None = None) -> list[PlanError]:
             raise fail(f"acceptance.gates[{j}].name", f"gate {plan.acceptance.gates[j].name!r} is declared twice")
         for i, gate in enumerate(plan.acceptance.gates):
             _check_selector(gate, plan, known_cases, f"acceptance.gates[{i}]", fail)
+        for i, rule in enumerate(plan.gate.cases):
+            _check_selector(rule, plan, known_cases, f"gate.cases[{i}]", fail)
 
     def sanitizer(fail) -> None:
         for i, check in enumerate(plan.acceptance.sanitizer):
@@ -131,6 +144,9 @@ def selector_problems(plan: Plan, file: str | None = None) -> list[PlanError]:
                     raise fail(f"{field}.buffer", f"unknown buffer {control.buffer!r}")
                 if roles[control.buffer] != "input":
                     raise fail(f"{field}.buffer", f"{control.buffer!r} is not an input buffer")
+            elif control.kind == "callable":
+                if not isinstance(plan.arms.candidate, PythonArm):
+                    raise fail(f"{field}.kind", "callable controls need a Python candidate arm")
             elif not isinstance(plan.arms.candidate, CudaArm):
                 raise fail(f"{field}.kind", "build controls need a CUDA source candidate arm")
 
@@ -144,7 +160,7 @@ def selector_problems(plan: Plan, file: str | None = None) -> list[PlanError]:
     return _collect(rules, _failer(file))
 
 
-def _check_tolerances(plan: Plan, known: set[str], roles: dict[str, str], fail) -> None:
+def _check_tolerances(plan: Plan, known: set[str], roles: Roles, fail: Fail) -> None:
     """A rule that selects nothing is a typo that would leave the default bound in force unseen."""
     for i, rule in enumerate(plan.acceptance.fidelity.tolerances):
         field = f"acceptance.fidelity.tolerances[{i}]"
@@ -166,10 +182,10 @@ def _check_tolerances(plan: Plan, known: set[str], roles: dict[str, str], fail) 
                 )
 
 
-def _first_repeat(items: list) -> tuple[int, int] | None:
+def _first_repeat(items: Sequence[Hashable]) -> tuple[int, int] | None:
     """(first index, repeating index) of the first item seen twice, in one pass: a plan with
     tens of thousands of cases is checked in linear time."""
-    seen: dict = {}
+    seen: dict[Hashable, int] = {}
     for j, item in enumerate(items):
         i = seen.setdefault(item, j)
         if i != j:
@@ -177,7 +193,7 @@ def _first_repeat(items: list) -> tuple[int, int] | None:
     return None
 
 
-def _check_parameters(plan: Plan, fail) -> None:
+def _check_parameters(plan: Plan, fail: Fail) -> None:
     wl = plan.workload
     keys = sorted(wl.cases[0])
     for i, case in enumerate(wl.cases):
@@ -189,7 +205,8 @@ def _check_parameters(plan: Plan, fail) -> None:
     arm_params = [set(plan.arm(side).params) for side in ARM_SIDES]
     # one shared workload.launch needs every name it uses in both arms; an arm with its own
     # launches has its own geometry, so its parameters are its own
-    own = any(isinstance(plan.arm(side), CudaArm) and plan.arm(side).launches is not None for side in ARM_SIDES)
+    # (and a Python arm's parameters go to its own function, not to a shared launch)
+    own = any(_cuda_launches(plan, side) is not None or isinstance(plan.arm(side), PythonArm) for side in ARM_SIDES)
     if arm_params[0] != arm_params[1] and not own:
         raise fail("arms.candidate.params", "both arms must set the same parameters")
     sources["arms.*.params"] = arm_params[0] | arm_params[1]
@@ -203,7 +220,7 @@ def _check_parameters(plan: Plan, fail) -> None:
             seen[name] = where
 
 
-def _check_signature(arm: LibraryArm, call, field: str, fail) -> None:
+def _check_signature(arm: LibraryArm, call: list[Arg], field: str, fail: Fail) -> None:
     if len(arm.signature) != len(call):
         raise fail(
             f"{field}.signature",
@@ -217,13 +234,13 @@ def _check_signature(arm: LibraryArm, call, field: str, fail) -> None:
         raise fail(f"{field}.abi_version", "abi_symbol and abi_version go together")
 
 
-def _check_case_ids(ids, known: set[str], field: str, fail) -> None:
+def _check_case_ids(ids: list[str], known: set[str], field: str, fail: Fail) -> None:
     for j, cid in enumerate(ids):
         if cid not in known:
             raise fail(f"{field}[{j}]", f"undeclared case {cid!r} (cases: {', '.join(sorted(known))})")
 
 
-def _check_selector(sel, plan: Plan, known: set[str], field: str, fail) -> None:
+def _check_selector(sel: CaseSelector, plan: Plan, known: set[str], field: str, fail: Fail) -> None:
     if sel.cases is not None and sel.where is not None:
         raise fail(field, "give cases or where, not both")
     if sel.cases is not None:
@@ -233,7 +250,7 @@ def _check_selector(sel, plan: Plan, known: set[str], field: str, fail) -> None:
             raise fail(f"{field}.where", f"{sel.where!r} selects no case")
 
 
-def selected_cases(sel, plan: Plan, field: str = "", fail=None) -> list[str]:
+def selected_cases(sel: CaseSelector, plan: Plan, field: str = "", fail: Fail | None = None) -> list[str]:
     """Ids of the cases a gate or control applies to (all cases when it names none)."""
     out = []
     for case in plan.workload.cases:
@@ -254,7 +271,7 @@ def selected_cases(sel, plan: Plan, field: str = "", fail=None) -> list[str]:
     return out
 
 
-def _check_budget(plan: Plan, fail) -> None:
+def _check_budget(plan: Plan, fail: Fail) -> None:
     sched, budget = plan.schedule, plan.budget
     per_block = 2 * sched.samples_per_block  # each arm runs twice per A B B A block
     if budget.max_samples < per_block:
@@ -290,12 +307,18 @@ def warmup_launches(planned: int, elapsed_s: float, per_launch_s: float, max_wal
     return min(planned, int(left // per_launch_s))
 
 
-def _check_own_launches(arm, roles: dict[str, str], field: str, fail) -> None:
+def _cuda_launches(plan: Plan, side: str) -> list[ArmLaunch] | None:
+    """A CUDA arm's own launches (None for one that names `kernel`, and for a library arm)."""
+    arm = plan.arm(side)
+    return arm.launches if isinstance(arm, CudaArm) else None
+
+
+def _check_own_launches(arm: CudaArm | LibraryArm | PythonArm, roles: Roles, field: str, fail: Fail) -> None:
     """An arm's own launches pass buffers of the workload or of its own scratch; a scratch buffer
     is named once and never shadows a workload buffer."""
     if not isinstance(arm, CudaArm) or arm.launches is None:
         return
-    own = set()
+    own: set[str] = set()
     for j, buf in enumerate(arm.scratch):
         if buf.name in roles or buf.name in own:
             raise fail(f"{field}.scratch[{j}].name", f"buffer {buf.name!r} is declared twice")

@@ -14,6 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from qualify import strict_json
 from qualify.errors import FrozenInputChanged, PlanError
@@ -60,11 +61,11 @@ class Freeze:
     plan_sha256_before_v3: str = ""  # the plan hashed without MEASUREMENT_V3's schedule fields
     digest_before_v3: str = ""  # and the digest of that plan with the files
 
-    def frozen_before_v3(self, lock: dict) -> bool:
+    def frozen_before_v3(self, lock: dict[str, Any]) -> bool:
         """The lock binds this plan as it hashed before MEASUREMENT_V3's fields existed."""
-        return lock["plan_sha256"] == self.plan_sha256_before_v3 and lock["digest"] == self.digest_before_v3
+        return bool(lock["plan_sha256"] == self.plan_sha256_before_v3 and lock["digest"] == self.digest_before_v3)
 
-    def to_json(self, plan_name: str) -> dict:
+    def to_json(self, plan_name: str) -> dict[str, Any]:
         return {
             "lock_version": LOCK_VERSION,
             "plan": plan_name,
@@ -100,7 +101,7 @@ def lock_path(plan_path: Path) -> Path:
     return plan_path.with_name(plan_path.stem + ".lock.json")
 
 
-def read_lock(plan_path: Path, *, root: Path | None = None) -> dict | None:
+def read_lock(plan_path: Path, *, root: Path | None = None) -> dict[str, Any] | None:
     path = lock_path(plan_path)
     if not os.path.lexists(path):
         return None
@@ -126,7 +127,7 @@ def read_lock(plan_path: Path, *, root: Path | None = None) -> dict | None:
     return data
 
 
-def verify_frozen(plan_path: Path, current: Freeze, lock: dict) -> None:
+def verify_frozen(plan_path: Path, current: Freeze, lock: dict[str, Any]) -> None:
     """Refuse any difference between what was frozen and what is on disk now, naming the file."""
     if lock["plan_sha256"] != current.plan_sha256:
         if lock["plan_sha256"] == current.plan_sha256_before_v3:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from qualify import generation
+from qualify.cpp_lexer import lex
 from qualify.errors import PlanError
 from qualify.io import MAX_LIBRARY_BYTES, MAX_SOURCE_BYTES, UnreadableFile, open_limited, read_limited
-from qualify.plan.model import ARM_SIDES, CudaArm, LibraryArm, Plan
+from qualify.plan import python_source
+from qualify.plan.model import ARM_SIDES, CudaArm, LibraryArm, Plan, PythonArm
 
 # The scanner proposes; NVRTC decides. It over-approximates what a source may include: every
 # string literal and <...> name on any preprocessor line (so `#define HDR "tune.h"` + `#include HDR`
@@ -29,7 +32,6 @@ _TOKENS = re.compile(
     r"|/\*.*?(?:\*/|\Z)",  # block comment (dropped; an unterminated one runs to the end)
     re.DOTALL,
 )
-_DIRECTIVE = re.compile(r"^[ \t]*(?:#|%:|\?\?=)(.*)$", re.MULTILINE)
 _NAMES = re.compile(r'"([^"\n]+)"|<([^<>\n]+)>')
 MAX_INCLUDE_DEPTH = 32
 
@@ -91,8 +93,9 @@ def strip_comments(text: str) -> str:
 def include_candidates(text: str) -> list[tuple[str, bool]]:
     """(name, quoted) for every file name a preprocessor line of `text` could include."""
     out = []
-    for line in _DIRECTIVE.findall(strip_comments(text)):
-        for quoted, angled in _NAMES.findall(line):
+    # the directive lines as NVRTC forms them (qualify.cpp_lexer, the include scanner's lexer too)
+    for line in lex(text).lines:
+        for quoted, angled in _NAMES.findall(line.text):
             out.append((quoted, True) if quoted else (angled.strip(), False))
     return out
 
@@ -173,7 +176,7 @@ def collect_files(plan: Plan, plan_path: Path, frozen: tuple[str, ...] = ()) -> 
                 include_dirs.append(folder)
             for path in local_includes(source, include_dirs, root, plan_path, f"arms.{side}.source", defined):
                 add(path)
-            if arm.launches is None:
+            if arm.kernel is not None:  # CudaArm's validator: `kernel` exactly when no `launches`
                 check_kernel_declared(source, arm.kernel, plan_path, f"arms.{side}.kernel", include_dirs)
             for i, launch in enumerate(arm.launches or []):
                 field = f"arms.{side}.launches[{i}].kernel"
@@ -184,6 +187,9 @@ def collect_files(plan: Plan, plan_path: Path, frozen: tuple[str, ...] = ()) -> 
             if problem:
                 raise PlanError(f"{arm.library!r}: {problem}", file=plan_path, field=f"arms.{side}.library")
             add(library)
+        elif isinstance(arm, PythonArm):
+            for path in python_arm_files(plan, side, arm, plan_path, root):
+                add(path)
     fid = plan.acceptance.fidelity
     if fid.golden is not None:
         add(_resolve(plan_path, root, fid.golden, "acceptance.fidelity.golden"))
@@ -195,8 +201,32 @@ def collect_files(plan: Plan, plan_path: Path, frozen: tuple[str, ...] = ()) -> 
     return PlanFiles(root=root, files=dict(sorted(found.items())))
 
 
+def python_arm_files(plan: Plan, side: str, arm: PythonArm, plan_path: Path, root: Path) -> list[Path]:
+    """The callable's file and its local modules, after its function's parameters are checked
+    against the buffers and parameters the plan gives it (all by `ast`: nothing is imported)."""
+    field = f"arms.{side}.callable"
+    source = _resolve(plan_path, root, arm.file, field)
+    if source.suffix != ".py":
+        raise PlanError(f"{arm.file!r} resolves to {source.name}, not a .py file", file=plan_path, field=field)
+    files = python_source.local_modules(source, root, plan_path, field)
+    rel = source.relative_to(root).as_posix()
+    sig = python_source.signature(
+        python_source.parse(source, root, plan_path, field), arm.function, rel, plan_path, field
+    )
+    buffers = {b.name: b.role for b in plan.workload.buffers}
+    params = set(plan.workload.params) | set(arm.params) | set(plan.workload.cases[0])
+    needs_control = side == "candidate" and any(c.kind == "callable" for c in plan.controls.negative)
+    python_source.check_parameters(sig, arm.function, rel, buffers, params, needs_control, plan_path, field)
+    return files
+
+
 def local_includes(
-    source: Path, include_dirs, root: Path, plan_path: Path, field: str, extra: list[tuple[str, bool]] | None = None
+    source: Path,
+    include_dirs: Sequence[Path],
+    root: Path,
+    plan_path: Path,
+    field: str,
+    extra: list[tuple[str, bool]] | None = None,
 ) -> list[Path]:
     """The source and, transitively, every header it includes that resolves inside the repository.
 
@@ -211,7 +241,7 @@ def local_includes(
     NVRTC would block on it or read it without end.
     """
     search = (source.parent, *include_dirs)
-    seen: list[Path] = []
+    seen: dict[Path, None] = {}  # in the order found; a dict, so each lookup is O(1) (a list made the walk quadratic)
     stack = [(source, 0)]
     while stack:
         path, depth = stack.pop()
@@ -219,7 +249,7 @@ def local_includes(
             continue
         if depth > MAX_INCLUDE_DEPTH:
             raise PlanError(f"includes nest deeper than {MAX_INCLUDE_DEPTH}", file=plan_path, field=field)
-        seen.append(path)
+        seen[path] = None
         names = include_candidates(_read_text(path, plan_path, field))
         if path == source and extra:
             names += extra
@@ -254,10 +284,12 @@ def local_includes(
                         )
                     stack.append((candidate, depth + 1))
                     break
-    return seen
+    return list(seen)
 
 
-def check_kernel_declared(source: Path, kernel: str, plan_path: Path, field: str, include_dirs=()) -> None:
+def check_kernel_declared(
+    source: Path, kernel: str, plan_path: Path, field: str, include_dirs: Sequence[Path] = ()
+) -> None:
     """Refuse a kernel name that no `__global__` declaration in the source (or its headers) has.
 
     NVRTC would also fail, but later and with a compiler message; a plan error names the field.

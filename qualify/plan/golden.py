@@ -29,14 +29,17 @@ tensor is an environment failure (exit 5), never a verdict's exit code.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
 from qualify import strict_json
 from qualify.dtypes import FLOATS, NARROW_FLOATS, SAFETENSORS, STORAGE, as_float64, ml_dtype
-from qualify.errors import EnvironmentProblem, FrozenInputChanged, PlanError
+from qualify.errors import EnvironmentProblem, FrozenInputChanged, PlanError, QualifyError
+from qualify.io import atomic_write_bytes
 from qualify.plan.digest import canonical_json, sha256_bytes
 from qualify.plan.model import GoldenInit, Plan
 from qualify.plan.resolve import ResolvedCase
@@ -78,10 +81,12 @@ def write_golden(
     tensors: dict[str, tuple[str, np.ndarray]],
     producer: str,
     extra_metadata: dict[str, str] | None = None,
+    *,
+    root: Path | None = None,
 ) -> None:
     """Write a golden; `tensors` maps name → (qualify dtype, array of that dtype, bf16 as uint16 bits,
     a narrow float as its ml-dtypes array or uint8 bit patterns)."""
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
     arrays, dtypes = {}, {}
     for name, (dtype, array) in tensors.items():
@@ -98,7 +103,9 @@ def write_golden(
         "config_sha256": config_digest(plan),
         "dtypes": json.dumps(dtypes, sort_keys=True),
     }
-    save_file(arrays, str(path), metadata=metadata)
+    # serialized here and written by qualify.io: no link in the golden's place (or, with `root`, on
+    # the way from it) is written through
+    atomic_write_bytes(path, save(arrays, metadata=metadata), root=root)
 
 
 def load_golden(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCase]) -> Golden:
@@ -110,11 +117,11 @@ def load_golden(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCas
         return _load(plan, plan_path, root, cases, path, reader)
 
 
-def _load(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCase], path: Path, reader) -> Golden:
+def _load(plan: Plan, plan_path: Path, root: Path, cases: list[ResolvedCase], path: Path, reader: _Reader) -> Golden:
     fid = plan.acceptance.fidelity
     metadata = reader.metadata()
 
-    def fail(field: str, message: str, error=PlanError):
+    def fail(field: str, message: str, error: type[QualifyError] = PlanError) -> QualifyError:
         return error(message, file=path, field=field)
 
     if metadata.get("format") != FORMAT:
@@ -200,6 +207,9 @@ def _narrow_for_file(name: str, dtype: str, array: np.ndarray) -> np.ndarray:
     return bits.view(values) if SAFETENSORS[dtype] in RAW_READ else bits
 
 
+_T = TypeVar("_T")
+
+
 class _Reader:
     """A safetensors file read one piece at a time; each failure of the library is one error.
 
@@ -209,7 +219,7 @@ class _Reader:
 
     def __init__(self, path: Path):
         self.path = path
-        self._file = None
+        self._file: Any = None  # safetensors' safe_open handle: its stubs leave its methods untyped
         self._names: list[str] | None = None
 
     def __enter__(self) -> _Reader:
@@ -218,12 +228,13 @@ class _Reader:
         self._file = self._call(lambda: safe_open(str(self.path), framework="numpy").__enter__(), "header")
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._file is not None:
             self._file.__exit__(None, None, None)
 
     def metadata(self) -> dict[str, str]:
-        return self._call(lambda: self._file.metadata() or {}, "header")
+        found: dict[str, str] = self._call(lambda: self._file.metadata() or {}, "header")
+        return found
 
     def names(self) -> list[str]:
         if self._names is None:
@@ -240,7 +251,8 @@ class _Reader:
         if self.header(name)[0] in RAW_READ:  # safetensors' NumPy reader has no fp8 type to return
             return self._call(lambda: self._raw_bytes(name), name, data=True)
         array = self._call(lambda: self._file.get_tensor(name), name, data=True)
-        return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        flat: np.ndarray = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        return flat
 
     def _raw_bytes(self, name: str) -> np.ndarray:
         """One tensor's bytes read at its offsets in the file (the layout safetensors documents: a
@@ -248,14 +260,16 @@ class _Reader:
         with open(self.path, "rb") as f:
             size = int.from_bytes(f.read(8), "little")
             header = strict_json.parse(f.read(size).decode("utf-8"))
+            if not isinstance(header, dict):
+                raise ValueError("the header is not a JSON object")
             begin, end = header[name]["data_offsets"]
             f.seek(8 + size + begin)
-            data = np.frombuffer(f.read(end - begin), dtype=np.uint8).copy()
+            data: np.ndarray = np.frombuffer(f.read(end - begin), dtype=np.uint8).copy()
         if data.size != end - begin:
             raise ValueError(f"{name}: the file ends inside the tensor")
         return data
 
-    def _call(self, read, field: str, data: bool = False):
+    def _call(self, read: Callable[[], _T], field: str, data: bool = False) -> _T:
         """`data`: the call reads a tensor's values, where a failure to allocate can happen."""
         try:
             return read()

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from qualify import strict_json
 from qualify.errors import PlanError, Problems
@@ -29,14 +31,14 @@ class LoadedPlan:
     files: PlanFiles
     cases: list[ResolvedCase]
     freeze: Freeze
-    lock: dict | None  # the lock on disk, if the plan was frozen
+    lock: dict[str, Any] | None  # the lock on disk, if the plan was frozen
 
     @property
     def digest(self) -> str:
         return self.freeze.digest
 
 
-def read_plan_json(path: Path, *, root: Path | None = None) -> dict:
+def read_plan_json(path: Path, *, root: Path | None = None) -> dict[str, Any]:
     try:
         raw = read_limited(path, MAX_PLAN_BYTES, root=root)
     except UnreadableFile as exc:
@@ -56,7 +58,7 @@ def read_plan_json(path: Path, *, root: Path | None = None) -> dict:
     return data
 
 
-def schema_plan(data: dict, path: Path) -> Plan:
+def schema_plan(data: dict[str, Any], path: Path) -> Plan:
     """The plan as the schema reads it, no cross-field rule applied; every field refused at once."""
     try:
         return Plan.model_validate(data)
@@ -66,7 +68,7 @@ def schema_plan(data: dict, path: Path) -> Plan:
         raise PlanError("nested too deeply", file=path) from None
 
 
-def validate_plan(data: dict, path: Path) -> Plan:
+def validate_plan(data: dict[str, Any], path: Path) -> Plan:
     plan = schema_plan(data, path)
     cross_check(plan, str(path))
     return plan
@@ -101,8 +103,8 @@ def plan_error_from_validation(exc: ValidationError, data: object, path: Path) -
     return errors[0] if len(errors) == 1 else Problems(errors)
 
 
-def _validation_message(error: dict) -> str:
-    message = _MESSAGES.get(error["type"], error["msg"].removeprefix("Value error, "))
+def _validation_message(error: ErrorDetails) -> str:
+    message: str = _MESSAGES.get(error["type"], error["msg"].removeprefix("Value error, "))
     if error["type"] == "union_tag_invalid":
         message = error["msg"]
     elif error["type"] not in ("missing", "extra_forbidden") and "input" in error:
@@ -112,7 +114,7 @@ def _validation_message(error: dict) -> str:
     return message
 
 
-def field_path(loc: tuple, data: object) -> str:
+def field_path(loc: tuple[int | str, ...], data: object) -> str:
     """`('workload','buffers',2,'cuda','shape',0)` → `workload.buffers[2].shape[0]`.
 
     Pydantic inserts union member tags into locations; walking the input alongside tells a real

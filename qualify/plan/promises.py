@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qualify import expr
 from qualify.dtypes import ITEMSIZE
 from qualify.errors import PlanError, all_of
-from qualify.plan.checks import selected_cases
-from qualify.plan.model import InputControl, Plan
+from qualify.plan.checks import Fail, selected_cases
+from qualify.plan.model import CaseSelector, InputControl, Plan
 from qualify.plan.resolve import ResolvedCase
+
+if TYPE_CHECKING:
+    from qualify.plan.load import LoadedPlan
 
 # The mutation fields each op reads (qualify.run.controls.mutate); any other field set is refused.
 MUTATION_FIELDS = {
@@ -35,7 +39,7 @@ MUTATION_FIELDS = {
 RUN_EVALUATES = ("base", "golden")
 
 
-def check_promises(loaded) -> None:
+def check_promises(loaded: LoadedPlan) -> None:
     """Refuse every vacuous promise of a loaded plan (`qualify.plan.load.LoadedPlan`)."""
     problems = promise_problems(loaded.plan, loaded.cases, loaded.path)
     if problems:
@@ -84,7 +88,7 @@ def promise_problems(plan: Plan, cases: list[ResolvedCase], path: Path) -> list[
     return found
 
 
-def _selection(sel, plan: Plan, known: list[str], applies: list[str], field: str, fail) -> None:
+def _selection(sel: CaseSelector, plan: Plan, known: list[str], applies: list[str], field: str, fail: Fail) -> None:
     """`cases` name cases that exist (and that the owner applies to); `where` selects one of them."""
     if sel.cases is not None:
         if not sel.cases:
@@ -104,7 +108,7 @@ def _selection(sel, plan: Plan, known: list[str], applies: list[str], field: str
             fail(f"{field}.where", f"{sel.where!r} selects no case (of {', '.join(applies)})")
 
 
-def _outputs(names: list[str] | None, outputs: list[str], field: str, fail) -> None:
+def _outputs(names: list[str] | None, outputs: list[str], field: str, fail: Fail) -> None:
     if names is None:
         return
     if not names:
@@ -114,7 +118,7 @@ def _outputs(names: list[str] | None, outputs: list[str], field: str, fail) -> N
             fail(f"{field}.outputs[{j}]", f"{name!r} is not an output buffer (outputs: {', '.join(outputs)})")
 
 
-def _mutation(control: InputControl, cases: list[ResolvedCase], field: str, fail) -> None:
+def _mutation(control: InputControl, cases: list[ResolvedCase], field: str, fail: Fail) -> None:
     """The mutation's index, bit and slices inside the candidate's buffer in each case it runs in,
     with the candidate's parameters (what `qualify.run.controls.mutate` evaluates)."""
     m = control.mutation
@@ -151,7 +155,7 @@ def _mutation(control: InputControl, cases: list[ResolvedCase], field: str, fail
             return
 
 
-def _calibration(elements: list[int], cases: list[ResolvedCase], outputs: list[str], fail) -> None:
+def _calibration(elements: list[int], cases: list[ResolvedCase], outputs: list[str], fail: Fail) -> None:
     """Perturbing more elements than an output holds perturbs them all: the count promised is not run."""
     for j, count in enumerate(elements):
         for case in cases:
@@ -165,7 +169,7 @@ def _calibration(elements: list[int], cases: list[ResolvedCase], outputs: list[s
                     return
 
 
-def _reference(spec: str, path: Path, fail) -> None:
+def _reference(spec: str, path: Path, fail: Fail) -> None:
     """`file.py:function` names a function the file defines (read, not run: a misspelling is
     caught on a host that cannot import the reference's dependencies)."""
     script, _, name = spec.partition(":")

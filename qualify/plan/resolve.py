@@ -9,6 +9,7 @@ field path so the user can find the expression at fault.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Union
 
@@ -19,11 +20,18 @@ from qualify.plan.model import (
     ARM_SIDES,
     MAX_BUFFER_BYTES,
     MAX_THREADS_PER_BLOCK,
+    Arg,
+    ArmLaunch,
     BufferArg,
     CudaArm,
+    Launch,
     Plan,
+    PythonArm,
     ScalarArg,
 )
+
+# the values a case's expressions see: the workload's, the arm's and the case's parameters
+Params = Mapping[str, expr.Number]
 
 _INT_RANGES = {
     "i32": (-(2**31), 2**31 - 1),
@@ -47,7 +55,7 @@ def canonical_number(value: Union[int, float]) -> Union[int, float]:
     return value
 
 
-def case_key(case: dict[str, Union[int, float]]) -> tuple:
+def case_key(case: dict[str, Union[int, float]]) -> tuple[tuple[str, int | float], ...]:
     """What makes two cases the same case: their parameters' values, whatever the key order or
     the spelling of a number (S=1 and S=1.0)."""
     return tuple((k, canonical_number(case[k])) for k in sorted(case))
@@ -103,7 +111,7 @@ class ResolvedArm:
     params: dict[str, Union[int, float]]
     buffers: tuple[ResolvedBuffer, ...]  # the workload's, then the arm's own scratch
     args: tuple[ResolvedArg, ...]
-    launch: ResolvedLaunch | None  # None for shared-library arms and arms with their own launches
+    launch: ResolvedLaunch | None  # None for shared-library and Python arms and arms with their own launches
     steps: tuple[ResolvedStep, ...] = ()  # an arm's own launches, in order; () for every other arm
     bytes_moved: int = 0  # the plan's expression, or each input read once and each output written once
     bytes_declared: bool = False  # bytes_moved is the plan's own expression
@@ -134,7 +142,7 @@ class _Resolver:
     def fail(self, field: str, message: str) -> PlanError:
         return PlanError(message, file=self.file, field=field)
 
-    def int_(self, source, params, field: str, where: str, minimum: int | None = 1) -> int:
+    def int_(self, source: str | int, params: Params, field: str, where: str, minimum: int | None = 1) -> int:
         try:
             value = expr.evaluate_int(source, params)
         except expr.ExprError as exc:
@@ -151,7 +159,7 @@ class _Resolver:
         problems: dict[str | None, PlanError] = {}
         for index, case in enumerate(plan.workload.cases):
             cid = case_id(case)
-            arms = {}
+            arms: dict[str, ResolvedArm] = {}
             for side in ARM_SIDES:
                 try:
                     arms[side] = self.arm(side, case, cid)
@@ -163,7 +171,7 @@ class _Resolver:
             raise all_of(list(problems.values()))
         return out
 
-    def arm(self, side: str, case: dict, cid: str) -> ResolvedArm:
+    def arm(self, side: str, case: dict[str, int | float], cid: str) -> ResolvedArm:
         plan = self.plan
         arm = plan.arm(side)
         params = {**plan.workload.params, **arm.params, **case}
@@ -181,10 +189,12 @@ class _Resolver:
                 )
             buffers.append(rb)
         if isinstance(arm, CudaArm) and arm.launches is not None:
-            for j, buf in enumerate(arm.scratch):
+            for j, scratch in enumerate(arm.scratch):
                 field = f"arms.{side}.scratch[{j}]"
-                shape = tuple(self.int_(dim, params, f"{field}.shape[{k}]", where) for k, dim in enumerate(buf.shape))
-                rb = ResolvedBuffer(buf.name, buf.dtype, shape, "scratch")
+                shape = tuple(
+                    self.int_(dim, params, f"{field}.shape[{k}]", where) for k, dim in enumerate(scratch.shape)
+                )
+                rb = ResolvedBuffer(scratch.name, scratch.dtype, shape, "scratch")
                 if rb.nbytes > MAX_BUFFER_BYTES:
                     raise self.fail(
                         f"{field}.shape", f"{where}: {rb.nbytes:,} bytes exceeds the {MAX_BUFFER_BYTES:,}-byte limit"
@@ -211,19 +221,25 @@ class _Resolver:
                 flops=flops,
             )
         by_name = {b.name: b for b in buffers}
+        shared: ResolvedLaunch | None = None
+        arg_specs: list[Arg]
         if isinstance(arm, CudaArm):
-            launch = self.launch(params, where, plan.workload.launch, "workload.launch")
-            args_field, arg_specs = "workload.launch.args", plan.workload.launch.args
+            workload_launch = plan.workload.launch
+            assert workload_launch is not None  # Plan's validator: a CUDA arm without launches of its own uses it
+            shared = self.launch(params, where, workload_launch, "workload.launch")
+            args_field, arg_specs = "workload.launch.args", workload_launch.args
+        elif isinstance(arm, PythonArm):  # its function takes buffers and parameters by name
+            args_field, arg_specs = "", []
         else:
-            launch = None
+            assert plan.workload.call is not None  # Plan's validator: a library arm is called with workload.call
             args_field, arg_specs = "workload.call", plan.workload.call
         args = tuple(self.arg(a, params, by_name, f"{args_field}[{k}]", where) for k, a in enumerate(arg_specs))
         moved, declared, flops = self.work(params, buffers, where)
         return ResolvedArm(
-            side, params, tuple(buffers), args, launch, bytes_moved=moved, bytes_declared=declared, flops=flops
+            side, params, tuple(buffers), args, shared, bytes_moved=moved, bytes_declared=declared, flops=flops
         )
 
-    def work(self, params, buffers: list[ResolvedBuffer], where: str) -> tuple[int, bool, float | None]:
+    def work(self, params: Params, buffers: list[ResolvedBuffer], where: str) -> tuple[int, bool, float | None]:
         """(bytes one launch moves, whether the plan stated them, its FLOPs or None)."""
         spec = self.plan.workload
         if spec.bytes_moved is not None:
@@ -240,7 +256,7 @@ class _Resolver:
                 raise self.fail("workload.flops", f"{where}: {flops!r} must be a finite number, at least 0")
         return moved, spec.bytes_moved is not None, flops
 
-    def launch(self, params, where: str, spec, field: str) -> ResolvedLaunch:
+    def launch(self, params: Params, where: str, spec: Launch | ArmLaunch, field: str) -> ResolvedLaunch:
         """The geometry of workload.launch or of one of an arm's own launches (`field` names it)."""
         grid = [self.int_(g, params, f"{field}.grid[{j}]", where) for j, g in enumerate(spec.grid)]
         block = [self.int_(b, params, f"{field}.block[{j}]", where) for j, b in enumerate(spec.block)]
@@ -255,9 +271,9 @@ class _Resolver:
                 f"{where}: {math.prod(block)} threads exceed {MAX_THREADS_PER_BLOCK} per block",
             )
         smem = self.int_(spec.shared_bytes, params, f"{field}.shared_bytes", where, minimum=0)
-        return ResolvedLaunch(tuple(grid), tuple(block), smem)
+        return ResolvedLaunch((grid[0], grid[1], grid[2]), (block[0], block[1], block[2]), smem)  # 1 to 3 given, padded
 
-    def arg(self, spec, params, by_name, field: str, where: str) -> ResolvedArg:
+    def arg(self, spec: Arg, params: Params, by_name: dict[str, ResolvedBuffer], field: str, where: str) -> ResolvedArg:
         if isinstance(spec, BufferArg):
             buf = by_name.get(spec.name)
             if buf is None:

@@ -161,5 +161,7 @@ def trace_plan(
     return tuple(out)
 
 
-MAIN = (("base", "base"), ("candidate", "candidate"))
-AA = (("aa_a", "base"), ("aa_b", "base"))
+# a timed pair: (series, the side whose arm it runs) for each of its two arms
+Pair = tuple[tuple[str, str], tuple[str, str]]
+MAIN: Pair = (("base", "base"), ("candidate", "candidate"))
+AA: Pair = (("aa_a", "base"), ("aa_b", "base"))

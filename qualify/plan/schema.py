@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from qualify.plan.model import SCHEMA_VERSION, Plan
 
 
-def plan_json_schema() -> dict:
+def plan_json_schema() -> dict[str, Any]:
     schema = Plan.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = f"https://qualify.dev/schemas/plan-v{SCHEMA_VERSION}.json"

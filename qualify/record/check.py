@@ -37,6 +37,7 @@ from qualify.record.assemble import (
     write_record,
 )
 from qualify.record.evidence import Problem
+from qualify.record.python_facts import python_problems
 from qualify.render.readme import render_readme
 from qualify.results import samples as raw
 from qualify.results.model import PooledStats, Results, Trial
@@ -185,6 +186,7 @@ def check_evidence(folder: Path) -> Evidence:
     problems.extend(evidence.ledger_problems(events, trials, plan, lock))
     library = evidence.library_problems(trials, plan, lock)
     problems.extend(library)
+    problems.extend(Problem(p) for p in python_problems(trials, plan))
     ended = evidence.end_events(events)
     rederived = []
     for trial in trials:

@@ -5,15 +5,18 @@ must follow from the evidence, never stand alone: its status from its digests, `
 status and `launches_match`, the architecture from the device and the plan's target for it, the
 kind of code from the plan's arms, and NVRTC arms' `launches_match` from the plan's resolved
 launches and the kernel names the trace saw. The digests themselves cannot be recomputed offline
-(the CUBINs are not stored); they are held to the rest.
+(the CUBINs are not stored); they are held to the rest. Where the fact compares the functions each
+launch executes (scope 'launched'), each arm's digest must be the one its launches' digests give,
+and the functions it names as launched must be the kernels the trace saw that arm launch.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from qualify.build.machine_code import sequence_digest
 from qualify.evaluate.kernels import traced_launches_match
-from qualify.plan.model import ARM_SIDES, LibraryArm, Plan
+from qualify.plan.model import ARM_SIDES, LibraryArm, Plan, PythonArm
 from qualify.plan.model.hardware import target_for
 from qualify.plan.resolve import resolve_cases
 from qualify.results.model import CodeIdentity, Trial
@@ -47,7 +50,9 @@ def _code_problems(trial: Trial) -> list[str]:
             f"code.free_aa is {code.free_aa}, but the code is {code.status} and its launches_match "
             f"is {code.launches_match}"
         )
-    if code.arms == "library":
+    if code.scope == "launched":
+        out.extend(_launched_problems(code, trial))
+    if code.arms in ("library", "python"):
         traced = traced_launches_match(trial.cases)
         if traced is not None and code.launches_match != traced:
             out.append(f"code.launches_match is {code.launches_match}, but the kernel trace and outputs say {traced}")
@@ -62,12 +67,14 @@ def _code_plan_problems(trial: Trial, plan: Plan) -> list[str]:
     if code is None:
         return []
     out = []
-    kind = "library" if isinstance(plan.arms.base, LibraryArm) else "nvrtc"
+    kind = code_kind(plan)
     device_arch = trial.provenance.device.arch
     # a library's code is the fat binary's entry for the device; an NVRTC arm's is the plan's
     # target for it (sm_90a where the plan lists that and not sm_90)
     expected = (
-        device_arch if kind == "library" else (target_for(plan.hardware.architectures, device_arch) or device_arch)
+        device_arch
+        if kind in ("library", "python")
+        else (target_for(plan.hardware.architectures, device_arch) or device_arch)
     )
     if code.arch != expected:
         out.append(
@@ -79,6 +86,14 @@ def _code_plan_problems(trial: Trial, plan: Plan) -> list[str]:
     elif kind == "nvrtc":
         out.extend(_kernel_launch_problems(code, trial, plan))
     return out
+
+
+def code_kind(plan: Plan) -> str:
+    """The kind of machine code a plan's arms give: a Python arm on either side makes it the
+    JIT's cubins (compared only when both are Python; otherwise stated unknown)."""
+    if any(isinstance(plan.arm(side), PythonArm) for side in ARM_SIDES):
+        return "python"
+    return "library" if isinstance(plan.arms.base, LibraryArm) else "nvrtc"
 
 
 def _kernel_launch_problems(code: CodeIdentity, trial: Trial, plan: Plan) -> list[str]:
@@ -123,3 +138,44 @@ def _traced_kernel_names_match(trial: Trial) -> bool | None:
         if names[0] != names[1]:
             return False
     return True if traced and len(traced) == len(trial.cases) else None
+
+
+def _launched_problems(code: CodeIdentity, trial: Trial) -> list[str]:
+    """A fact of launched functions: each arm's digest is its launches' (so the status follows
+    from the launches, pair by pair), and the trace bears the functions it names: as many distinct
+    kernels per arm as it lists, and the arms' kernels the same exactly where it says they are. (The
+    trace's names are CUPTI's, not always the lowered names compiled, so they are compared within
+    the trace, not against the fact's spelling.)"""
+    out = []
+    named: dict[str, set[str]] = {}
+    for side in ARM_SIDES:
+        launches = code.launched.get(side, [])
+        named[side] = {f.name for f in launches}
+        if side in code.digests and code.digests[side] != sequence_digest([f.digest for f in launches]):
+            out.append(
+                f"code.digests.{side} is {short_digest(code.digests[side])}, not the digest of the "
+                f"{len(launches)} launches code.launched.{side} lists"
+            )
+        if any(not f.functions or f.functions[0] != f.name for f in launches):
+            out.append(f"code.launched.{side}: a launch whose functions do not start with the kernel it names")
+    traced = [c for c in trial.cases if c.trace and all(c.trace.get(side) for side in ARM_SIDES)]
+    if not named["base"] or not traced or len(traced) != len(trial.cases):
+        return out
+    seen = {
+        side: {k.name for c in traced for call in (c.trace or {})[side] for k in call.kernels} for side in ARM_SIDES
+    }
+    for side in ARM_SIDES:
+        if len(seen[side]) != len(named[side]):
+            out.append(
+                f"code.launched.{side} names {len(named[side])} distinct kernels, but the trace saw the {side} "
+                f"arm launch {len(seen[side])}"
+            )
+    if (seen["base"] == seen["candidate"]) != (named["base"] == named["candidate"]):
+        out.append(
+            "code.launched names the arms' kernels as "
+            + ("the same" if named["base"] == named["candidate"] else "different")
+            + ", but the trace saw "
+            + ("the same" if seen["base"] == seen["candidate"] else "different")
+            + " kernels"
+        )
+    return out

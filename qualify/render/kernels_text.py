@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from qualify.evaluate.cupti_delta import ALLOWANCE_TEXT
+from qualify.evaluate.cupti_delta import ALLOWANCE_TEXT, cupti_change_stated
 from qualify.evaluate.kernels import BAND_TEXT, change_text, label
 from qualify.evaluate.second_timer import BOUND_TEXT, SAMPLE_BOUND_TEXT
 from qualify.evaluate.verdict import device_label
@@ -76,8 +76,33 @@ def timer_rows(results: Results) -> list[TimerRow]:
 
 
 def traced_version(trial: Trial) -> int:
-    """1: traced apart from the samples (records made before trace version 2); 2: like them."""
+    """1: traced apart from the samples (records made before trace version 2); 2: like them;
+    3: like them, CUPTI's change kept as evidence and not printed."""
     return trial.kernel_trace.version if trial.kernel_trace is not None else 1
+
+
+def changes_stated(trial: Trial) -> bool:
+    """Whether this trial's CUPTI changes are printed (trace versions 1 and 2 only)."""
+    return cupti_change_stated(trial.kernel_trace)
+
+
+def presence_text(change: KernelChange) -> str:
+    """Where a kernel ran, never by how much it changed: 'both arms', 'only in candidate'."""
+    return change.outcome if change.outcome.startswith("only in") else "both arms"
+
+
+def presence_parts(changes: list[KernelChange]) -> list[tuple[str, str]]:
+    """(kernel label, which arms launch it) per kernel: the inventory's names without CUPTI's change
+    (trace version 3)."""
+    return [(label(c), presence_text(c)) for c in changes]
+
+
+def kernel_parts(trial: Trial, kernels: CaseKernels) -> list[tuple[str, str]]:
+    """Per kernel of a case, what a reader is shown beside its name: CUPTI's change where the
+    trial's trace version states it, else only which arms launch it."""
+    if not changes_stated(trial):
+        return presence_parts(kernels.attribution)
+    return attribution_parts(kernels.attribution) if kernels.deltas is None else delta_parts(kernels)
 
 
 def change_ci(stats: CaseStats) -> str:
@@ -117,6 +142,7 @@ def timer_delta_rows(results: Results) -> list[TimerDeltaRow]:
     return [
         TimerDeltaRow(t.index, c.case, c.kernels.timer_delta)
         for t in results.trials
+        if changes_stated(t)
         for c in t.cases
         if c.kernels is not None and c.kernels.timer_delta is not None
     ]
@@ -126,6 +152,7 @@ def sample_timer_rows(results: Results) -> list[SampleTimerRow]:
     return [
         SampleTimerRow(t.index, c.case, side, timer)
         for t in results.trials
+        if changes_stated(t)
         for c in t.cases
         if c.kernels is not None
         for side, timer in (c.kernels.sample_timers or {}).items()
@@ -152,6 +179,8 @@ KERNEL_FUNCTIONS = (
     timer_rows,
     attribution_parts,
     traced_version,
+    changes_stated,
+    kernel_parts,
     delta_parts,
     timer_delta_rows,
     sample_timer_rows,

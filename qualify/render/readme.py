@@ -19,7 +19,7 @@ import jinja2
 from qualify.evaluate.headline import headline, headline_lines, reason_lines
 from qualify.evaluate.verdict import device_label
 from qualify.plan.checks import selected_cases
-from qualify.plan.model import Buffer, CudaArm, DeviceSpec, Plan, SpeedGate
+from qualify.plan.model import Buffer, CudaArm, DeviceSpec, Plan, PythonArm, SpeedGate
 from qualify.plan.model.hardware import target_for
 from qualify.plan.resolve import case_id
 from qualify.render.kernels_text import KERNEL_FILTERS, KERNEL_FUNCTIONS, KERNEL_GLOBALS
@@ -163,6 +163,10 @@ def arm_text(plan: Plan, side: str) -> Md:
             text += ", defines " + _assignments(arm.defines)
         if arm.options:
             text += ", NVRTC options " + " ".join(code(o) for o in arm.options)
+    elif isinstance(arm, PythonArm):
+        text = f"Python callable {code(arm.callable)}" + (", timed as CUDA-graph replays" if arm.graph else "")
+        if arm.autotune == "warmup":
+            text += ", autotuned in warm-up"
     else:
         # a plan may leave the library to the command line (`qualify compare BASE.so CAND.so`);
         # the trials name the files they loaded, with their digests, in the Libraries section
@@ -207,6 +211,8 @@ def fidelity_text(plan: Plan) -> Md:
 def control_text(control) -> Md:
     if control.kind == "build":
         return Md("candidate rebuilt with " + _assignments(control.defines))
+    if control.kind == "callable":
+        return Md(f"candidate called with control={md(repr(control.name))}")
     m = control.mutation
     what = {
         "flip_bit": f"bit {m.bit} of element {md(m.index)} flipped",

@@ -31,7 +31,7 @@ def rehearsal_markdown(plan: Plan, r: Rehearsal) -> str:
         f"- Fidelity contract: {fidelity_text(plan)}",
         f"- Expected values: {md(r.expected_from)}",
         f"- Simulated candidate: {md(r.simulation)} (seed {r.seed})",
-        "- Not rehearsed (they need the GPU): timing and the speed gates, the sanitizer, build controls",
+        "- Not rehearsed (they need the GPU): timing and the speed gates, the sanitizer, build and callable controls",
         "",
         "## Verdict of the rehearsal",
         "",

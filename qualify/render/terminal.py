@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from qualify.evaluate.headline import cause_lines, headline, headline_lines, reason_lines
-from qualify.plan.model import ARM_SIDES, CudaArm
+from qualify.plan.model import ARM_SIDES, CudaArm, PythonArm
 from qualify.render.plain import visible
 
 if TYPE_CHECKING:  # a type only: rendering a check never needs the command that makes one
@@ -58,6 +58,8 @@ def _arm_label(check: PlanCheck, key: str) -> Text:
     if isinstance(arm, CudaArm):
         kernel = arm.kernel if not launch else arm.launches[int(launch.rstrip("]"))].kernel
         return label(f"{key} ({kernel})")
+    if isinstance(arm, PythonArm):
+        return label(f"{side} ({arm.callable})")
     return label(f"{side} ({arm.symbol} in {arm.library})")
 
 
@@ -237,15 +239,15 @@ def run_summary(outcome, folder, plan=None) -> Group:
 
 def kernel_lines(results) -> list[str]:
     """Per trial and case, where the change lies by kernel: 'trial 1, T=640: flash<128>: +12.1 %; prep: same'."""
-    from qualify.render.kernels_text import attribution_parts, delta_parts
+    from qualify.render.kernels_text import kernel_parts
 
     out = []
     for t in results.trials:
         for c in t.cases:
             if c.kernels is None or not c.kernels.attribution:
                 continue
-            # traced like the samples: each kernel's change by CUPTI with its interval
-            named = attribution_parts(c.kernels.attribution) if c.kernels.deltas is None else delta_parts(c.kernels)
+            # CUPTI's change per kernel where the trial's trace version states it, else names only
+            named = kernel_parts(t, c.kernels)
             parts = "; ".join(f"{name}: {change}" for name, change in named)
             out.append(f"trial {t.index}, {c.case}: {parts}")
     return out

@@ -257,7 +257,26 @@ def user_command(argv: list[str]) -> str:
     return shlex.join(out)
 
 
+def launched_text(trials: list[Trial], identity: CodeIdentity) -> Md:
+    """The functions a comparison of launched code compared, by arm: '`k` (base) against `k`
+    (candidate)', launch by launch for arms with their own launches. Names as the kernel trace
+    demangled them where it saw them, else as launched."""
+    names: dict[str, str] = {}
+    for t in trials:
+        if t.kernel_trace is not None:
+            names.update(t.kernel_trace.names)
+
+    launches = {str(side): fs for side, fs in identity.launched.items()}
+
+    def arm(side: str) -> str:
+        listed = [code(f.shown or names.get(f.name, f.name)) for f in launches.get(side, [])]
+        return (" then ".join(listed) or "nothing") + f" ({side})"
+
+    return Md(f"{arm('base')} against {arm('candidate')}")
+
+
 WHY_FUNCTIONS = (
+    launched_text,
     causes_text,
     throughput_rows,
     peak_text,

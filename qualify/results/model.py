@@ -7,7 +7,8 @@ History of the format (bump RESULTS_VERSION on any incompatible change and say w
       a case's raw CUPTI `trace` and the `kernels` derived from it, the trial's `kernel_trace`,
       a case's `log_mean` and `log_sd`, and the record's `pooled` two-level statistics; the
       kernel trace's `version` 2 (traced calls placed like the samples, each call's draw kept, CUPTI
-      compared with the samples: `deltas`, `timer_delta`, `sample_timers`).
+      compared with the samples: `deltas`, `timer_delta`, `sample_timers`); version 3 (traced as
+      version 2, the same fields kept as evidence, but CUPTI's change neither judged nor printed).
 
 Every statistic here is derived from the raw samples by `qualify.evaluate`; `qualify report
 --check` recomputes them and refuses a results.json or README that disagrees.
@@ -15,13 +16,13 @@ Every statistic here is derived from the raw samples by `qualify.evaluate`; `qua
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from qualify.results.tolerance import CaseTolerance, ControlOutcome
 
-RESULTS_VERSION = 1
+RESULTS_VERSION: Final = 1
 
 Side = Literal["base", "candidate"]
 Status = Literal["complete", "failed", "interrupted"]
@@ -337,12 +338,14 @@ class KernelTrace(Model):
     demangler: str = Field(description="c++filt, builtin, or none (names kept as launched)")
     names: dict[str, str] = Field(default_factory=dict, description="launched name -> demangled")
     limits: DeviceLimits | None = None
-    version: Literal[1, 2] = Field(
+    version: Literal[1, 2, 3] = Field(
         default=1,
         description="1: traced_calls calls per arm after timing on the first placement, base's then "
         "candidate's, each call's event window against its own CUPTI span; 2: traced like the samples "
         "(ABBA/BAAB blocks, poisoned outputs, the case's placements and flush slots, each call's draw "
-        "kept), CUPTI's change and spans against the timed samples",
+        "kept), CUPTI's change and spans against the timed samples; 3: traced and derived as 2, but "
+        "CUPTI's change and its comparison with the samples are kept as evidence only: not a reason "
+        "in the verdict and not printed (ncu sided with the samples where they differed)",
     )
     flush_slots: int | None = Field(
         default=None, description="trace version 2: the flush buffers the traced calls drew from"
@@ -390,7 +393,7 @@ class CaseTrial(Model):
     kernels: CaseKernels | None = Field(
         default=None, description="derived from `trace`: kernel inventory, attribution, timer agreement"
     )
-    placements: dict | None = Field(
+    placements: dict[str, Any] | None = Field(
         default=None,
         description="the case's pool of buffer placements as drawn (qualify.run.placement: "
         "count requested and used, granularity, each placement's spacer and offsets, why fewer); the "
@@ -410,18 +413,76 @@ class LibraryInfo(Model):
     abi_version: int | None
 
 
+class LaunchedCode(Model):
+    """One launch of an arm as its machine code: the kernel and what its identity holds
+    (qualify.build.machine_code.launched)."""
+
+    name: str = Field(description="the kernel as launched (its lowered name)")
+    shown: str | None = Field(default=None, description="the name demangled, as the record shows it")
+    digest: str = Field(description="the digest of the kernel's code, its callees and the module's facts")
+    functions: list[str] = Field(description="the functions that digest holds, the kernel first")
+
+
+class CompiledCode(Model):
+    """One compiled kernel a Python arm's JIT wrote (a .cubin of Triton's cache)."""
+
+    name: str = Field(description="the file's path inside the arm's cache folder")
+    sha256: str
+
+
+class PythonArmInfo(Model):
+    """What a Python arm ran with (qualify/run/python_arm.py): the callable, the packages it used,
+    what its JIT compiled and chose, and what one call costs the host."""
+
+    callable: str
+    graph: bool = Field(description="timed as replays of a CUDA graph captured from one call, not eager calls")
+    packages: dict[str, str] = Field(
+        default_factory=dict, description="installed distributions the arm's modules import, with their versions"
+    )
+    first_call_s: float | None = Field(
+        default=None,
+        description="wall time of the arm's first call (JIT compile, autotuning, first launch), "
+        "before and apart from timing",
+    )
+    null_call_ns: float | None = Field(
+        default=None,
+        description="median host time of calling a function that does nothing, through the same path "
+        "(stream scope, keyword arguments): the interpreter's share of every eager call",
+    )
+    call_ns: float | None = Field(
+        default=None, description="median host time of one call of the arm (enqueue only) after warm-up"
+    )
+    cubins: list[CompiledCode] = Field(default_factory=list, description="the kernels its JIT compiled, digested")
+    autotuned: dict[str, str] = Field(
+        default_factory=dict, description="each Triton autotuner in its modules: the configuration it chose"
+    )
+
+
 class CodeIdentity(Model):
     """Whether both arms run the same machine code (qualify/run/code_identity.py)."""
 
     status: Literal["identical", "differs", "unknown"]
-    arms: Literal["nvrtc", "library"] = Field(
-        description="compiled by qualify's NVRTC, or embedded in the libraries' fat binaries"
+    arms: Literal["nvrtc", "library", "python"] = Field(
+        description="compiled by qualify's NVRTC, embedded in the libraries' fat binaries, or the "
+        "cubins Python arms' JIT compiled"
     )
     arch: str = Field(
         description="the architecture compared: the exact target NVRTC compiled (sm_90a where the plan "
         "asks for arch-specific code), the device's for library arms"
     )
-    digests: dict[Side, str] = Field(default_factory=dict, description="each arm's machine-code digest")
+    digests: dict[Side, str] = Field(
+        default_factory=dict,
+        description="each arm's machine-code digest: of its whole module (scope 'module'), or of the "
+        "digests of what it launches, in launch order (scope 'launched')",
+    )
+    scope: Literal["module", "launched"] = Field(
+        default="module",
+        description="'module': each arm's whole module compared (library arms, and NVRTC records "
+        "made before the launched functions were); 'launched': the functions each launch executes",
+    )
+    launched: dict[Side, list[LaunchedCode]] = Field(
+        default_factory=dict, description="scope 'launched': per arm, each launch's code in launch order"
+    )
     functions: int = Field(default=0, description="functions (kernels and device functions) compared")
     differences: list[str] = Field(
         default_factory=list,
@@ -446,12 +507,14 @@ class CodeIdentity(Model):
         record without them states a comparison nothing in it supports."""
         if self.status != "unknown" and set(self.digests) != {"base", "candidate"}:
             raise ValueError(f"code {self.status!r} needs both arms' digests (base and candidate)")
+        if self.status != "unknown" and self.scope == "launched" and set(self.launched) != {"base", "candidate"}:
+            raise ValueError(f"code {self.status!r} of launched functions needs both arms' launches")
         return self
 
 
 class ControlResult(Model):
     name: str
-    kind: Literal["input", "build"]
+    kind: Literal["input", "build", "callable"]
     case: str
     caught: bool = Field(description="True when the fidelity gate failed, as it must")
     differing_elements: int
@@ -501,6 +564,9 @@ class Trial(Model):
     failures: list[Failure]
     libraries: dict[Side, LibraryInfo] = Field(
         default_factory=dict, description="shared-library arms: the builds actually compared"
+    )
+    python: dict[Side, PythonArmInfo] = Field(
+        default_factory=dict, description="Python arms: the callable, packages, JIT output and host cost"
     )
     samples_file: str = Field(description="raw samples (.npz), relative to the record folder")
     samples_sha256: str

@@ -38,7 +38,7 @@ class TrialSamples:
     """Append-only per-series sample lists, frozen into arrays for storage and statistics."""
 
     def __init__(self) -> None:
-        self._lists: dict[str, list] = {}
+        self._lists: dict[str, list[float | int]] = {}
 
     def add(
         self,
@@ -60,14 +60,14 @@ class TrialSamples:
             kept = key(case, series, field) in self._lists
             if (value is not None) != kept and key(case, series, "ns") in self._lists:
                 raise ValueError(f"{case}/{series}: {field} given for some samples and not for others")
-        for field, value in (
+        for field, sample in (
             ("ns", ns),
             ("block", block),
             ("sm_mhz", sm_mhz),
             ("throttle", throttle),
             ("temp_c", temp_c),
         ):
-            self._lists.setdefault(key(case, series, field), []).append(value)
+            self._lists.setdefault(key(case, series, field), []).append(sample)
         for field, value in optional.items():
             if value is not None:
                 self._lists.setdefault(key(case, series, field), []).append(value)
@@ -89,7 +89,8 @@ def save(path: Path, arrays: dict[str, np.ndarray], *, root: Path | None = None)
     """Write the arrays atomically (with `root`, the record: never through a link); returns the
     bytes written (for their sha256)."""
     buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
+    # numpy's stub lets **kwds fill `allow_pickle: bool` too, so a dict of arrays reads as a bool
+    np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]
     data = buf.getvalue()
     atomic_write_bytes(path, data, root=root)
     return data
@@ -158,7 +159,8 @@ def _parse_npy(data: bytes, name: str) -> np.ndarray:
     payload = len(data) - start - size
     if count * dtype.itemsize != payload:
         raise ValueError(f"{name}: {payload:,} bytes of data, its header announces {count:,} x {dtype.itemsize}")
-    return np.frombuffer(data, dtype=dtype, count=count, offset=start + size).reshape(meta["shape"]).copy()
+    array: np.ndarray = np.frombuffer(data, dtype=dtype, count=count, offset=start + size).reshape(meta["shape"]).copy()
+    return array
 
 
 # What each field of a series must be for the statistics to mean anything: timings and telemetry

@@ -29,11 +29,13 @@ import json
 import os
 import re
 import socket
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from qualify import strict_json
 from qualify.errors import DeviceError, FrozenInputChanged, PlanError
@@ -46,8 +48,10 @@ from qualify.io import (
     atomic_write_bytes,
     atomic_write_text,
     open_in_record,
+    open_regular,
     read_limited,
     read_text_limited,
+    remove_in_record,
 )
 from qualify.plan.digest import sha256_file
 from qualify.results.model import RESULTS_VERSION, Results, Trial
@@ -86,7 +90,7 @@ class Record:
     def ledger_path(self) -> Path:
         return self.folder / LEDGER
 
-    def ledger(self) -> list[dict]:
+    def ledger(self) -> list[dict[str, Any]]:
         if not os.path.lexists(self.ledger_path):
             return []
         try:
@@ -117,7 +121,7 @@ class Record:
             events.append(event)
         return events
 
-    def append(self, event: dict) -> None:
+    def append(self, event: dict[str, Any]) -> None:
         """Append one event and fsync: the ledger is the part of a record that must survive."""
         if event.get("event") == "trial_ended":
             # Whoever ends a trial, the end event binds the files it left: a trial file or raw
@@ -135,7 +139,7 @@ class Record:
             os.fsync(f.fileno())
 
     def trials_in_ledger(self) -> list[LedgerTrial]:
-        started: dict[int, dict] = {}
+        started: dict[int, dict[str, Any]] = {}
         ended: dict[int, str] = {}
         for e in self.ledger():
             if e["event"] == "trial_started":
@@ -159,7 +163,7 @@ class Record:
         return found
 
     @contextmanager
-    def locked(self):
+    def locked(self) -> Iterator[None]:
         """Exclusive use of the record among processes (one worker per GPU may share a record):
         taking a trial index, closing dangling trials and re-rendering happen under it."""
         fd = open_in_record(self.folder / LOCK_FILE, self.folder)  # a link there is refused
@@ -176,7 +180,7 @@ class Record:
         return self.folder / (OWNER_PREFIX + re.sub(r"[^A-Za-z0-9._-]", "_", device_uuid))
 
     @contextmanager
-    def owned(self, device_uuid: str):
+    def owned(self, device_uuid: str) -> Iterator[int | None]:
         """This process owns `device_uuid`'s trials in the record while the block runs.
 
         Refused (DeviceBusy, naming the owner) while another live run owns them; a process started
@@ -184,9 +188,9 @@ class Record:
         Yields the descriptor that holds the lock (None under a parent's ownership): handed to the
         processes the owner starts, it keeps the device owned while any of them lives, so a trial
         process that outlives a killed parent is never taken for dead."""
-        self.folder.mkdir(parents=True, exist_ok=True)
         path = self.owner_path(device_uuid)
-        with open(path, "a+b") as f:
+        fd = open_in_record(path, self.folder)  # a link planted there is refused, never written through
+        with os.fdopen(fd, "r+b") as f:
             try:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -215,7 +219,7 @@ class Record:
                 yield f.fileno()
             finally:
                 if not self.ledger_path.exists():  # no trial started: a refused run leaves no record behind
-                    path.unlink(missing_ok=True)
+                    remove_in_record(path, self.folder)
                     with suppress(OSError):
                         self.folder.rmdir()  # only if nothing else is in it
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
@@ -223,9 +227,11 @@ class Record:
     def has_live_owner(self, device_uuid: str) -> bool:
         """Whether a process other than this one holds the device's ownership now."""
         path = self.owner_path(device_uuid)
-        if not path.is_file():
-            return False
-        with open(path, "rb") as f:
+        try:
+            fd = open_regular(path, MAX_OWNER_BYTES, root=self.folder)
+        except UnreadableFile:
+            return False  # missing, or not a regular file inside the record: nobody owns through it
+        with os.fdopen(fd, "rb") as f:
             try:
                 fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -330,13 +336,15 @@ class Record:
         return load_model(Results, self.folder / "results.json", root=self.folder)
 
 
-def _read_owner(path: Path) -> dict:
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _read_owner(path: Path) -> dict[str, Any]:
     """What an owner file says (empty when it says nothing readable: the owner is still named
     as unknown, never guessed)."""
     try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read(MAX_OWNER_BYTES).decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
+        data = json.loads(read_limited(path, MAX_OWNER_BYTES, root=path.parent).decode("utf-8"))
+    except (OSError, ValueError, RecursionError, UnreadableFile):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -353,7 +361,7 @@ def results_json(results: Results) -> str:
     return versioned.model_dump_json(indent=1, exclude_unset=True) + "\n"
 
 
-def load_model(model, path: Path, *, root: Path | None = None):
+def load_model(model: type[_M], path: Path, *, root: Path | None = None) -> _M:
     """Load a versioned JSON file (at most MAX_JSON_BYTES; with `root`, a link must stay inside
     it); errors name the file and the field."""
     text = read_text_limited(path, MAX_JSON_BYTES, root=root)

@@ -11,6 +11,9 @@ from qualify.build.nvrtc import CompiledKernel, compile_kernel
 from qualify.dtypes import ITEMSIZE
 from qualify.plan.model import CudaArm
 from qualify.plan.resolve import ResolvedArg, ResolvedArm
+from qualify.run.device import DeviceBuffer
+from qualify.run.device_protocol import Device
+from qualify.run.python_arm import Bound, PythonEntry
 
 
 @dataclass(frozen=True)
@@ -22,7 +25,9 @@ class LaunchSequence:
     compiled: tuple[CompiledKernel, ...]
 
 
-def compile_and_load(device, loaded, side: str, cases, extra_defines: dict | None = None, label: str | None = None):
+def compile_and_load(
+    device: Device, loaded, side: str, cases, extra_defines: dict | None = None, label: str | None = None
+):
     """(compiled, loaded kernel) of a CUDA arm for this device: one kernel for an arm launched by
     workload.launch, a LaunchSequence for an arm with its own launches. Each kernel is loaded with
     the most dynamic shared memory any of `cases` asks of it."""
@@ -43,7 +48,7 @@ def compile_and_load(device, loaded, side: str, cases, extra_defines: dict | Non
     return tuple(p[0] for p in pairs), LaunchSequence(tuple(p[1] for p in pairs), tuple(p[0] for p in pairs))
 
 
-def unload(device, kernel) -> None:
+def unload(device: Device, kernel) -> None:
     """Unload what compile_and_load loaded (each kernel of a sequence once)."""
     if isinstance(kernel, LaunchSequence):
         for k in {id(k): k for k in kernel.kernels}.values():
@@ -57,26 +62,32 @@ class ArmExec:
     side: str
     kernel: object  # device.Kernel (or the fake's), a LaunchSequence, or a library entry point
     resolved: ResolvedArm
-    buffers: dict[str, object]  # name -> DeviceBuffer
+    buffers: dict[str, DeviceBuffer]
     outputs: list[str]
     args: list[tuple[str, int | float]] = field(default_factory=list)
     step_args: list[list[tuple[str, int | float]]] = field(default_factory=list)  # per own launch
+    bound: Bound | None = None  # a Python arm's call bound to these buffers
 
     def _bind(self, args: tuple[ResolvedArg, ...]) -> list[tuple[str, int | float]]:
-        bound = []
+        bound: list[tuple[str, int | float]] = []
         for a in args:
             if a.kind == "buffer":
+                assert a.buffer is not None  # the resolver names the buffer of every buffer argument
                 dtype = self.resolved.buffer(a.buffer).dtype
                 bound.append(("ptr", self.buffers[a.buffer].ptr + a.offset * ITEMSIZE[dtype]))
             else:
+                assert a.value is not None  # and the value of every scalar one
                 bound.append((a.kind, a.value))
         return bound
 
     def bind_args(self) -> None:
+        if isinstance(self.kernel, PythonEntry):
+            self.bound = self.kernel.bind(self.resolved, self.buffers)
+            return
         self.args = self._bind(self.resolved.args)
         self.step_args = [self._bind(step.args) for step in self.resolved.steps]
 
-    def enqueue(self, device, iterations: int = 1) -> None:
+    def enqueue(self, device: Device, iterations: int = 1) -> None:
         """One call of the arm, `iterations` times: every launch of its sequence, in order, on
         qualify's stream, so a timed window around it holds the whole sequence."""
         if self.resolved.steps:
@@ -86,6 +97,11 @@ class ArmExec:
                     device.launch(kernel, step.launch.grid, step.launch.block, step.launch.shared_bytes, args)
             return
         launch = self.resolved.launch
+        if isinstance(self.kernel, PythonEntry):  # a Python callable: its work goes on our stream too
+            assert self.bound is not None  # bind_args binds a Python arm before any call
+            for _ in range(iterations):
+                self.kernel.call(self.bound)
+            return
         if launch is None:  # a shared-library entry point: it queues its own work on our stream
             for _ in range(iterations):
                 self.kernel.call(self.args, device.stream_handle)
@@ -93,11 +109,11 @@ class ArmExec:
         for _ in range(iterations):
             device.launch(self.kernel, launch.grid, launch.block, launch.shared_bytes, self.args)
 
-    def poison_outputs(self, device) -> None:
+    def poison_outputs(self, device: Device) -> None:
         for name in self.outputs:
             device.poison(self.buffers[name])
 
-    def run_once(self, device) -> dict[str, np.ndarray]:
+    def run_once(self, device: Device) -> dict[str, np.ndarray]:
         """Poison (outputs, and the scratch of an arm's own sequence: a later launch must read
         only what an earlier one wrote), launch once, and return every output's bytes."""
         self.poison_outputs(device)

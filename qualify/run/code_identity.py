@@ -24,9 +24,11 @@ A comparison that cannot be made (unreadable ELF, zstd without its package) is r
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from qualify.build import machine_code as mc
 from qualify.build.elf import ElfProblem
 from qualify.build.fatbin import read_cubins
 from qualify.build.machine_code import CubinCode, compare, first_instructions, machine_code, merged
@@ -35,7 +37,7 @@ from qualify.evaluate.kernels import template_name, traced_launches_match
 from qualify.io import UnreadableFile
 from qualify.plan.model import ARM_SIDES
 from qualify.plan.resolve import ResolvedCase
-from qualify.results.model import CodeIdentity
+from qualify.results.model import CodeIdentity, LaunchedCode
 from qualify.run.demangle import demangle_all
 
 # nvdisasm only renders the first differing instruction for a reader; the CUDA toolkit's usual home
@@ -44,19 +46,101 @@ TOOLKIT_BINS = (Path("/usr/local/cuda/bin/nvdisasm"),)
 MAX_DIFFERENCES = 20  # per record: the summary names the first functions, then counts the rest
 
 
-def launches_match(base: CompiledKernel, candidate: CompiledKernel, cases: list[ResolvedCase]) -> bool:
-    """Both arms launch the same function with the same geometry and arguments in every case."""
-    if base.lowered_name != candidate.lowered_name:
+Arms = CompiledKernel | tuple[CompiledKernel, ...]  # one kernel, or an arm's own launches in order
+
+
+def _launches(arm: Arms) -> tuple[CompiledKernel, ...]:
+    return arm if isinstance(arm, tuple) else (arm,)
+
+
+def launches_match(base: Arms, candidate: Arms, cases: list[ResolvedCase]) -> bool:
+    """Both arms launch the same functions, launch by launch, with the same geometry and arguments
+    in every case."""
+    if [k.lowered_name for k in _launches(base)] != [k.lowered_name for k in _launches(candidate)]:
         return False
     return all(replace(c.arms["base"], side="") == replace(c.arms["candidate"], side="") for c in cases)
 
 
-def nvrtc(base: CompiledKernel, candidate: CompiledKernel, cases: list[ResolvedCase], arch: str) -> CodeIdentity:
+def nvrtc(base: Arms, candidate: Arms, cases: list[ResolvedCase], arch: str) -> CodeIdentity:
+    """NVRTC arms compared by the functions each launch executes (machine_code.launched), per
+    launch for arms with their own launches: "identical" only when both arms launch as many
+    functions and each pair's code is the same, whatever else their modules hold. The modules'
+    own differences are listed after the launches' for a reader, and decide nothing."""
+    arms: dict[str, tuple[CompiledKernel, ...]] = {"base": _launches(base), "candidate": _launches(candidate)}
     try:
-        a, b = machine_code(base.cubin), machine_code(candidate.cubin)
+        codes: dict[str, list[CubinCode]] = {side: [machine_code(k.cubin) for k in arms[side]] for side in ARM_SIDES}
+        launched: dict[str, list[mc.LaunchedFunction]] = {
+            side: [mc.launched(code, k.lowered_name) for code, k in zip(codes[side], arms[side])] for side in ARM_SIDES
+        }
     except ElfProblem as exc:
         return CodeIdentity(status="unknown", arms="nvrtc", arch=arch, reason=f"a CUBIN is unreadable: {exc}")
-    return _identity(a, b, "nvrtc", arch, launches_match(base, candidate, cases), ([base.cubin], [candidate.cubin]))
+    digests = {side: mc.sequence_digest([f.digest for f in launched[side]]) for side in ARM_SIDES}
+    identical = digests["base"] == digests["candidate"]
+    lines: list[str] = []
+    if not identical:
+        lines = _launch_differences(launched, codes)
+        if len(arms["base"]) == len(arms["candidate"]) == 1:  # the modules' own differences, for a reader
+            raw = ([arms["base"][0].cubin], [arms["candidate"][0].cubin])
+            module = _identity(codes["base"][0], codes["candidate"][0], "nvrtc", arch, None, raw)
+            lines += [d for d in module.differences if d not in lines]
+        lines = _capped(lines)
+    held = {n for side in ARM_SIDES for f in launched[side] for n in f.functions}
+    _, shown = demangle_all([f.name for side in ARM_SIDES for f in launched[side]])
+    return CodeIdentity(
+        status="identical" if identical else "differs",
+        arms="nvrtc",
+        arch=arch,
+        digests=digests,
+        scope="launched",
+        launched={
+            side: [
+                LaunchedCode(name=f.name, shown=shown.get(f.name), digest=f.digest, functions=list(f.functions))
+                for f in launched[side]
+            ]
+            for side in ARM_SIDES
+        },
+        functions=len(held),
+        differences=lines,
+        launches_match=launches_match(base, candidate, cases),
+        free_aa=identical and launches_match(base, candidate, cases),
+    )
+
+
+def _launch_differences(launched: Mapping[str, list], codes: Mapping[str, list[CubinCode]]) -> list[str]:
+    """Per launch whose code differs: both functions by name and what differs between them."""
+    b, c = launched["base"], launched["candidate"]
+    _, names = demangle_all([f.name for f in b + c])
+    out = []
+    for i in range(max(len(b), len(c))):
+        where = f"launch {i + 1}" if max(len(b), len(c)) > 1 else "the launched function"
+        if i >= len(b) or i >= len(c):
+            side, f = ("candidate", c[i]) if i >= len(b) else ("base", b[i])
+            out.append(f"{where}: only the {side} arm launches {names[f.name]}")
+            continue
+        if b[i].digest == c[i].digest:
+            continue
+        fb, fc = codes["base"][i].functions[b[i].name], codes["candidate"][i].functions[c[i].name]
+        nb, nc = len(fb.text) // INSTRUCTION_BYTES, len(fc.text) // INSTRUCTION_BYTES
+        if b[i].name != c[i].name:
+            out.append(
+                f"{where}: base {names[b[i].name]} ↔ candidate {names[c[i].name]}: different functions, "
+                f"instructions {nb:,} ↔ {nc:,}"
+            )
+        elif fb.digest != fc.digest:
+            one = mc.CubinCode(None, {fb.name: fb}, ()), mc.CubinCode(None, {fc.name: fc}, ())
+            (d,) = compare(*one, labels=ARM_SIDES).functions
+            out.append(f"{where}: {names[b[i].name]}: {d.describe().split(': ', 1)[1]}")
+        else:
+            out.append(
+                f"{where}: {names[b[i].name]}: its own code is the same; a function it may call or the module differs"
+            )
+    return out
+
+
+def _capped(lines: list[str]) -> list[str]:
+    if len(lines) > MAX_DIFFERENCES:
+        return lines[:MAX_DIFFERENCES] + [f"... and {len(lines) - MAX_DIFFERENCES} more"]
+    return lines
 
 
 def library(base: Path, candidate: Path, arch: str) -> CodeIdentity:
@@ -92,9 +176,25 @@ def library(base: Path, candidate: Path, arch: str) -> CodeIdentity:
     return _identity(codes[0], codes[1], "library", arch, None, (raw[0], raw[1]))
 
 
+def python(base: list[bytes], candidate: list[bytes], arch: str) -> CodeIdentity:
+    """The cubins two Python arms' JIT wrote (Triton's cache, one folder per arm), compared as a
+    library's are: what the Python host code launches, and how, is the inventory's to say."""
+    codes = []
+    for side, found in (("base", base), ("candidate", candidate)):
+        if not found:
+            return unknown(
+                arch, "python", f"the {side} arm's JIT wrote no cubin to its cache (not Triton, or cached elsewhere)"
+            )
+        try:
+            codes.append(merged([machine_code(c) for c in found]))
+        except ElfProblem as exc:
+            return unknown(arch, "python", f"a cubin of the {side} arm is unreadable: {exc}")
+    return _identity(codes[0], codes[1], "python", arch, None, (base, candidate))
+
+
 def with_traced_launches(code: CodeIdentity, cases) -> CodeIdentity:
     """Library arms: the inventory's answer to "do the launches match?", where none is given yet."""
-    if code.arms != "library" or code.launches_match is not None:
+    if code.arms not in ("library", "python") or code.launches_match is not None:
         return code
     launches = traced_launches_match(cases)
     if launches is None:
@@ -116,9 +216,7 @@ def _identity(
         shown = [_instruction(cubins_, first.name, first.first_offset) for cubins_ in raw]
         if all(shown):
             lines.insert(0, f"{first.name} at {first.first_offset:#06x}: base {shown[0]} / candidate {shown[1]}")
-    lines = template_pairs(a, b, diff) + lines
-    if len(lines) > MAX_DIFFERENCES:
-        lines = lines[:MAX_DIFFERENCES] + [f"... and {len(lines) - MAX_DIFFERENCES} more"]
+    lines = _capped(template_pairs(a, b, diff) + lines)
     return CodeIdentity(
         status="identical" if diff.identical else "differs",
         arms=arms,

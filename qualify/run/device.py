@@ -598,6 +598,17 @@ class CudaDevice:
 
     # -- kernel trace (CUPTI, through qualify.run.cupti_tracer) ------------------------------------
 
+    def python_runtime(self):
+        """What a Python arm's call sees: torch tensors over qualify's buffers and qualify's stream
+        as torch's (qualify/run/torch_bridge.py, imported here and only here)."""
+        try:
+            from qualify.run.torch_bridge import TorchRuntime
+        except ImportError as exc:
+            raise DeviceError(
+                f"Python arms need torch: {exc}; pip install 'qualify[triton]'", field="arms.*.callable"
+            ) from None
+        return TorchRuntime(self.info.ordinal, self.stream_handle)
+
     def limits(self) -> DeviceLimits:
         """The limits occupancy is computed from (qualify.evaluate.occupancy)."""
         from qualify.evaluate.occupancy import REGISTER_UNIT, SHARED_UNIT, SUB_PARTITIONS

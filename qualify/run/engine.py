@@ -25,6 +25,7 @@ from qualify.results.model import Failure, Trial
 from qualify.results.store import Record, now_iso
 from qualify.run import golden_stage
 from qualify.run.device import KernelFault, LaunchHang
+from qualify.run.device_protocol import Device
 from qualify.run.library import EntryPointFailed
 from qualify.run.stages import case_setup, fidelity, timing
 from qualify.run.stages.admission import Admission, BudgetExhausted, admit, samples_per_trial
@@ -74,7 +75,7 @@ class RunOptions:
 class TrialRunner:
     """Runs one trial's stages in order and keeps what they find."""
 
-    def __init__(self, loaded: LoadedPlan, device, telemetry, options: RunOptions):
+    def __init__(self, loaded: LoadedPlan, device: Device, telemetry, options: RunOptions):
         self.loaded = loaded
         self.plan = loaded.plan
         self.device = device
@@ -140,7 +141,9 @@ class TrialRunner:
         with ThreadPoolExecutor(max_workers=1) as side_pool:
             preflight = side_pool.submit(run_preflight, self.loaded, opts.preflight, opts.progress, self.found.failures)
             with self.clock.stage("build"):
-                built = build_and_load(self.loaded, self.device, opts.libraries, self.found.libraries)
+                built = build_and_load(
+                    self.loaded, self.device, opts.libraries, self.found.libraries, self.found.python
+                )
                 self.found.code = built.code
                 self.tracer.check_available()
             with self.clock.stage("preflight"):

@@ -91,6 +91,20 @@ def _arm_side(enqueue) -> str | None:
     return getattr(bound[0], "side", None)
 
 
+def text_bytes_ns(ns_per_byte: float = 10.0, fixed_ns: float = 2000.0) -> Callable[[object], float]:
+    """A fake cost model keyed to the compiled code: a launch lasts `fixed_ns` plus `ns_per_byte`
+    for each byte of the machine code's instructions (every function's `.text`, as
+    `build.machine_code` reads it). Identical machine code lasts the same; a planted slowdown
+    that adds instructions lasts longer, in proportion."""
+    from qualify.build.machine_code import machine_code
+
+    def duration(compiled) -> float:
+        code = machine_code(compiled.cubin)
+        return fixed_ns + ns_per_byte * sum(len(f.text) for f in code.functions.values())
+
+    return duration
+
+
 class FakeDevice:
     def __init__(
         self,
@@ -107,6 +121,7 @@ class FakeDevice:
         trace_offset_ns: float = 0.0,
         free_bytes: int = FAKE_FREE_BYTES,
         trace_scale: dict[str, float] | None = None,
+        code_ns: Callable[[object], float] | None = None,
     ):
         self.info = info
         self.kernels = kernels
@@ -134,9 +149,15 @@ class FakeDevice:
         self._clock = 1_000_000
         self._trace_rng = np.random.default_rng(seed + 1)  # tracing leaves the samples' noise as it was
         self._kernel_names: dict[str, str] = {}  # label -> name expression of kernels launched
+        # compiled kernel -> ns per launch: a duration rule keyed to the code itself, so a change
+        # that adds instructions shows as slower and one that leaves the code alone shows nothing,
+        # whichever arm label the kernel is loaded under (`text_bytes_ns`)
+        self.code_ns = code_ns
 
     def load_kernel(self, label: str, compiled, dynamic_shared_bytes: int) -> FakeKernel:
         self.calls.append(("load", label, compiled.spec.kernel, dynamic_shared_bytes))
+        if self.code_ns is not None:
+            self.durations[label] = self.code_ns(compiled)
         return FakeKernel(label, compiled.spec.kernel, compiled)
 
     def unload_kernel(self, kernel) -> None:
@@ -358,6 +379,13 @@ class FakeDevice:
             self._clock += 10_000
         self.calls.append(("trace_null", calls, cold))
         return out
+
+    def python_runtime(self):
+        """CudaDevice.python_runtime's twin: a Python arm gets NumPy arrays over host memory."""
+        from qualify.run.python_arm import NumpyRuntime
+
+        self.calls.append(("python_runtime",))
+        return NumpyRuntime(self.memory, self.stream_handle)
 
     def close(self) -> None:
         self.calls.append(("close",))

@@ -13,9 +13,15 @@ import os
 import selectors
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+from qualify import strict_json
+from qualify.errors import PlanError
+from qualify.io import MAX_JSON_BYTES, UnreadableFile, atomic_write_text, read_text_limited
 
 CASE_TIMEOUT_S = 60.0  # a single launch of a plan's case never takes a minute; a hang does
 STARTUP_TIMEOUT_S = 120.0  # interpreter start, NVRTC build and module load before the first case
@@ -129,3 +135,73 @@ def preflight(
             outcomes.append(CaseOutcome(culprit, side, "error", message))
         pending = rest[1:]
     return outcomes
+
+
+PREFLIGHT_FILE = "preflight.json"
+_STATUSES = frozenset({"ok", "fault", "timeout", "error"})
+
+
+def _is_outcome(item) -> bool:
+    return (
+        isinstance(item, dict)
+        and set(item) <= {"case", "side", "status", "message"}
+        and all(isinstance(item.get(k), str) for k in ("case", "side", "status"))
+        and item["status"] in _STATUSES
+        and isinstance(item.get("message", ""), str)
+    )
+
+
+class PreflightShared:
+    """The isolated preflight of each arm, once per invocation, shared by its trial processes.
+
+    The first call for an arm runs the workers and writes their outcomes to `workdir`; a later
+    call (in this process or in a later trial's) reads them back and says it reused them: every
+    trial of one invocation runs the same build, inputs and device.
+    """
+
+    def __init__(self, preflight: Callable, workdir: Path | None = None):
+        self._preflight = preflight
+        self._file = None if workdir is None else Path(workdir) / PREFLIGHT_FILE
+        self._outcomes: dict[str, list] = self._read()
+        # the engine asks for both arms at once, from two threads: one writes the file at a time
+        self._lock = threading.Lock()
+        self.reused = False
+
+    def _read(self) -> dict[str, list]:
+        """The outcomes already shared, validated like any input: a damaged file is one error
+        naming it and what is wrong (exit 2), never a trial process's internal error."""
+        if self._file is None or not os.path.lexists(self._file):
+            return {}
+        try:
+            data = strict_json.parse(read_text_limited(self._file, MAX_JSON_BYTES, root=self._file.parent))
+        except UnreadableFile as exc:
+            raise PlanError(exc.message, file=self._file) from None
+        except strict_json.JSONProblem as exc:
+            raise PlanError(
+                f"not JSON ({exc.message}); the shared preflight file was damaged", file=self._file
+            ) from None
+        outcomes = {}
+        for key, listed in data.items() if isinstance(data, dict) else [(None, None)]:
+            if not isinstance(listed, list) or not all(_is_outcome(o) for o in listed):
+                where = "the file" if key is None else f"entry {key!r}"
+                raise PlanError(
+                    f"{where} is not a list of preflight outcomes (case, side, status {sorted(_STATUSES)}, message)",
+                    file=self._file,
+                )
+            outcomes[key] = [CaseOutcome(**o) for o in listed]
+        return outcomes
+
+    def __call__(self, side: str, cases: list[str]):
+        key = json.dumps([side, list(cases)])
+        with self._lock:
+            known = self._outcomes.get(key)
+        if known is not None:
+            self.reused = True
+            return known
+        outcomes = self._preflight(side, cases)  # the arms' workers run at the same time
+        with self._lock:
+            self._outcomes[key] = outcomes
+            if self._file is not None:
+                data = {k: [vars(o) for o in v] for k, v in self._outcomes.items()}
+                atomic_write_text(self._file, json.dumps(data))
+        return outcomes

@@ -184,7 +184,7 @@ class _NoRoom(Exception):
 class PlacementPool:
     """A case's K placements on one device, inputs uploaded, owning every allocation.
 
-    device: CudaDevice or FakeDevice (alloc, free, upload, free_memory).
+    device: a Device (qualify.run.device_protocol): alloc, free, upload, free_memory.
     arms: side -> the arm's buffer specs; buffers of equal (name, dtype, shape) are one device
         buffer per placement, shared by both arms.
     inputs: side -> {input name: host bytes}, uploaded into every placement.

@@ -37,7 +37,7 @@ def load_reference(plan_path: Path, spec: str) -> Callable:
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 - the user's file: report it, do not crash
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's file: report it; its sys.exit() is no success
         raise PlanError(
             f"importing {script} failed: {type(exc).__name__}: {exc}", file=plan_path, field=FIELD
         ) from None
@@ -71,7 +71,7 @@ def reference_outputs(
     output's rounded bytes. PlanError (naming the case) for a result that breaks the contract."""
     try:
         result = function(dict(params), dict(inputs))
-    except Exception as exc:  # noqa: BLE001
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a reference's sys.exit(0) is an error, not success
         raise PlanError(
             f"case {case}: the reference raised {type(exc).__name__}: {exc}", file=plan_path, field=FIELD
         ) from None

@@ -21,10 +21,11 @@ from pathlib import Path
 
 from qualify.errors import QualifyError
 from qualify.plan.load import load_plan
-from qualify.plan.model import ARM_SIDES, LibraryArm
-from qualify.run import golden_stage
+from qualify.plan.model import ARM_SIDES, LibraryArm, PythonArm
+from qualify.run import golden_stage, python_arm
 from qualify.run.arms import ArmExec, compile_and_load
 from qualify.run.device import CudaDevice, KernelFault
+from qualify.run.device_protocol import Device
 from qualify.run.library import EntryPointFailed, load_library
 
 
@@ -32,14 +33,16 @@ def emit(**event) -> None:
     print(json.dumps(event), flush=True)
 
 
-def _load_arm(loaded, side: str, dev, case_ids, by_id, library: str | None):
-    """The arm's kernel (compiled for this device) or its library entry point."""
+def _load_arm(loaded, side: str, dev: Device, case_ids, by_id, library: str | None):
+    """The arm's kernel (compiled for this device), its library entry point or its Python callable."""
     arm = loaded.plan.arm(side)
     if isinstance(arm, LibraryArm):
         path = library or (str(loaded.path.parent / arm.library) if arm.library else None)
         if path is None:
             raise QualifyError(f"the {side} arm names no library: pass --library")
         return load_library(side, Path(path), arm, f"arms.{side}.library")
+    if isinstance(arm, PythonArm):  # imported here, in the worker: compute-sanitizer sees its kernels
+        return python_arm.load(loaded, side, dev.python_runtime())
     return compile_and_load(dev, loaded, side, [by_id[c] for c in case_ids])[1]
 
 

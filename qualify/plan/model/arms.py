@@ -1,4 +1,5 @@
-"""The two arms a plan compares, base and candidate: a CUDA kernel or a shared-library entry point each."""
+"""The two arms a plan compares, base and candidate: a CUDA kernel, a shared-library entry point or a
+Python callable each."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ class ScratchBuffer(Strict):
 
 
 # the two sides of every comparison, in the order results and records list them
-ARM_SIDES = ("base", "candidate")
+Side = Literal["base", "candidate"]
+ARM_SIDES: tuple[Side, Side] = ("base", "candidate")
 
 
 class CudaArm(AddedFields):
@@ -88,7 +90,10 @@ class CudaArm(AddedFields):
     @property
     def kernels(self) -> tuple[str, ...]:
         """The kernels the arm launches, in launch order (repeats kept)."""
-        return (self.kernel,) if self.launches is None else tuple(launch.kernel for launch in self.launches)
+        if self.launches is not None:
+            return tuple(launch.kernel for launch in self.launches)
+        assert self.kernel is not None  # _kernel_or_launches: one of the two
+        return (self.kernel,)
 
 
 class LibraryArm(Strict):
@@ -111,7 +116,54 @@ class LibraryArm(Strict):
     )
 
 
-Arm = Annotated[Union[CudaArm, LibraryArm], Field(discriminator="kind")]
+# 'kernels/triton/softmax.py:softmax_online': a file of the repository, then the function's name
+CALLABLE = r"^[^:\x00]+\.py:[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class PythonArm(Strict):
+    """A Python function (Triton, CuTe DSL, a torch op) that enqueues its work on the stream it is
+    given. It runs only in trial child processes; `plan check` parses it and never imports it."""
+
+    kind: Literal["python"]
+    callable: str = Field(
+        max_length=400,
+        pattern=CALLABLE,
+        description=(
+            "'file.py:function', the file relative to the plan file and inside the repository; it and "
+            "every local module it imports are frozen in the lock. The function takes, by name, any of "
+            "the workload's buffers (tensors over qualify's own allocations), the case's parameters, "
+            "`stream` and `control`."
+        ),
+    )
+    params: dict[Identifier, Union[int, float]] = Field(
+        default_factory=dict, description="Parameters this arm sets, passed to the function by name (BLOCK, num_warps)."
+    )
+    graph: bool = Field(
+        default=False,
+        description=(
+            "Capture one call in a CUDA graph (after an eager warm-up call) and time the graph's "
+            "replays: the interpreter's cost per call leaves the timed work."
+        ),
+    )
+    autotune: Literal["forbid", "warmup"] = Field(
+        default="forbid",
+        description=(
+            "'forbid': the module must hold no Triton autotuner (configurations are pinned by params); "
+            "'warmup': autotuning runs in the first, untimed call and the configuration each autotuner "
+            "chose is recorded in the trial."
+        ),
+    )
+
+    @property
+    def file(self) -> str:
+        return self.callable.rsplit(":", 1)[0]
+
+    @property
+    def function(self) -> str:
+        return self.callable.rsplit(":", 1)[1]
+
+
+Arm = Annotated[Union[CudaArm, LibraryArm, PythonArm], Field(discriminator="kind")]
 
 
 class Arms(Strict):

@@ -54,7 +54,18 @@ class BuildControl(AddedFields):
     expect: list[Expectation] = Field(default_factory=list)
 
 
-NegativeControl = Annotated[Union[InputControl, BuildControl], Field(discriminator="kind")]
+class CallableControl(AddedFields):
+    """The Python counterpart of a build control: the candidate callable is called with
+    `control=<name>` (it takes a `control` parameter) and must then produce a wrong result."""
+
+    _added = frozenset({"expect"})
+    kind: Literal["callable"]
+    name: Identifier
+    cases: list[str] | None = None
+    expect: list[Expectation] = Field(default_factory=list)
+
+
+NegativeControl = Annotated[Union[InputControl, BuildControl, CallableControl], Field(discriminator="kind")]
 
 
 class Controls(Strict):

@@ -7,9 +7,9 @@ errors, so labels and paths are one line of printable text.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Union
+from typing import Annotated, Any, ClassVar, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_serializer
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from qualify import expr
 
@@ -29,7 +29,7 @@ class AddedFields(Strict):
     _added: ClassVar[frozenset[str]] = frozenset()
 
     @model_serializer(mode="wrap")
-    def _omit_added_defaults(self, handler):
+    def _omit_added_defaults(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
         for name in self._added:
             if name in data and getattr(self, name) == type(self).model_fields[name].get_default(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_serializer, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from qualify.plan.model.fields import AddedFields, Strict
 
@@ -92,6 +92,9 @@ class Budget(Strict):
     max_wall_seconds: float = Field(gt=0, description="Wall time of one trial.")
 
 
+FailFast = Literal["fidelity", "sanitizer", "fault", "throttle"]
+
+
 class Stop(Strict):
     rule: Literal["fixed", "precision", "noise"] = Field(
         default="fixed",
@@ -109,9 +112,7 @@ class Stop(Strict):
         description="precision: wall seconds one case's timing (the comparison, or the A/A) may "
         "take; reaching it stops that case with 'wall cap' (not a failure).",
     )
-    fail_fast: list[Literal["fidelity", "sanitizer", "fault", "throttle"]] = Field(
-        default_factory=lambda: ["fidelity", "fault"]
-    )
+    fail_fast: list[FailFast] = Field(default_factory=lambda: list[FailFast](["fidelity", "fault"]))
 
     @model_validator(mode="after")
     def _precision_fields(self) -> Stop:
@@ -127,7 +128,7 @@ class Stop(Strict):
         return self
 
     @model_serializer(mode="wrap")
-    def _omit_absent_cap(self, handler):
+    def _omit_absent_cap(self, handler: SerializerFunctionWrapHandler) -> Any:
         # The digest hashes the plan with its defaults; an absent wall cap is no cap, so plans
         # frozen before the field existed keep their digest.
         data = handler(self)

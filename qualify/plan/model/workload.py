@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, model_validator
@@ -29,6 +30,9 @@ class UniformInit(Strict):
     def _ordered(self) -> UniformInit:
         if not self.low < self.high:
             raise ValueError("low must be below high")
+        if not math.isfinite(self.high - self.low):
+            # numpy draws low + (high - low)·u: a span beyond float64 cannot be drawn at all
+            raise ValueError(f"high - low ({self.high!r} - {self.low!r}) exceeds float64; keep the span below 1.7e308")
         return self
 
 

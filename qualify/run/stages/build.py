@@ -10,10 +10,10 @@ from pathlib import Path
 
 from qualify.build.nvrtc import CompiledKernel
 from qualify.plan.load import LoadedPlan
-from qualify.plan.model import ARM_SIDES, LibraryArm
+from qualify.plan.model import ARM_SIDES, LibraryArm, PythonArm
 from qualify.plan.model.hardware import target_for
 from qualify.results.model import CodeIdentity, LibraryInfo
-from qualify.run import code_identity
+from qualify.run import code_identity, python_arm
 from qualify.run.arms import compile_and_load
 from qualify.run.stages import libraries
 from qualify.run.stages.where import watch
@@ -26,18 +26,29 @@ class Built:
 
 
 def build_and_load(
-    loaded: LoadedPlan, device, given_libraries: Mapping[str, Path], found_libraries: dict[str, LibraryInfo]
+    loaded: LoadedPlan,
+    device,
+    given_libraries: Mapping[str, Path],
+    found_libraries: dict[str, LibraryInfo],
+    found_python: dict | None = None,
 ) -> Built:
     """Both arms ready to launch. A library arm's facts go into `found_libraries` as soon as it is
-    open, so a trial that fails on the other arm still records which build it compared."""
+    open, so a trial that fails on the other arm still records which build it compared; a Python
+    arm's entry goes into `found_python` (its facts are read when the trial is written: what its
+    JIT compiles is known only once it has been called)."""
     arch = device.info.arch
     kernels: dict[str, object] = {}
-    compiled: dict[str, CompiledKernel] = {}
+    compiled: dict[str, CompiledKernel | tuple[CompiledKernel, ...]] = {}
     for side in ARM_SIDES:
         arm = loaded.plan.arm(side)
         with watch(side=side):
             if isinstance(arm, LibraryArm):
                 kernels[side], found_libraries[side] = libraries.load(loaded, side, arm, given_libraries)
+                continue
+            if isinstance(arm, PythonArm):
+                kernels[side] = python_arm.load(loaded, side, device.python_runtime())
+                if found_python is not None:
+                    found_python[side] = kernels[side]
                 continue
             compiled[side], kernels[side] = compile_and_load(device, loaded, side, loaded.cases)
     return Built(kernels, _code_identity(loaded, compiled, found_libraries, arch))
@@ -45,7 +56,7 @@ def build_and_load(
 
 def _code_identity(
     loaded: LoadedPlan,
-    compiled: Mapping[str, CompiledKernel],
+    compiled: Mapping[str, CompiledKernel | tuple[CompiledKernel, ...]],
     found_libraries: Mapping[str, LibraryInfo],
     arch: str,
 ) -> CodeIdentity:
@@ -53,14 +64,15 @@ def _code_identity(
     # NVRTC arms' code is the plan's exact target for this device (sm_90a where the plan asks for
     # it), never the device's name; a library's is the fat binary's entry for the device
     target = target_for(loaded.plan.hardware.architectures, arch) or arch
+    if any(isinstance(loaded.plan.arm(side), PythonArm) for side in ARM_SIDES):
+        # compared when the trial is written (stages/finish.py): a JIT compiles on the first call
+        return code_identity.unknown(arch, "python", "a Python arm's code is known once its JIT has run")
     try:
-        if any(isinstance(c, tuple) for c in compiled.values()):
-            reason = "an arm launches a sequence of kernels: machine code is compared for single-kernel arms only"
-            return code_identity.unknown(target, "nvrtc", reason)
         if len(compiled) == len(ARM_SIDES):
-            return code_identity.nvrtc(
-                compiled["base"], compiled["candidate"], loaded.cases, compiled["base"].spec.arch
-            )
+            # an arm with its own launches is compared launch by launch; its code is the target's
+            # whichever launch names it
+            first = compiled["base"][0] if isinstance(compiled["base"], tuple) else compiled["base"]
+            return code_identity.nvrtc(compiled["base"], compiled["candidate"], loaded.cases, first.spec.arch)
         if len(found_libraries) == len(ARM_SIDES):
             paths = [Path(found_libraries[side].path) for side in ARM_SIDES]
             return code_identity.library(*paths, arch)

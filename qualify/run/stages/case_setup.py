@@ -22,6 +22,7 @@ from qualify.plan.resolve import ResolvedCase
 from qualify.run import golden_stage
 from qualify.run.arms import ArmExec
 from qualify.run.device import DeviceBuffer
+from qualify.run.device_protocol import Device
 from qualify.run.placement import PlacementPool, layout_rng
 
 HostInputs = Mapping[str, Mapping[str, np.ndarray]]  # side -> buffer name -> flat uint8 bytes
@@ -61,7 +62,7 @@ class InputPrefetch:
 class CaseMemory:
     """The device buffers of one case; all are freed, in the order they were allocated, on exit."""
 
-    def __init__(self, device):
+    def __init__(self, device: Device):
         self._device = device
         self._buffers: list[DeviceBuffer] = []
         self._pools: list[PlacementPool] = []

@@ -1,6 +1,7 @@
-"""Negative controls: the candidate run on mutated inputs, or rebuilt with a control's defines,
-and its outputs judged by the fidelity gate, which must catch each one (or, under counted
-fidelity, `Fidelity.counted`, behave as the control declares)."""
+"""Negative controls: the candidate run on mutated inputs, rebuilt with a control's defines, or (a
+Python candidate) called with `control=<name>`, and its outputs judged by the fidelity gate, which
+must catch each one (or, under counted fidelity, `Fidelity.counted`, behave as the control
+declares)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from qualify.results.tolerance import ControlOutcome
 from qualify.run import golden_stage
 from qualify.run.arms import ArmExec, compile_and_load
 from qualify.run.controls import mutate
+from qualify.run.device_protocol import Device
+from qualify.run.python_arm import PythonEntry
 from qualify.run.stages.case_setup import CaseSetup
 from qualify.run.stages.fidelity import Reference
 from qualify.run.stages.where import watch
@@ -32,12 +35,15 @@ class ControlFound:
 class ControlKernels:
     """The candidate rebuilt with each kernel control's defines, built and loaded once a trial."""
 
-    def __init__(self, loaded: LoadedPlan, device):
+    def __init__(self, loaded: LoadedPlan, device: Device):
         self._loaded = loaded
         self._device = device
         self._loaded_kernels: dict[str, object] = {}
 
-    def get(self, control) -> object:
+    def get(self, control, candidate: object = None) -> object:
+        if control.kind == "callable":  # the candidate's own function, told which control it is
+            assert isinstance(candidate, PythonEntry)  # plan checks: a callable control needs a Python candidate
+            return candidate.with_control(control.name)
         if control.name not in self._loaded_kernels:
             label = f"candidate+{control.name}"
             _, kernel = compile_and_load(
@@ -87,7 +93,7 @@ def run_controls(
         yield ControlFound(result, None, None)
 
 
-def _run_one(control, case: ResolvedCase, setup: CaseSetup, cand: ArmExec, kernels: ControlKernels, device):
+def _run_one(control, case: ResolvedCase, setup: CaseSetup, cand: ArmExec, kernels: ControlKernels, device: Device):
     """The candidate's outputs under one control; a mutated input is restored however the run ends."""
     if control.kind == "input":
         spec = next(b for b in case.arms["candidate"].buffers if b.name == control.buffer)
@@ -99,6 +105,14 @@ def _run_one(control, case: ResolvedCase, setup: CaseSetup, cand: ArmExec, kerne
         finally:
             device.upload(cand.buffers[control.buffer], original)
     variant = ArmExec(
-        "candidate", kernels.get(control), cand.resolved, cand.buffers, cand.outputs, cand.args, cand.step_args
+        "candidate",
+        kernels.get(control, cand.kernel),
+        cand.resolved,
+        cand.buffers,
+        cand.outputs,
+        cand.args,
+        cand.step_args,
     )
+    if control.kind == "callable":
+        variant.bind_args()
     return variant.run_once(device)

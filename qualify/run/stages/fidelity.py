@@ -19,6 +19,7 @@ from qualify.results.model import Failure
 from qualify.results.tolerance import CaseTolerance
 from qualify.run import golden_stage
 from qualify.run.arms import ArmExec
+from qualify.run.device_protocol import Device
 from qualify.run.stages.case_setup import CaseSetup
 from qualify.run.stages.where import watch
 
@@ -63,7 +64,7 @@ class Gate:
     failures: tuple[Failure, ...]
 
 
-def reference_outputs(case: ResolvedCase, setup: CaseSetup, device) -> Reference:
+def reference_outputs(case: ResolvedCase, setup: CaseSetup, device: Device) -> Reference:
     """Resources, reference outputs, determinism, parity and the stream-escape check of a case."""
     execs = setup.arms
     resources = {
@@ -106,7 +107,7 @@ def escape_message(waited_ns: float, entry_point: bool) -> str:
     )
 
 
-def _escape_wait(ex: ArmExec, device) -> float:
+def _escape_wait(ex: ArmExec, device: Device) -> float:
     """Nanoseconds the device stays busy after qualify's stream has finished one call.
 
     Events on qualify's stream time only the work queued there; work an entry point sends to

@@ -47,6 +47,7 @@ class Evidence:
     tolerance: dict = field(default_factory=dict)  # case -> CaseTolerance, under counted fidelity
     sanitizer: list[SanitizerResult] = field(default_factory=list)
     libraries: dict[str, LibraryInfo] = field(default_factory=dict)
+    python: dict = field(default_factory=dict)  # side -> python_arm.PythonEntry, read when the trial is written
     code: CodeIdentity | None = None
 
 
@@ -83,9 +84,20 @@ def write_trial(
     timed = [f for f in found.cases if all(has_series(arrays, f.case, s) for s in ARM_SIDES)]
     cases = [_case_trial(f, found.tolerance.get(f.case), arrays, iterations, kernel_trace, floor) for f in timed]
     paths = [loaded.path, lock_path(loaded.path), *loaded.files.files.values()]
+    python = {side: entry.info() for side, entry in found.python.items()}
+    status = ending.status
+    drift = autotune_drift(record, python)
+    if drift:
+        found.failures.extend(drift)
+        status = "failed" if status == "complete" else status
+    code = found.code
+    if code is not None and len(found.python) == len(ARM_SIDES):  # both JITs have run by now
+        code = code_identity.python(
+            found.python["base"].cubin_bytes(), found.python["candidate"].cubin_bytes(), code.arch
+        )
     trial = Trial(
         index=ending.index,
-        status=ending.status,
+        status=status,
         plan_digest=loaded.digest,
         started_at=ending.started_at,
         ended_at=now_iso(),
@@ -108,18 +120,42 @@ def write_trial(
         cases=cases,
         controls=found.controls,
         control_outcomes=found.control_outcomes if ending.counted else None,
-        code=None if found.code is None else code_identity.with_traced_launches(found.code, cases),
+        code=None if code is None else code_identity.with_traced_launches(code, cases),
         kernel_trace=kernel_trace,
         sanitizer=found.sanitizer,
         libraries=found.libraries,
+        python=python,
         failures=found.failures,
         samples_file=record.samples_path(ending.index).relative_to(record.folder).as_posix(),
         samples_sha256=sha256_bytes(data),
         cost=trial_cost(arrays, clock.elapsed(), clock.spent),
     )
     record.write_trial(trial)
-    record.append({"event": "trial_ended", "trial": ending.index, "status": ending.status})
+    record.append({"event": "trial_ended", "trial": ending.index, "status": status})
     return trial
+
+
+def autotune_drift(record: Record, python: dict) -> list[Failure]:
+    """An autotuner that chose otherwise than in the record's first trial that recorded a choice:
+    the configuration is part of what the record compares, so such a trial cannot be complete."""
+    out = []
+    for side, info in python.items():
+        if not info.autotuned:
+            continue
+        earlier = [
+            t for t in record.trials() if t.status == "complete" and t.python.get(side) and t.python[side].autotuned
+        ]
+        if earlier and earlier[0].python[side].autotuned != info.autotuned:
+            chosen = "; ".join(f"{k}: {v}" for k, v in sorted(info.autotuned.items()))
+            out.append(
+                Failure(
+                    kind="error",
+                    side=side,
+                    message=f"the autotuner chose {chosen}, not trial {earlier[0].index}'s configuration: "
+                    "pin it in the arm's params, or start a new record",
+                )
+            )
+    return out
 
 
 def _case_trial(

@@ -21,6 +21,7 @@ from qualify.plan.schedule import AA, block_halves, block_plan
 from qualify.results.model import Failure
 from qualify.results.samples import TrialSamples, key
 from qualify.run.device import MAX_BATCH, DeviceBuffer
+from qualify.run.device_protocol import Device
 from qualify.run.stages.case_setup import CaseSetup
 from qualify.run.stages.clock import StageClock
 from qualify.run.stages.fidelity import CaseFacts
@@ -39,7 +40,7 @@ class Bench:
     """What every timing step uses: the device, where samples and readings go, the trial's clock."""
 
     plan: Plan
-    device: object
+    device: Device
     telemetry: object
     samples: TrialSamples
     clock: StageClock
@@ -119,11 +120,16 @@ def time_pair(
             ex = arms[half.side]
             with watch(case.id, half.side):
                 enqueue = lambda ex=ex: ex.enqueue(dev, iterations)  # noqa: E731
-                slot = {"flush_slot": draw.flush_slot} if bench.flush_slots > 1 else {}
+                slot = draw.flush_slot if bench.flush_slots > 1 else 0
                 if cold:  # poisoned before each sample, outside its window
                     poison = lambda ex=ex: ex.poison_outputs(dev)  # noqa: E731
                     times = dev.time_samples(
-                        enqueue, sched.samples_per_block, cold=True, before_each=poison, max_batch=batch, **slot
+                        enqueue,
+                        sched.samples_per_block,
+                        cold=True,
+                        before_each=poison,
+                        max_batch=batch,
+                        flush_slot=slot,
                     )
                 else:
                     ex.poison_outputs(dev)

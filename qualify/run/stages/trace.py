@@ -15,13 +15,16 @@ blocks' count is also the stop rule's to decide, which traced blocks in between 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 
 from qualify.errors import DeviceError
+from qualify.evaluate.cupti_delta import TRACE_VERSION
 from qualify.plan.model import Plan
 from qualify.plan.schedule import trace_plan
-from qualify.results.model import KernelTrace, TracedCall
+from qualify.results.model import DeviceLimits, KernelTrace, TracedCall
 from qualify.run.demangle import demangle_all
 from qualify.run.device import KernelFault
+from qualify.run.device_protocol import Device
 from qualify.run.library import EntryPointFailed
 from qualify.run.stages.case_setup import CaseSetup
 from qualify.run.stages.fidelity import CaseFacts
@@ -30,11 +33,11 @@ from qualify.run.stages.fidelity import CaseFacts
 class Tracer:
     """The trial's CUPTI tracing: whether it is taken, and what is read once per trial."""
 
-    def __init__(self, plan: Plan, device):
+    def __init__(self, plan: Plan, device: Device):
         self._plan = plan
         self._device = device
         self.untraced: str | None = None  # why no (further) trace is taken; None: traced
-        self._limits = None  # the device's occupancy limits, read at the first trace
+        self._limits: DeviceLimits | None = None  # the device's occupancy limits, read at the first trace
         self._flush_slots: int | None = None  # the flush buffers the traced calls draw from
         self._null_calls: list = []  # traced calls of qualify's one-thread kernel (the second timer's offset)
 
@@ -71,12 +74,12 @@ class Tracer:
                     arms[draw.placement] = setup.arms_at(draw.placement)
                 ex = arms[draw.placement][side]
                 (call,) = device.trace_calls(
-                    lambda ex=ex: ex.enqueue(device),
+                    partial(ex.enqueue, device),
                     1,
                     side,
                     cold,
                     flush_slot=draw.flush_slot,
-                    before_each=lambda ex=ex: ex.poison_outputs(device),
+                    before_each=partial(ex.poison_outputs, device),
                 )
                 where = {
                     "block": draw.block,
@@ -108,7 +111,7 @@ class Tracer:
             demangler=demangler,
             names=names,
             limits=limits,
-            version=2,
+            version=TRACE_VERSION,
             flush_slots=self._flush_slots if traced else None,
             null_calls=null_calls,
         )

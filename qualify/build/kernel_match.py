@@ -4,7 +4,7 @@ block size.
 The CUBIN gives each parameter's size (`qualify.build.params`, checked before this), not its kind:
 an `f32` passed where the kernel takes `int`, an `i32` for an `unsigned`, a `u64` for a pointer
 all have the right size. The declaration says the kind; it is read as `plan new` reads it
-(`qualify.commands.scaffold.declared_params`), and a parameter whose type qualify cannot map (a
+(`qualify.build.declarations.declared_params`), and a parameter whose type qualify cannot map (a
 template parameter, a typedef it does not know) is left to the size check. The block is compared
 with the bounds compiled for each architecture (`qualify.build.launch_bounds`). Every mismatch is
 reported, naming the argument, the parameter and the arm.
@@ -21,10 +21,9 @@ from __future__ import annotations
 import math
 
 from qualify.build.arms import parse_label
-from qualify.build.c_types import ELEMENT_TYPES, SCALAR_TYPES, VECTOR_ELEMENT_TYPES
+from qualify.build.declarations import ELEMENT_TYPES, SCALAR_TYPES, VECTOR_ELEMENT_TYPES, declared_params
 from qualify.build.elf import ElfProblem
 from qualify.build.launch_bounds import launch_bounds
-from qualify.commands.scaffold import declared_params
 from qualify.errors import PlanError, ToolError, all_of
 from qualify.plan.model import BufferArg, CudaArm
 

@@ -15,22 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
-from qualify.errors import ExitCode, UsageError
-
-# When several workers end badly, the code that reaches the caller: an interruption first, then
-# what a person must fix, then a verdict.
-SEVERITY = (
-    ExitCode.INTERRUPTED,
-    ExitCode.INTERNAL,
-    ExitCode.DEVICE,
-    ExitCode.TOOL,
-    ExitCode.BUILD,
-    ExitCode.FROZEN,
-    ExitCode.BAD_INPUT,
-    ExitCode.INCOMPLETE,
-    ExitCode.NOT_QUALIFIED,
-    ExitCode.QUALIFIED,
-)
+from qualify.errors import ExitCode, UsageError, most_severe
 
 
 class Worker(Protocol):
@@ -101,13 +86,9 @@ def run_devices(ordinals: list[int], start: Callable[[int], Worker]) -> list[Dev
 def combined_exit_code(outcomes: list[DeviceOutcome], verdict_code: int | None) -> int:
     """The most severe worker code that is not a verdict; else the re-derived record's verdict.
     A worker killed by a signal (a negative code) was interrupted: its trial is closed as such."""
-    codes = {int(ExitCode.INTERRUPTED) if o.exit_code < 0 else o.exit_code for o in outcomes}
-    for code in SEVERITY:
-        if int(code) in codes and code not in (ExitCode.INCOMPLETE, ExitCode.NOT_QUALIFIED, ExitCode.QUALIFIED):
-            return int(code)
-    unknown = codes - {int(c) for c in SEVERITY}
-    if unknown:
-        return int(ExitCode.INTERNAL)
+    severe = most_severe(o.exit_code for o in outcomes)
+    if severe is not None:
+        return int(severe)
     return int(verdict_code) if verdict_code is not None else int(ExitCode.INCOMPLETE)
 
 

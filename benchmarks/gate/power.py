@@ -1,0 +1,230 @@
+"""The regression gate's own qualification on a GPU (issue 34, item 2): N gate runs of a noop and
+N of a planted slowdown on one protocol, and the counts.
+
+Targets: the planted slowdown (2 % by default) called slower in at least 9 of 10 gate runs, the noop
+never called faster or slower in 10.
+
+Everything happens in a scratch clone of this repository's HEAD (the user's files are untouched):
+
+1. base commit: the protocol's plan with the schedule this script asks for (fewer cases, trials
+   or blocks, to fit a GPU budget), refrozen. The kernel file is unchanged.
+2. noop: `qualify gate --base HEAD --protocol P --time-identical`, N times: both sides are the
+   same code, timed anyway (a gate's false-positive rate).
+3. slowdown: the kernel file gains `#define QUALIFY_SPIN_CYCLES n` at its top (vecload's and the
+   calibration kernels' hook: every thread spins n SM clocks before its loads, the data untouched).
+   n is calibrated first so the gate's own estimate is near --slowdown-pct (calibration runs are
+   printed apart and not counted); then `qualify gate --base HEAD`, N times.
+
+Run on the GPU machine from the repository root, after `source .gpu/setup.sh`:
+
+    python benchmarks/gate/power.py --protocol vecload --runs 10 --cases N=1048576,N=16777216 \
+        --trials 2 --out /tmp/gate-power
+
+It prints one line per gate run and case, then the counts table, and writes OUT/power.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CLASSES = ("identical_code", "unchanged", "faster", "slower", "cant_tell")
+
+
+def plant(source: str, cycles: int) -> str:
+    """The kernel source with the spin hook defined at its top: a change in the kernel file itself."""
+    if cycles <= 0:
+        raise ValueError("a planted slowdown needs a positive number of cycles")
+    return f"#define QUALIFY_SPIN_CYCLES {cycles}\n" + source
+
+
+def narrowed(plan: dict, cases: list[str] | None, trials: int | None, blocks: int | None) -> dict:
+    """The plan with fewer cases, trials or blocks (the budget kept large enough)."""
+    plan = json.loads(json.dumps(plan))
+    if cases:
+        ids = {",".join(f"{k}={v}" for k, v in c.items()): c for c in plan["workload"]["cases"]}
+        missing = [c for c in cases if c not in ids]
+        if missing:
+            raise SystemExit(f"power.py: no case {missing[0]!r} in the plan (cases: {', '.join(ids)})")
+        plan["workload"]["cases"] = [ids[c] for c in cases]
+    # what the gate's derived plans leave out anyway; removed so a narrowed case list still checks
+    plan["acceptance"]["sanitizer"] = []
+    plan["acceptance"]["gates"] = []
+    plan["controls"]["negative"] = []
+    if trials:
+        plan["schedule"]["trials"] = trials
+        plan["budget"]["max_trials"] = max(plan["budget"]["max_trials"], trials)
+    if blocks:
+        plan["schedule"]["blocks"] = blocks
+    plan.pop("gate", None)
+    return plan
+
+
+def rows(doc: dict) -> list[dict]:
+    return [
+        {"protocol": p["name"], "arm": a["side"], **c} for p in doc["protocols"] for a in p["arms"] for c in a["cases"]
+    ]
+
+
+def counts(docs: list[dict]) -> dict[tuple[str, str, str], Counter]:
+    """(protocol, arm, case) -> how often each class was called over the runs."""
+    out: dict[tuple[str, str, str], Counter] = {}
+    for doc in docs:
+        for r in rows(doc):
+            out.setdefault((r["protocol"], r["arm"], r["case"]), Counter())[r["gate_class"]] += 1
+    return out
+
+
+def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+
+
+def _git(clone: Path, *args: str) -> None:
+    done = _run(["git", *args], clone)
+    if done.returncode:
+        raise SystemExit(f"power.py: git {' '.join(args)}: {done.stderr.strip()}")
+
+
+def gate(clone: Path, out: Path, extra: list[str]) -> dict:
+    done = _run([sys.executable, "-m", "qualify", "gate", "--base", "HEAD", "--out", str(out), *extra], clone)
+    document = out / "gate.json"
+    if not document.is_file():
+        raise SystemExit(f"power.py: qualify gate exited {done.returncode} without gate.json:\n{done.stderr[-2000:]}")
+    doc = json.loads(document.read_text())
+    for p in doc["protocols"]:
+        for a in p["arms"]:
+            if a.get("error"):
+                print(f"  {p['name']} {a['side']}: not gated: {a['error']}", file=sys.stderr)
+    return doc
+
+
+def _say(label: str, doc: dict) -> None:
+    for r in rows(doc):
+        change = "untimed" if r["delta_pct"] is None else f"{r['delta_pct']:+.2f}%"
+        ci = (
+            ""
+            if r["ci_low"] is None
+            else f" [{(r['ci_low'] - 1) * 100:+.2f}, {(r['ci_high'] - 1) * 100:+.2f}] mde {r['mde_pct']:.2f}%"
+        )
+        print(f"{label:<14} {r['arm']:<9} {r['case']:<14} {r['gate_class']:<14} {change}{ci}  bytes {r['bytes']}")
+
+
+def mean_delta(doc: dict) -> float | None:
+    deltas = [r["delta_pct"] for r in rows(doc) if r["delta_pct"] is not None]
+    return statistics.median(deltas) if deltas else None
+
+
+def table(title: str, found: dict, runs: int) -> list[str]:
+    lines = [title, f"{'arm':<9} {'case':<14} " + " ".join(f"{c:>14}" for c in CLASSES) + "   runs"]
+    for (_, arm, case), counter in sorted(found.items()):
+        lines.append(f"{arm:<9} {case:<14} " + " ".join(f"{counter[c]:>14}" for c in CLASSES) + f"   {runs}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--protocol", default="vecload")
+    ap.add_argument("--kernel", default="kernels/vecload/vecload.cu", help="the kernel file the slowdown is planted in")
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--slowdown-pct", type=float, default=2.0)
+    ap.add_argument("--spin", type=int, default=0, help="QUALIFY_SPIN_CYCLES to plant (0: calibrate to --slowdown-pct)")
+    ap.add_argument("--cases", help="comma-separated case ids to keep (default: all)")
+    ap.add_argument("--trials", type=int, help="trials per gate run (default: the plan's)")
+    ap.add_argument("--blocks", type=int, help="blocks per trial (default: the plan's)")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/gate-power"))
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    with tempfile.TemporaryDirectory(prefix="gate-power-") as tmp:
+        clone = Path(tmp) / "clone"
+        _run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)], Path(tmp)).check_returncode()
+        _git(clone, "config", "user.email", "power@qualify.invalid")
+        _git(clone, "config", "user.name", "gate power")
+        plan_path = clone / "protocols" / args.protocol / "plan.json"
+        plan = narrowed(
+            json.loads(plan_path.read_text()), args.cases.split(",") if args.cases else None, args.trials, args.blocks
+        )
+        plan_path.write_text(json.dumps(plan, indent=2) + "\n")
+        (plan_path.parent / "plan.lock.json").unlink()
+        done = _run([sys.executable, "-m", "qualify", "plan", "freeze", str(plan_path)], clone)
+        if done.returncode:
+            raise SystemExit(f"power.py: plan freeze: {done.stdout}{done.stderr}")
+        _git(clone, "commit", "-qam", "gate power: the schedule of this qualification")
+        kernel = clone / args.kernel
+        source = kernel.read_text()
+
+        noop_docs = []
+        for n in range(args.runs):
+            doc = gate(clone, args.out / f"noop-{n}", ["--protocol", args.protocol, "--time-identical"])
+            _say(f"noop {n + 1}", doc)
+            noop_docs.append(doc)
+
+        spin = args.spin
+        calibration = []
+        if spin <= 0:
+            spin = 200
+            for step in range(3):
+                kernel.write_text(plant(source, spin))
+                doc = gate(clone, args.out / f"calibrate-{step}", [])
+                kernel.write_text(source)
+                delta = mean_delta(doc)
+                _say(f"calib {spin}", doc)
+                calibration.append({"spin": spin, "median_delta_pct": delta})
+                if delta is None or delta <= 0.05:
+                    spin *= 4
+                    continue
+                spin = max(1, round(spin * args.slowdown_pct / delta))
+        kernel.write_text(plant(source, spin))
+        slow_docs = []
+        for n in range(args.runs):
+            doc = gate(clone, args.out / f"slow-{n}", [])
+            _say(f"slow {n + 1}", doc)
+            slow_docs.append(doc)
+        kernel.write_text(source)
+
+    noop, slow = counts(noop_docs), counts(slow_docs)
+    deltas = [r["delta_pct"] for d in slow_docs for r in rows(d) if r["delta_pct"] is not None]
+    lines = [
+        "",
+        *table(f"NOOP: {args.protocol}, {args.runs} gate runs (timed although the code is identical)", noop, args.runs),
+        "",
+        *table(f"PLANTED SLOWDOWN: QUALIFY_SPIN_CYCLES={spin}, {args.runs} gate runs", slow, args.runs),
+        f"planted slowdown as the gate measured it: median {statistics.median(deltas):+.2f}% "
+        f"(range {min(deltas):+.2f} … {max(deltas):+.2f})"
+        if deltas
+        else "planted slowdown: no timed case",
+        "",
+        "targets: noop never faster or slower; the planted slowdown slower in at least 9 of 10",
+    ]
+    noop_ok = all(c["faster"] == 0 and c["slower"] == 0 for c in noop.values())
+    power_ok = all(c["slower"] >= 0.9 * args.runs for c in slow.values()) and bool(slow)
+    lines.append(f"noop: {'MET' if noop_ok else 'MISSED'}   power: {'MET' if power_ok else 'MISSED'}")
+    print("\n".join(lines))
+    (args.out / "power.json").write_text(
+        json.dumps(
+            {
+                "protocol": args.protocol,
+                "runs": args.runs,
+                "spin_cycles": spin,
+                "calibration": calibration,
+                "noop": {"|".join(k): dict(v) for k, v in noop.items()},
+                "slow": {"|".join(k): dict(v) for k, v in slow.items()},
+                "noop_met": noop_ok,
+                "power_met": power_ok,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    return 0 if noop_ok and power_ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

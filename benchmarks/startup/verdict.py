@@ -1,0 +1,207 @@
+"""Time to a verdict on a short kernel pair, and whether the interval still holds across processes (GPU).
+
+Issue 32 asks three things of a short-kernel run, measured on the GPU machine in one call:
+
+1. **End to end**: `qualify run protocols/vecload/plan.json` (5 cases, 2 trials, controls, A/A,
+   sanitizer) into a scratch record: its wall time, and per trial process its wall time against its
+   GPU-busy time (the trial file's `cost`), with the stages' accounts.
+2. **Beside NVBench**: vecload's pair at 1 Mi elements (about 5 µs), one case, no controls: the wall
+   time of `qualify run` until its pooled interval is within ±0.5 % (the plan's precision stop,
+   `target_ci_pct` 0.25 on each side of the log-ratio... as the plan states it), against NVBench
+   (`cuda-bench`, cold, its defaults: it stops when its own noise criterion is met) timing the same
+   two kernels on the same inputs in the same run — both walls, both Δs, NVBench's reached noise.
+3. **Coverage**: `--runs` independent `qualify run`s of that one-case plan, each its own record
+   (each with its trials as processes): does each run's pooled interval cover the mean of all runs?
+
+    python3 benchmarks/startup/verdict.py --runs 10 --out $OUT/verdict.json
+    python3 benchmarks/startup/verdict.py --render benchmarks/startup/verdict-*.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks" / "timer"))
+
+import margin  # noqa: E402  (benchmarks/timer/margin.py: reduced plans, NVBench beside qualify)
+
+CASE = {"N": 1048576}
+HALF_WIDTH_PCT = 0.5
+
+
+def one_case_plan(name: str, trials: int) -> Path:
+    """vecload reduced to the 1 Mi case, no controls or sanitizer, frozen (git-ignored folder)."""
+    src_dir = ROOT / "protocols" / "vecload"
+    plan = json.loads((src_dir / "plan.json").read_text())
+    dst_dir = margin.PLANS / name
+    shutil.rmtree(dst_dir, ignore_errors=True)
+    dst_dir.mkdir(parents=True)
+    for arm in plan["arms"].values():
+        arm["source"] = os.path.relpath((src_dir / arm["source"]).resolve(), dst_dir)
+    plan["name"] = name
+    plan["workload"]["cases"] = [CASE]
+    plan["acceptance"]["sanitizer"] = []
+    plan["acceptance"]["gates"] = [{"name": "no_regression", "max_regression_pct": 50.0}]
+    plan["controls"] = {"aa": False, "negative": []}
+    plan["schedule"]["trials"] = trials
+    plan["budget"]["max_trials"] = trials
+    plan["budget"]["max_samples"] = 4000
+    plan["schedule"]["blocks"] = 200
+    # the precision stop rule ends each trial once its interval's half-width is this narrow
+    plan["stop"]["target_ci_pct"] = HALF_WIDTH_PCT
+    (dst_dir / "plan.json").write_text(json.dumps(plan, indent=2) + "\n")
+    margin.qualify("plan", "freeze", str(dst_dir / "plan.json"))
+    return dst_dir / "plan.json"
+
+
+def end_to_end(tmp: Path) -> dict:
+    record = tmp / "vecload-e2e"
+    started = time.perf_counter()
+    done = margin.qualify("run", "protocols/vecload/plan.json", "--record", str(record))
+    wall = time.perf_counter() - started
+    results = json.loads((record / "results.json").read_text())
+    trials = []
+    for path in sorted((record / "trials").glob("trial-*.json")):
+        trial = json.loads(path.read_text())
+        cost = trial.get("cost") or {}
+        trials.append(
+            {
+                "index": trial["index"],
+                "wall_s": cost.get("wall_s"),
+                "gpu_busy_s": cost.get("gpu_busy_s"),
+                "stages_s": cost.get("stages_s", {}),
+            }
+        )
+    return {
+        "wall_s": wall,
+        "exit": done.returncode,
+        "verdict": results["verdict"]["status"],
+        "trials": trials,
+    }
+
+
+def pooled_case(record: Path) -> dict:
+    results = json.loads((record / "results.json").read_text())
+    (_, pooled), *_ = results["pooled"].items()
+    (case,) = pooled.values()
+    return {k: case[k] for k in ("ratio", "ci_low", "ci_high", "case_class", "trials")}
+
+
+def measure(runs: int, trials: int, skip_nvbench: bool) -> dict:
+    from qualify.run.device import CudaDevice
+
+    dev = CudaDevice(0)
+    info = {"name": dev.info.name, "uuid": dev.info.uuid}
+    dev.close()
+    doc: dict = {"measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "device": info}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        margin.log("end to end: qualify run protocols/vecload/plan.json")
+        doc["end_to_end"] = end_to_end(tmp)
+        plan = one_case_plan("vecload-1mi-verdict", trials)
+        margin.log(f"{runs} independent runs of the 1 Mi plan, {trials} trial processes each")
+        doc["runs"] = []
+        for i in range(runs):
+            record = tmp / f"run-{i}"
+            started = time.perf_counter()
+            margin.qualify("run", str(plan), "--record", str(record))
+            row = pooled_case(record) | {"wall_s": time.perf_counter() - started}
+            doc["runs"].append(row)
+            margin.log(f"run {i + 1}: {row}")
+        if not skip_nvbench:
+            margin.log("NVBench on the same pair")
+            nv = margin.nvbench_deltas(plan)
+            case = next(k for k in nv if not k.startswith("_"))
+            doc["nvbench"] = nv[case] | {"wall_s": nv["_wall_s"]}
+    return doc
+
+
+def table(doc: dict) -> list[str]:
+    e2e = doc["end_to_end"]
+    lines = [
+        f"{doc['measured_at']} on {doc['device']['name']} ({doc['device']['uuid'][:12]})",
+        "",
+        f"`qualify run protocols/vecload/plan.json`: {e2e['wall_s']:.1f} s end to end, exit {e2e['exit']} "
+        f"({e2e['verdict']})",
+        "",
+        "| trial process | wall (s) | GPU busy (s) | wall − GPU busy (s) | largest accounts |",
+        "|---:|---:|---:|---:|---|",
+    ]
+    for t in e2e["trials"]:
+        top = sorted(t["stages_s"].items(), key=lambda kv: -kv[1])[:4]
+        lines.append(
+            f"| {t['index']} | {t['wall_s']:.2f} | {t['gpu_busy_s']:.3f} | {t['wall_s'] - t['gpu_busy_s']:.2f} | "
+            + ", ".join(f"{k} {v:.2f}" for k, v in top)
+            + " |"
+        )
+    runs = doc["runs"]
+    mean_log = statistics.fmean(math.log(r["ratio"]) for r in runs)
+    mean = math.exp(mean_log)
+    covered = sum(r["ci_low"] <= mean <= r["ci_high"] for r in runs)
+    walls = [r["wall_s"] for r in runs]
+    lines += [
+        "",
+        f"vecload 1 Mi, one case, precision stop at ±{HALF_WIDTH_PCT} %: {len(runs)} independent runs, "
+        f"{runs[0]['trials']} trial processes each",
+        "",
+        "| run | Δ (%) | interval (%) | class | wall (s) | covers the mean of all runs |",
+        "|---:|---:|---|---|---:|---|",
+    ]
+    for i, r in enumerate(runs, 1):
+        lines.append(
+            f"| {i} | {100 * (r['ratio'] - 1):+.2f} | [{100 * (r['ci_low'] - 1):+.2f}, {100 * (r['ci_high'] - 1):+.2f}] | "
+            f"{r['case_class']} | {r['wall_s']:.1f} | {'yes' if r['ci_low'] <= mean <= r['ci_high'] else 'NO'} |"
+        )
+    lines += [
+        "",
+        f"mean of all runs {100 * (mean - 1):+.2f} %; covered by {covered} of {len(runs)} intervals; "
+        f"SD of the runs' Δ {100 * statistics.stdev(math.log(r['ratio']) for r in runs):.2f} points; "
+        f"median wall to a verdict {statistics.median(walls):.1f} s",
+    ]
+    nv = doc.get("nvbench")
+    if nv:
+        lines += [
+            "",
+            f"NVBench (cuda-bench, cold, its defaults) on the same pair: Δ {100 * (nv['ratio'] - 1):+.2f} %, "
+            f"noise base {nv['base'].get('noise_pct', float('nan')):.2f} % / candidate "
+            f"{nv['candidate'].get('noise_pct', float('nan')):.2f} % (relative SD of its samples), "
+            f"{nv['base'].get('samples')} + {nv['candidate'].get('samples')} samples, {nv['wall_s']:.1f} s wall "
+            "(one process: NVBench states no interval on the ratio)",
+        ]
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument("--skip-nvbench", action="store_true")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--render", nargs="*", type=Path)
+    args = ap.parse_args()
+    if args.render:
+        for path in args.render:
+            print("\n".join(table(json.loads(path.read_text()))) + "\n")
+        return 0
+    doc = measure(args.runs, args.trials, args.skip_nvbench)
+    if args.out:
+        args.out.write_text(json.dumps(doc, indent=1))
+    print("\n".join(table(doc)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

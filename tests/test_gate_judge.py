@@ -1,0 +1,156 @@
+"""The gate's judgement of one case (qualify.evaluate.gate), at its boundaries."""
+
+from __future__ import annotations
+
+import pytest
+
+from qualify.errors import ExitCode
+from qualify.evaluate.gate import bytes_finding, classify, outcome
+from qualify.plan.model import GatePolicy, GateRule
+from qualify.results.gate import GateArm, GateCase, GateProtocol
+from qualify.results.model import BufferParity, Failure, PooledStats
+
+RULE = GateRule(max_regression_pct=1.0, detect_pct=2.0)
+
+
+def stats(ratio, lo, hi, mde=0.5) -> PooledStats:
+    return PooledStats(
+        ratio=ratio,
+        ci_low=lo,
+        ci_high=hi,
+        delta_pct=(ratio - 1) * 100,
+        case_class="cant_tell",
+        reason="r",
+        trials=2,
+        df=10.0,
+        within_pct=0.1,
+        between_pct=0.0,
+        mde_pct=mde,
+    )
+
+
+@pytest.mark.parametrize(
+    "ratio, lo, hi, expected",
+    [
+        (1.02, 1.015, 1.025, "slower"),  # above 1 and beyond the tolerated 1 %
+        (1.009, 1.005, 1.013, "unchanged"),  # above 1 but within tolerance, inside ±2 %
+        (1.011, 0.999, 1.023, "cant_tell"),  # straddles 1 and leaves +2 %
+        (1.0101, 1.0001, 1.0199, "slower"),
+        (1.0099, 1.0001, 1.0199, "unchanged"),  # change not beyond the 1 % tolerated
+        (0.98, 0.975, 0.985, "faster"),
+        (0.995, 0.98, 1.0, "unchanged"),  # the edge of ±2 % counts as inside
+        (0.995, 0.9799, 1.0, "cant_tell"),
+        (1.0, 0.99, 1.0201, "cant_tell"),
+        (1.0, 0.999, 1.001, "unchanged"),
+    ],
+)
+def test_classes_at_their_boundaries(ratio, lo, hi, expected):
+    assert classify(stats(ratio, lo, hi), RULE)[0] == expected
+
+
+def test_slower_needs_the_whole_interval_above_one():
+    assert classify(stats(1.03, 1.0, 1.06), RULE)[0] == "cant_tell"
+    assert classify(stats(1.03, 1.0001, 1.06), RULE)[0] == "slower"
+
+
+def test_faster_needs_the_whole_interval_below_one():
+    assert classify(stats(0.97, 0.94, 1.0), RULE)[0] == "cant_tell"
+    assert classify(stats(0.97, 0.94, 0.9999), RULE)[0] == "faster"
+
+
+def test_underpowered_when_the_mde_exceeds_what_the_gate_must_see():
+    assert classify(stats(1.0, 0.999, 1.001, mde=2.0), RULE)[2] is False
+    assert classify(stats(1.0, 0.999, 1.001, mde=2.01), RULE)[2] is True
+    assert classify(stats(1.0, 0.999, 1.001, mde=None), RULE)[2] is True
+
+
+def test_no_stats_or_no_interval_cannot_tell():
+    assert classify(None, RULE)[0] == "cant_tell"
+    assert classify(stats(1.0, None, None), RULE)[0] == "cant_tell"
+
+
+def test_the_first_rule_that_selects_a_case_applies():
+    policy = GatePolicy(
+        max_regression_pct=3.0,
+        cases=[GateRule(cases=["N=1"], max_regression_pct=0.0), GateRule(where="N >= 1", detect_pct=5.0)],
+    )
+    from qualify.evaluate.tolerance_gate import selects
+
+    pick = lambda cid, n: policy.rule_for(lambda r: selects(r, cid, {"N": n}))  # noqa: E731
+    assert pick("N=1", 1).max_regression_pct == 0.0
+    assert pick("N=2", 2).detect_pct == 5.0 and pick("N=2", 2).max_regression_pct == 0.5
+    assert pick("N=0", 0).max_regression_pct == 3.0
+
+
+class _T:
+    def __init__(self, parity, failures=()):
+        self.cases = [type("C", (), {"case": "N=1", "parity": parity})()]
+        self.failures = list(failures)
+
+
+def _parity(equal, differing=0):
+    return BufferParity(
+        buffer="out",
+        equal=equal,
+        elements=8,
+        differing_elements=differing,
+        first_difference=None,
+        max_ulp=None,
+        max_abs=None,
+        max_rel=None,
+    )
+
+
+def test_bytes_findings():
+    assert bytes_finding([_T([_parity(True)])], "N=1")[0] == "identical"
+    assert bytes_finding([_T([_parity(True)]), _T([_parity(False, 3)])], "N=1")[0] == "within_tolerance"
+    failed = _T([_parity(False, 3)], [Failure(kind="fidelity", case="N=1", message="out misses")])
+    assert bytes_finding([failed], "N=1") == ("beyond_tolerance", "out misses")
+    other = _T([_parity(True)], [Failure(kind="fidelity", case="N=2", message="elsewhere")])
+    assert bytes_finding([other], "N=1")[0] == "identical"
+    assert bytes_finding([], "N=1")[0] == "not_compared"
+
+
+def _case(cls="unchanged", bytes_="identical") -> GateCase:
+    return GateCase(
+        case="N=1",
+        gate_class=cls,
+        reason="",
+        ratio=None,
+        ci_low=None,
+        ci_high=None,
+        delta_pct=None,
+        mde_pct=None,
+        max_regression_pct=0.5,
+        detect_pct=2,
+        underpowered=False,
+        bytes=bytes_,
+        bytes_detail="",
+        trials=0,
+    )
+
+
+def _protocol(*cases, error=None, status="gated") -> GateProtocol:
+    arm = GateArm(
+        side="base",
+        code="differs",
+        code_detail="",
+        timed=True,
+        record=None,
+        device=None,
+        error=error,
+        cases=list(cases),
+    )
+    return GateProtocol(name="p", plan="p", reasons=[], status=status, arms=[arm])
+
+
+def test_outcomes():
+    assert outcome([_protocol(_case(), _case("faster"), _case("identical_code"))])[:2] == ("pass", ExitCode.QUALIFIED)
+    assert outcome([_protocol(_case("slower"))])[:2] == ("fail", ExitCode.NOT_QUALIFIED)
+    assert outcome([_protocol(_case(bytes_="beyond_tolerance"))])[:2] == ("fail", ExitCode.NOT_QUALIFIED)
+    assert outcome([_protocol(_case(bytes_="within_tolerance"))])[0] == "pass"
+    assert outcome([_protocol(_case("cant_tell"))])[:2] == ("incomplete", ExitCode.INCOMPLETE)
+    assert outcome([_protocol(_case(), error="no GPU")])[0] == "incomplete"
+    assert outcome([_protocol(status="error")])[0] == "incomplete"
+    assert outcome([_protocol(_case("slower"), error="x")])[0] == "fail"
+    assert outcome([])[:2] == ("pass", ExitCode.QUALIFIED)

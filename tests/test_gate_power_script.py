@@ -1,0 +1,46 @@
+"""benchmarks/gate/power.py's pieces that need no GPU: the planted change, the narrowed plan, the counts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks" / "gate"))
+
+import power  # noqa: E402
+
+from qualify.plan.model import Plan  # noqa: E402
+
+
+def test_the_plant_is_a_define_at_the_top_of_the_kernel_file():
+    source = (ROOT / "kernels" / "vecload" / "vecload.cu").read_text()
+    planted = power.plant(source, 321)
+    assert planted.startswith("#define QUALIFY_SPIN_CYCLES 321\n") and planted.endswith(source)
+    assert "#ifdef QUALIFY_SPIN_CYCLES" in source  # the hook the define switches on
+    with pytest.raises(ValueError):
+        power.plant(source, 0)
+
+
+def test_the_narrowed_plan_is_a_valid_plan_with_the_cases_asked_for():
+    plan = json.loads((ROOT / "protocols" / "vecload" / "plan.json").read_text())
+    small = power.narrowed(plan, ["N=1048576", "N=16777216"], trials=3, blocks=8)
+    Plan.model_validate(small)
+    assert small["workload"]["cases"] == [{"N": 1048576}, {"N": 16777216}]
+    assert small["schedule"]["trials"] == 3 and small["budget"]["max_trials"] >= 3
+    assert plan["workload"]["cases"] != small["workload"]["cases"]  # the original untouched
+    with pytest.raises(SystemExit):
+        power.narrowed(plan, ["N=7"], None, None)
+
+
+def test_counts_per_arm_and_case_over_runs():
+    def doc(*classes):
+        cases = [{"case": f"N={i}", "gate_class": c} for i, c in enumerate(classes)]
+        return {"protocols": [{"name": "p", "arms": [{"side": "base", "cases": cases}]}]}
+
+    found = power.counts([doc("slower", "unchanged"), doc("slower", "cant_tell")])
+    assert found[("p", "base", "N=0")]["slower"] == 2
+    assert found[("p", "base", "N=1")] == {"unchanged": 1, "cant_tell": 1}
