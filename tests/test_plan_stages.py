@@ -10,9 +10,9 @@ import re
 import pytest
 from plans import HEADER, KERNEL, make_repo, plan_copy
 
+from qualify.build.kernel_match import pointee_dtype
 from qualify.cli import main
 from qualify.commands.check import check_plan
-from qualify.build.kernel_match import pointee_dtype
 from qualify.errors import PlanError, capped
 from qualify.plan.generators import produced
 from qualify.plan.load import load_plan
@@ -276,8 +276,8 @@ def test_staged_problems_is_a_plan_error_with_every_line():
 
 
 def test_narrow_floats_through_byte_pointers_are_the_convention_not_a_reinterpretation():
-    from qualify.build.kernel_match import _pointee_problem
     from qualify.build.declarations import Param
+    from qualify.build.kernel_match import _pointee_problem
     from qualify.plan.model import BufferArg
 
     arg = BufferArg(kind="buffer", name="q")
