@@ -81,7 +81,7 @@ def plan_check(plan_paths: tuple[Path, ...], archs: tuple[str, ...], no_compile:
             if problems:
                 raise all_of(problems)
         except QualifyError as exc:
-            _report(exc)
+            _report(exc, limit=MAX_LINE)
             for note in getattr(exc, "stage_notes", []):  # stages not checked, then the summary
                 _fail_line(f"qualify: {note}")
             codes.append(int(exc.exit_code))
@@ -797,11 +797,12 @@ def _shown_path(file: str | None) -> str | None:
         return file
 
 
-def _report(exc: QualifyError) -> None:
-    """Every error found, one `qualify: error:` line each, in the order to fix them."""
+def _report(exc: QualifyError, limit: int | None = None) -> None:
+    """Every error found, one `qualify: error:` line each, in the order to fix them; with `limit`
+    (`plan check`, whose errors list cases and fields), each message cut to about that length."""
     for each in exc.each():
         each.file = _shown_path(each.file)
-        _fail_line(f"qualify: error: {each.one_line(limit=MAX_LINE)}")
+        _fail_line(f"qualify: error: {each.one_line(limit=limit)}")
         if isinstance(each, BuildError) and each.log:
             _fail_line(each.log)
 

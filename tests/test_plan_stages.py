@@ -47,10 +47,11 @@ def test_errors_of_four_stages_come_in_one_run(tmp_path, capsys):
     assert fields == [
         "acceptance.gates[0].cases[0]",
         "workload.buffers[0].init",
-        "workload.launch.args[4]",
-        "workload.launch.args[1]",
+        "workload.launch.args[4]",  # the size, once: not also the kind of the same argument
+        "workload.launch.args[1]",  # the base arm's kernel
+        "workload.launch.args[1]",  # the candidate's
     ], err
-    assert err.splitlines()[-1] == "qualify: 4 errors in 3 stages (selectors, inputs, kernels)"
+    assert err.splitlines()[-1] == "qualify: 5 errors in 3 stages (selectors, inputs, kernels)"
 
 
 def test_a_stage_that_cannot_run_says_which_failure_it_waits_on(tmp_path, capsys):
@@ -173,7 +174,8 @@ def test_a_buffer_of_another_dtype_than_the_pointee_is_refused_and_reinterpret_a
     path = make_repo(tmp_path / "a", plan)
     code, err = run_cli(["plan", "check", str(path)], capsys)
     assert code == 2, err
-    (line,) = errors_of(err)
+    line, other = errors_of(err)  # each arm's kernel
+    assert "workload.launch.args[0]: buffer 'x' is f8e4m3 but parameter 'x' of axpy<4> (candidate arm" in other
     assert "workload.launch.args[0]: buffer 'x' is f8e4m3 but parameter 'x' of axpy<1>" in line
     assert "points to float (f32)" in line and '"reinterpret": true' in line
     plan["workload"]["launch"]["args"][0]["reinterpret"] = True
@@ -272,7 +274,9 @@ def test_staged_problems_is_a_plan_error_with_every_line():
     staged = StagedProblems([Stage("schema", (a,)), Stage("structure", skipped="needs the schema stage to pass")])
     assert staged.each() == [a] and staged.notes()[-1] == "1 error in 1 stage (schema); 1 stage not checked"
     staged = StagedProblems([Stage("selectors", (a, b)), Stage("inputs", (PlanError("again", field="y"),))])
-    assert [e.message for e in staged.each()] == ["one", "two"]  # a field refused again is listed once
+    assert [e.message for e in staged.each()] == ["one", "two"]  # a field a later stage refuses again
+    both = StagedProblems([Stage("kernels", (PlanError("base", field="z"), PlanError("candidate", field="z")))])
+    assert [e.message for e in both.each()] == ["base", "candidate"]  # one stage, one field, two arms
 
 
 def test_narrow_floats_through_byte_pointers_are_the_convention_not_a_reinterpretation():

@@ -133,7 +133,9 @@ def _kernel_problems(loaded: LoadedPlan, compiled, compile: bool) -> None:
         except FrozenInputChanged:
             raise
         except QualifyError as exc:
-            problems.extend(exc.each())
+            # an argument whose size the compiled kernel refuses is one error, not also a kind's
+            sized = {p.field for p in problems}
+            problems.extend(e for e in exc.each() if e.field not in sized)
     if problems:
         raise all_of(problems)
 

@@ -74,16 +74,13 @@ class StagedProblems(Problems):
 
     def __init__(self, stages: list[Stage]):
         # a field a later stage refuses again (a selector the promises read) is listed once, where
-        # it was first found
+        # it was first found; within a stage every error stays (each arm's, for one field)
         seen: set[tuple] = set()
         kept = []
         for stage in stages:
-            fresh = []
-            for error in stage.problems:
-                key = (error.file, error.field) if error.field else (error.file, error.message)
-                if key not in seen:
-                    seen.add(key)
-                    fresh.append(error)
+            key = lambda e: (e.file, e.field) if e.field else (e.file, e.message)  # noqa: E731
+            fresh = [error for error in stage.problems if key(error) not in seen]  # both arms' stay
+            seen.update(key(error) for error in stage.problems)
             kept.append(Stage(stage.name, tuple(fresh), stage.skipped))
         super().__init__([e for stage in kept for e in stage.problems])
         self.stages = kept
