@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from enum import IntEnum
 from pathlib import Path
+from typing import Any
 
 
 class ExitCode(IntEnum):
@@ -61,6 +62,10 @@ class QualifyError(Exception):
     """Base of every expected failure. `file` and `field` locate the cause for the user."""
 
     exit_code: ExitCode = ExitCode.BAD_INPUT
+    # set by `plan check` (qualify.plan.stages.staged_error): the stages it ran, and the lines to
+    # print after its errors (the stages not checked, the summary)
+    stages: list[Any] | None = None
+    stage_notes: list[str] | None = None
 
     def __init__(self, message: str, *, file: str | Path | None = None, field: str | None = None):
         super().__init__(message)

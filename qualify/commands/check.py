@@ -73,8 +73,8 @@ def check_plan(path: str | Path, archs: list[str] | None = None, compile: bool =
 
     loaded, stages = load_in_stages(path)
     if loaded is None:
-        later = [skipped(name, stages) for name in ("inputs", "compile", "kernels")]
-        raise staged_error([*stages, *(s for s in later if s is not None)])
+        rest = [skipped(name, stages) for name in ("inputs", "compile", "kernels")]
+        raise staged_error([*stages, *(s for s in rest if s is not None)])
     lock_problem: FrozenInputChanged | None = None
     if loaded.lock is not None:
         try:
@@ -162,7 +162,7 @@ def check_loaded(loaded: LoadedPlan, archs: list[str] | None = None, compile: bo
         stage, compiled = Stage("compile", skipped="--no-compile"), {}
     stages.append(stage)
     if compiled is None:
-        stages.append(skipped("kernels", stages))
+        stages.append(skipped("kernels", stages) or Stage("kernels", skipped="needs the compile stage to pass"))
         raise staged_error(stages)
     stage, _ = run_stage("kernels", lambda: _kernel_problems(loaded, compiled, compile), passes=(FrozenInputChanged,))
     stages.append(stage)

@@ -37,7 +37,7 @@ def cross_check(plan: Plan, file: str | None = None) -> None:
         raise all_of(problems)
 
 
-def _collect(rules, fail) -> list[PlanError]:
+def _collect(rules: Sequence[Callable[[Fail], None]], fail: Fail) -> list[PlanError]:
     """Run each rule (a callable raising PlanError), collecting the first refusal of each: rules
     are independent, so a plan's problems are listed together rather than one per round."""
     out: list[PlanError] = []
@@ -45,11 +45,11 @@ def _collect(rules, fail) -> list[PlanError]:
         try:
             rule(fail)
         except PlanError as exc:
-            out.extend(exc.each())  # type: ignore[arg-type]
+            out.extend(e for e in exc.each() if isinstance(e, PlanError))
     return out
 
 
-def _failer(file: str | None):
+def _failer(file: str | None) -> Fail:
     def fail(field: str, message: str) -> PlanError:
         return PlanError(message, file=file, field=field)
 
@@ -62,13 +62,13 @@ def structure_problems(plan: Plan, file: str | None = None) -> list[PlanError]:
     wl = plan.workload
     roles: Roles = {b.name: b.role for b in wl.buffers}
 
-    def devices(fail) -> None:
+    def devices(fail: Fail) -> None:
         for i, device in enumerate(plan.hardware.devices):
             reason = unrunnable_device(plan.hardware.architectures, device)
             if reason is not None:
                 raise fail(f"hardware.devices[{i}]", reason)
 
-    def cases(fail) -> None:
+    def cases(fail: Fail) -> None:
         # Cases compare by value: S=1 and S=1.0 are one case whatever the JSON spelling or key order.
         first = _first_repeat([case_key(c) for c in wl.cases])
         if first is not None:
@@ -77,7 +77,7 @@ def structure_problems(plan: Plan, file: str | None = None) -> list[PlanError]:
                 f"workload.cases[{j}]", f"case {case_id(wl.cases[j])} is declared twice (as workload.cases[{i}] too)"
             )
 
-    def buffers(fail) -> None:
+    def buffers(fail: Fail) -> None:
         repeat = _first_repeat([b.name for b in wl.buffers])
         if repeat is not None:
             j = repeat[1]
@@ -85,7 +85,7 @@ def structure_problems(plan: Plan, file: str | None = None) -> list[PlanError]:
         if not any(b.role == "output" for b in wl.buffers):
             raise fail("workload.buffers", "no buffer has role 'output': there is nothing to compare")
 
-    def launches(fail) -> None:
+    def launches(fail: Fail) -> None:
         kinds = {type(plan.arm(side)) for side in ARM_SIDES}
         own = [_cuda_launches(plan, s) is None for s in ARM_SIDES if isinstance(plan.arm(s), CudaArm)]
         if any(own) and wl.launch is None:
@@ -116,7 +116,7 @@ def selector_problems(plan: Plan, file: str | None = None) -> list[PlanError]:
     known_cases = {case_id(c) for c in wl.cases}
     roles: Roles = {b.name: b.role for b in wl.buffers}
 
-    def gates(fail) -> None:
+    def gates(fail: Fail) -> None:
         repeat = _first_repeat([g.name for g in plan.acceptance.gates])
         if repeat is not None:
             j = repeat[1]
@@ -126,11 +126,11 @@ def selector_problems(plan: Plan, file: str | None = None) -> list[PlanError]:
         for i, rule in enumerate(plan.gate.cases):
             _check_selector(rule, plan, known_cases, f"gate.cases[{i}]", fail)
 
-    def sanitizer(fail) -> None:
+    def sanitizer(fail: Fail) -> None:
         for i, check in enumerate(plan.acceptance.sanitizer):
             _check_case_ids(check.cases, known_cases, f"acceptance.sanitizer[{i}].cases", fail)
 
-    def controls(fail) -> None:
+    def controls(fail: Fail) -> None:
         repeat = _first_repeat([c.name for c in plan.controls.negative])
         if repeat is not None:
             j = repeat[1]

@@ -16,8 +16,9 @@ the saturated (at the largest finite magnitude) and the zero values. A generator
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from qualify.dtypes import FLOATS
+from qualify.dtypes import FLOATS, Overflow
 from qualify.errors import PlanError
 from qualify.plan.model import ConstantInit, NormalInit, Plan, UniformInit
 
@@ -36,7 +37,7 @@ class Produced:
     largest: float  # the dtype's largest finite value
 
 
-def produced(init, dtype: str, overflow: str, seed: int) -> Produced:
+def produced(init: NormalInit | UniformInit | ConstantInit, dtype: str, overflow: Overflow, seed: int) -> Produced:
     """The fractions of a SAMPLE of `init`'s values, cast to `dtype`, that are non-finite,
     saturated and zero."""
     import numpy as np
@@ -65,7 +66,7 @@ def _percent(x: float) -> str:
     return f"{100 * x:.0f} %" if x >= 0.01 else f"{100 * x:.2g} %"
 
 
-def generator_problems(plan: Plan, file) -> list[PlanError]:
+def generator_problems(plan: Plan, file: str | Path | None) -> list[PlanError]:
     """One PlanError per float input whose generator makes it degenerate in its dtype."""
     out = []
     for i, buf in enumerate(plan.workload.buffers):
@@ -76,7 +77,7 @@ def generator_problems(plan: Plan, file) -> list[PlanError]:
             or not isinstance(init, (NormalInit, UniformInit, ConstantInit))
         ):
             continue
-        overflow = buf.overflow or "nonfinite"
+        overflow: Overflow = buf.overflow or "nonfinite"
         got = produced(init, buf.dtype, overflow, plan.seeds.base)
         found = []
         if got.nonfinite >= MAX_NONFINITE:

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, TypeVar
 
 from qualify.errors import Problems, QualifyError
 from qualify.plan.checks import selector_problems, structure_problems
 from qualify.plan.digest import compute_freeze, read_lock
-from qualify.plan.files import collect_files
+from qualify.plan.files import PlanFiles, collect_files
 from qualify.plan.load import LoadedPlan, read_plan_json, schema_plan
-from qualify.plan.resolve import resolve_cases
+from qualify.plan.model import Plan
+from qualify.plan.resolve import ResolvedCase, resolve_cases
 
 # what each stage needs to have passed, and what it checks, in the order they run
 NEEDS = {
@@ -46,9 +47,10 @@ class Stage:
         return self.skipped is None and not self.problems
 
 
-def run_stage(
-    name: str, work: Callable[[], object], passes: tuple[type[QualifyError], ...] = ()
-) -> tuple[Stage, object]:
+T = TypeVar("T")
+
+
+def run_stage(name: str, work: Callable[[], T], passes: tuple[type[QualifyError], ...] = ()) -> tuple[Stage, T | None]:
     """(the stage, what `work` returned or None): a QualifyError it raises is the stage's
     problems, every one of them, but for those of a `passes` type, which are raised on (a compile
     that read a header other than the frozen one: the caller checks the plan again, unlocked)."""
@@ -75,21 +77,25 @@ class StagedProblems(Problems):
     def __init__(self, stages: list[Stage]):
         # a field a later stage refuses again (a selector the promises read) is listed once, where
         # it was first found; within a stage every error stays (each arm's, for one field)
-        seen: set[tuple] = set()
+        seen: set[tuple[str | None, str | None]] = set()
         kept = []
         for stage in stages:
-            key = lambda e: (e.file, e.field) if e.field else (e.file, e.message)  # noqa: E731
+
+            def key(e: QualifyError) -> tuple[str | None, str | None]:
+                return (e.file, e.field) if e.field else (e.file, e.message)
+
             fresh = [error for error in stage.problems if key(error) not in seen]  # both arms' stay
             seen.update(key(error) for error in stage.problems)
             kept.append(Stage(stage.name, tuple(fresh), stage.skipped))
         super().__init__([e for stage in kept for e in stage.problems])
+        self.kept: list[Stage] = kept
         self.stages = kept
 
     def notes(self) -> list[str]:
         """A line naming the stages that could not run and why, then the summary ('4 errors in
         3 stages')."""
-        failed = [s for s in self.stages if s.problems]
-        waiting = [s.name for s in self.stages if s.skipped and s.skipped.startswith("needs")]
+        failed = [s for s in self.kept if s.problems]
+        waiting = [s.name for s in self.kept if s.skipped and s.skipped.startswith("needs")]
         lines = []
         if waiting:
             lines.append(
@@ -112,25 +118,30 @@ def load_in_stages(path: str | Path) -> tuple[LoadedPlan | None, list[Stage]]:
     run or skipped."""
     path = Path(path)
     stages: list[Stage] = []
+    plan: Plan | None
     stage, plan = run_stage("schema", lambda: schema_plan(read_plan_json(path), path))
     stages.append(stage)
     if plan is None:
-        return None, [*stages, *(skipped(name, stages) for name in list(NEEDS)[1:5])]
+        later = [skipped(name, stages) for name in list(NEEDS)[1:5]]
+        return None, [*stages, *(s for s in later if s is not None)]
     file = str(path)
     stages.append(Stage("structure", tuple(structure_problems(plan, file))))
     stages.append(Stage("selectors", tuple(selector_problems(plan, file))))
-    cases = None
-    stage = skipped("arguments", stages)
-    if stage is None:
+    cases: list[ResolvedCase] | None = None
+    waiting = skipped("arguments", stages)
+    if waiting is None:
         stage, cases = run_stage("arguments", lambda: resolve_cases(plan, file))
-    stages.append(stage)
-    lock = None
+        stages.append(stage)
+    else:
+        stages.append(waiting)
+    lock: dict[str, Any] | None = None
 
-    def files_of():
+    def files_of() -> PlanFiles:
         nonlocal lock
         lock = read_lock(path.resolve())
         return collect_files(plan, path, tuple(lock["files"]) if lock else ())
 
+    files: PlanFiles | None
     stage, files = run_stage("files", files_of)
     stages.append(stage)
     if cases is None or files is None:
@@ -159,4 +170,4 @@ def staged_error(stages: list[Stage]) -> QualifyError:
 
 def stages_of(error: QualifyError) -> list[Stage] | None:
     """The stages a check that raised `error` ran, or None when it did not come from one."""
-    return getattr(error, "stages", None)
+    return error.stages

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable
 
@@ -62,7 +63,7 @@ def reference_outputs(
     function: Callable,
     params: dict,
     inputs: dict[str, np.ndarray],
-    outputs: dict[str, tuple[str, int | tuple[int, ...]]],
+    outputs: Mapping[str, tuple[str, int | tuple[int, ...]]],
     plan_path: Path,
     case: str,
 ) -> dict[str, np.ndarray]:

@@ -112,17 +112,18 @@ KNOWN_DEVICES = {
 }
 
 
-def device_capabilities(device) -> dict[str, str]:
+def device_capabilities(device: DeviceSpec) -> dict[str, str]:
     """What a plan's device entry stands for: {what it is called: compute capability}, from its
     own compute_capability when stated, else from the known devices its name pattern matches."""
     from fnmatch import fnmatchcase
 
     if device.compute_capability is not None:
         return {device.name or f"compute capability {device.compute_capability}": device.compute_capability}
-    return {name: cc for name, cc in KNOWN_DEVICES.items() if fnmatchcase(name, device.name)}
+    pattern = device.name or ""
+    return {name: cc for name, cc in KNOWN_DEVICES.items() if fnmatchcase(name, pattern)}
 
 
-def unrunnable_device(declared: list[str], device) -> str | None:
+def unrunnable_device(declared: list[str], device: DeviceSpec) -> str | None:
     """Why a plan's device can run none of its architectures, or None when it can (or qualify
     cannot tell: a name it does not know)."""
     known = device_capabilities(device)
