@@ -33,7 +33,7 @@ def copy_tree(tmp_path: Path) -> Path:
 def test_layer_contracts_are_kept():
     done = lint(ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "2 kept, 0 broken" in done.stdout
+    assert "4 kept, 0 broken" in done.stdout
 
 
 def test_a_planted_upward_import_breaks_the_layers(tmp_path):
@@ -55,6 +55,38 @@ def test_a_planted_import_of_the_device_floor_breaks_the_offline_contract(tmp_pa
     assert done.returncode == 1, done.stdout + done.stderr
     assert "report --check runs without the device floor BROKEN" in done.stdout
     assert "qualify.evaluate.stats -> qualify.run.device" in done.stdout
+
+
+def test_a_planted_cycle_between_two_modules_breaks_the_acyclic_contract(tmp_path):
+    """Two modules of one package importing each other (here inside a function, which counts) sit
+    in one layer, so only the acyclic contract sees the loop."""
+    root = copy_tree(tmp_path)
+    hints = root / "qualify" / "build" / "hints.py"
+    hints.write_text(
+        hints.read_text() + "\n\ndef _planted():\n    from qualify.build import nvrtc  # planted: nvrtc imports hints\n"
+    )
+    done = lint(root)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "No import cycles between modules BROKEN" in done.stdout
+    assert "Packages import only the layers below them KEPT" in done.stdout  # only the new contract sees it
+
+
+def test_a_command_importing_another_breaks_the_commands_contract(tmp_path):
+    root = copy_tree(tmp_path)
+    summary = root / "qualify" / "commands" / "summary.py"
+    summary.write_text(summary.read_text() + "\nfrom qualify.commands import doctor  # planted: a command's helper\n")
+    done = lint(root)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Commands import no other command but those they build on BROKEN" in done.stdout
+    assert "qualify.commands.summary -> qualify.commands.doctor" in done.stdout
+
+
+def test_a_new_module_in_commands_must_be_placed(tmp_path):
+    root = copy_tree(tmp_path)
+    (root / "qualify" / "commands" / "helper.py").write_text('"""Planted: a module nobody placed."""\n')
+    done = lint(root)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Commands import no other command but those they build on BROKEN" in done.stdout
 
 
 def test_report_check_loads_no_device_module():

@@ -87,3 +87,25 @@ def test_headers_reach_the_compile_worker_without_being_copied(tmp_path, monkeyp
     assert sent["bytes"] >= 4 * blob  # every header reached the worker's stdin
     # what the test's stand-in reads back is one copy (64 MiB); qualify itself adds almost nothing
     assert peak < 4 * blob + (8 << 20), f"{peak >> 20} MiB allocated to send {4 * blob >> 20} MiB"
+
+
+def test_plan_check_shows_a_bounded_table_of_a_large_plan_and_checks_every_case(tmp_path, capsys):
+    """Laying out a 1,000-case table took rich 15 s; the table shows SHOWN_CASES cases and says how
+    many more were checked, and a fault in a case beyond them is still found."""
+    from plans import make_repo, plan_copy
+    from test_refused_inputs import run_cli
+
+    from qualify.render.terminal import SHOWN_CASES
+
+    plan = plan_copy()
+    extra = 3 * SHOWN_CASES
+    plan["workload"]["cases"] += [{"N": 5_000 + i} for i in range(extra)]
+    path = make_repo(tmp_path / "ok", plan)
+    code, out, err = run_cli(["plan", "check", path, "--no-compile"], capsys)
+    shown = len(plan["workload"]["cases"])
+    assert code == 0, err
+    assert f"and {shown - SHOWN_CASES} more cases, each checked" in " ".join(out.split())
+    assert "N=5000 " in out and f"N={5_000 + extra - 1} " not in out
+    plan["workload"]["cases"][-1] = {"N": -1}  # the last case: never shown, still checked
+    code, _, err = run_cli(["plan", "check", make_repo(tmp_path / "bad", plan), "--no-compile"], capsys)
+    assert code == 2 and "N=-1" in err, err

@@ -49,6 +49,7 @@ def test_protocols_exist():
     assert PROTOCOLS, "protocols/ holds no plan"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("plan", PROTOCOLS, ids=[p.parent.name for p in PROTOCOLS])
 def test_protocol_passes_plan_check_for_every_architecture(plan, capsys):
     code, out, err = run_cli(["plan", "check", str(plan)], capsys)

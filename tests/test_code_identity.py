@@ -225,6 +225,7 @@ def test_without_a_trace_of_every_case_the_launches_stay_unknown():
     assert code_identity.with_traced_launches(known, [_case([_call()], [_call()])]) == known  # an answer given stands
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C compiler")
 def test_host_only_libraries_in_compare_record_an_unknown(tmp_path):
     from test_compare import build, compare

@@ -16,6 +16,7 @@ def test_records_exist():
     assert {p.name for p in RECORDS} >= {"attention-wide"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("record", RECORDS, ids=[p.name for p in RECORDS])
 def test_report_check_passes(record, capsys):
     with pytest.raises(SystemExit) as exc:

@@ -43,6 +43,7 @@ def test_device_lists_refused(text, count, message):
     assert info.value.field == "--devices"
 
 
+@pytest.mark.slow
 def test_three_workers_share_one_record_without_races(tmp_path):
     plan = make_repo(tmp_path, small_plan(), freeze=True)
     record = tmp_path / "records" / "shared"
@@ -58,6 +59,7 @@ def test_three_workers_share_one_record_without_races(tmp_path):
     assert len({t.provenance.device.uuid for t in Record(record).trials()}) == 3
 
 
+@pytest.mark.slow
 def test_a_failing_device_is_its_own_and_the_others_go_on(tmp_path):
     plan = make_repo(tmp_path, small_plan(), freeze=True)
     record = tmp_path / "records" / "shared"

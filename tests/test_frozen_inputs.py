@@ -26,6 +26,7 @@ from plans import HEADER, KERNEL, make_repo, plan_copy
 from test_refused_inputs import refused, run_cli  # one CLI-refusal helper for both refusal suites
 
 from qualify.build import nvrtc
+from qualify.build.header_reads import BUILTIN
 from qualify.build.nvrtc import KernelSpec, compile_kernel
 from qualify.errors import FrozenInputChanged, PlanError, printable
 from qualify.plan.checks import warmup_launches
@@ -199,7 +200,7 @@ def test_a_tune_h_in_the_working_directory_is_not_picked_up(tmp_path, monkeypatc
     (cwd / "tune.h").write_text("#define TUNE 100.0f\n")
     monkeypatch.chdir(cwd)
     spec = KernelSpec(source=(repo / "kernels" / "k.cu").resolve(), kernel="axpy<1>", arch="sm_90", root=repo.resolve())
-    read = [Path(name) for name, digest in compile_kernel(spec).headers if digest != nvrtc.BUILTIN]
+    read = [Path(name) for name, digest in compile_kernel(spec).headers if digest != BUILTIN]
     assert (repo / "kernels" / "tune.h").resolve() in read
     assert all(p.is_absolute() and not p.is_relative_to(cwd) for p in read), read
     assert path.exists()
@@ -360,7 +361,7 @@ def test_fuzz_nvrtc_reports_what_the_scanner_proposes(tmp_path_factory, line):
     source = root / "k.cu"
     source.write_text(f'{line}\nextern "C" __global__ void k(int* x) {{ x[0] = TUNE; }}\n')
     compiled = compile_kernel(KernelSpec(source=source, kernel="k", arch="sm_90", root=root))
-    read = {Path(n).name for n, d in compiled.headers if d != nvrtc.BUILTIN}
+    read = {Path(n).name for n, d in compiled.headers if d != BUILTIN}
     proposed = {name for name, _ in include_candidates(source.read_text())}
     assert read == {"tune.h"} and read <= proposed, (line, read, proposed)
 

@@ -145,3 +145,38 @@ def test_hostile_labels_are_escaped_in_the_table(repo, tmp_path):  # noqa: F811
     import re
 
     assert not re.search(r"(?<!\\)<img", text) and "a\\|b" in text
+
+
+def test_library_builds_run_in_a_worktree_of_the_base_and_in_the_working_tree(repo, tmp_path):  # noqa: F811
+    """The CI build command runs in both trees; the base's build reads the base's files."""
+    import sys
+
+    from qualify.commands.gate import build_libraries
+
+    (repo / "lib.txt").write_text("base\n")
+    _git(repo, "add", "lib.txt")
+    _git(repo, "commit", "-qm", "lib")
+    base = _head(repo)
+    (repo / "lib.txt").write_text("now\n")
+    script = "import shutil; shutil.copy('lib.txt', 'built-base.so'); shutil.copy('lib.txt', 'built-cand.so')"
+    entry = {"build": [sys.executable, "-c", script], "base": "built-base.so", "candidate": "built-cand.so"}
+    work = tmp_path / "work"
+    work.mkdir()
+    libs = build_libraries(repo, base, entry, work)
+    assert libs["base"]["rev"].read_text() == "base\n" and libs["candidate"]["now"].read_text() == "now\n"
+    assert (repo / "lib.txt").read_text() == "now\n"  # the working tree's files untouched
+    from qualify.commands.gate_tree import git
+
+    git(repo, "worktree", "remove", "--force", str(work / "rev-worktree"))
+    assert str(work) not in git(repo, "worktree", "list").decode()
+
+
+def test_a_build_command_that_is_not_a_list_is_refused(repo, tmp_path):  # noqa: F811
+    from qualify.commands.gate import build_libraries
+    from qualify.errors import UsageError
+
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(UsageError, match="list of strings"):
+        build_libraries(repo, _head(repo), {"build": "make && rm -rf /", "base": "a", "candidate": "b"}, work)
+    assert not (work / "rev-worktree").exists()  # refused before any worktree was made

@@ -37,6 +37,7 @@ def stats(ratio, lo, hi, mde=0.5) -> PooledStats:
         (1.011, 0.999, 1.023, "cant_tell"),  # straddles 1 and leaves +2 %
         (1.0101, 1.0001, 1.0199, "slower"),
         (1.0099, 1.0001, 1.0199, "unchanged"),  # change not beyond the 1 % tolerated
+        (1.00995, 1.0001, 1.0199, "unchanged"),
         (0.98, 0.975, 0.985, "faster"),
         (0.995, 0.98, 1.0, "unchanged"),  # the edge of ±2 % counts as inside
         (0.995, 0.9799, 1.0, "cant_tell"),
@@ -147,6 +148,10 @@ def _protocol(*cases, error=None, status="gated") -> GateProtocol:
 def test_outcomes():
     assert outcome([_protocol(_case(), _case("faster"), _case("identical_code"))])[:2] == ("pass", ExitCode.QUALIFIED)
     assert outcome([_protocol(_case("slower"))])[:2] == ("fail", ExitCode.NOT_QUALIFIED)
+    assert outcome([_protocol(_case("slower"), _case(bytes_="beyond_tolerance"))])[2].endswith(
+        "2 case(s): 1 slower, 1 with outputs beyond the bound"
+    )
+    assert outcome([_protocol(_case("cant_tell"), _case(), error="x")])[2].endswith("1 can't tell, 1 not gated")
     assert outcome([_protocol(_case(bytes_="beyond_tolerance"))])[:2] == ("fail", ExitCode.NOT_QUALIFIED)
     assert outcome([_protocol(_case(bytes_="within_tolerance"))])[0] == "pass"
     assert outcome([_protocol(_case("cant_tell"))])[:2] == ("incomplete", ExitCode.INCOMPLETE)
@@ -154,3 +159,100 @@ def test_outcomes():
     assert outcome([_protocol(status="error")])[0] == "incomplete"
     assert outcome([_protocol(_case("slower"), error="x")])[0] == "fail"
     assert outcome([])[:2] == ("pass", ExitCode.QUALIFIED)
+
+
+def test_a_derived_plan_rebases_each_arm_kinds_paths_to_its_tree():
+    from pathlib import Path
+
+    import test_python_arms
+    from plans import PLAN
+
+    from qualify.commands.gate_plans import derive
+    from qualify.plan.model import Plan
+
+    rev_dir, now_dir = Path("/t/rev/protocols/p"), Path("/t/now/protocols/p")
+    cuda = Plan.model_validate(
+        {**PLAN, "arms": {**PLAN["arms"], "base": {**PLAN["arms"]["base"], "include_dirs": ["inc"]}}}
+    )
+    data = derive(cuda, cuda, rev_dir, now_dir, "base", "abc")
+    assert data["arms"]["base"]["source"] == "../../../rev/kernels/k.cu"
+    assert data["arms"]["base"]["include_dirs"] == ["../../../rev/protocols/p/inc"]
+    assert data["arms"]["candidate"]["source"] == "../../kernels/k.cu"
+    assert data["acceptance"]["gates"] == [] and data["controls"]["negative"] == []
+    assert "fidelity" not in data["stop"]["fail_fast"]
+    py = Plan.model_validate(test_python_arms.python_plan())
+    data = derive(py, py, rev_dir, now_dir, "base", "abc")
+    assert data["arms"]["base"]["callable"] == "../../../rev/kernels/py/axpy.py:axpy"
+    assert data["arms"]["candidate"]["callable"] == "../../kernels/py/axpy.py:axpy"
+
+
+def test_a_case_gets_the_rule_that_selects_it_by_id_or_by_its_values():
+    from plans import PLAN
+
+    from qualify.evaluate.gate import rule_for
+    from qualify.plan.model import Plan
+    from qualify.plan.resolve import ResolvedCase
+
+    plan = Plan.model_validate(
+        {
+            **PLAN,
+            "gate": {
+                "detect_pct": 4.0,
+                "cases": [{"cases": ["N=1024"], "detect_pct": 1.0}, {"where": "N > 2000", "detect_pct": 3.0}],
+            },
+        }
+    )
+    case = lambda cid, n: ResolvedCase(index=0, id=cid, values={"N": n}, arms={})  # noqa: E731
+    assert rule_for(plan, case("N=1024", 1024)).detect_pct == 1.0
+    assert rule_for(plan, case("N=4096", 4096)).detect_pct == 3.0
+    assert rule_for(plan, case("N=7", 7)).detect_pct == 4.0
+
+
+def _trial(uuid: str, status: str = "complete"):
+    from types import SimpleNamespace
+
+    device = SimpleNamespace(name="NVIDIA H200", uuid=uuid)
+    return SimpleNamespace(status=status, provenance=SimpleNamespace(device=device), cases=[], failures=[])
+
+
+def test_one_machine_is_read_and_two_are_refused():
+    from types import SimpleNamespace
+
+    from qualify.evaluate.gate import one_machine
+
+    a, b = "GPU-aaaaaaaaaaaa-0", "GPU-bbbbbbbbbbbb-0"
+    assert one_machine(SimpleNamespace(trials=[_trial(a), _trial(a)])) == "NVIDIA H200 (GPU-aaaaaaaa)"
+    assert one_machine(SimpleNamespace(trials=[_trial(a), _trial(b, "failed")])) == "NVIDIA H200 (GPU-aaaaaaaa)"
+    assert one_machine(SimpleNamespace(trials=[])) is None
+    with pytest.raises(ValueError, match="2 machines"):
+        one_machine(SimpleNamespace(trials=[_trial(a), _trial(b)]))
+
+
+def test_judge_timed_reads_the_machines_pooled_case_and_counts_its_trials():
+    from types import SimpleNamespace
+
+    from plans import PLAN
+
+    from qualify.evaluate.gate import judge_identical, judge_timed
+    from qualify.plan.model import Plan
+    from qualify.plan.resolve import ResolvedCase
+
+    plan = Plan.model_validate(PLAN)
+    cases = [ResolvedCase(index=i, id=f"N={n}", values={"N": n}, arms={}) for i, n in enumerate((1024, 4096))]
+    trial = _trial("GPU-aaaaaaaaaaaa-0")
+    trial.cases = [SimpleNamespace(case="N=1024", parity=[_parity(True)])]
+    results = SimpleNamespace(
+        trials=[trial, _trial("GPU-aaaaaaaaaaaa-0", "failed")],
+        pooled={"NVIDIA H200 (GPU-aaaaaaaa)": {"N=1024": stats(1.05, 1.04, 1.06)}},
+    )
+    machine, judged = judge_timed(plan, cases, results)
+    assert machine == "NVIDIA H200 (GPU-aaaaaaaa)"
+    assert [(c.case, c.gate_class, c.trials, c.bytes) for c in judged] == [
+        ("N=1024", "slower", 1, "identical"),
+        ("N=4096", "cant_tell", 0, "not_compared"),
+    ]
+    assert judged[0].ratio == 1.05 and judged[1].ratio is None
+    same = judge_identical(plan, cases, "identical machine code on sm_90")
+    assert [c.gate_class for c in same] == ["identical_code"] * 2 and same[
+        0
+    ].reason == "identical machine code on sm_90"

@@ -395,7 +395,12 @@ def test_the_start_up_check_refuses_a_driver_that_cannot_load_the_code(monkeypat
 
 
 def test_run_on_such_a_driver_is_one_line_exit_5_and_no_record(monkeypatch, capsys, tmp_path):
+    """The parent only identifies the device; its trial process opens it and is refused: the run
+    exits with that code, one line, and leaves no record."""
+    from test_invocation import children_in_process
+
     monkeypatch.setattr(device_module, "_driver", lambda: FakeDriver(12040, load_result=UNSUPPORTED_PTX))
+    children = children_in_process(monkeypatch)
     refused(
         capsys,
         ["run", ROOT / "protocols/vecload/plan.json", "--record", tmp_path / "record"],
@@ -404,6 +409,7 @@ def test_run_on_such_a_driver_is_one_line_exit_5_and_no_record(monkeypatch, caps
         "pip install 'qualify[cu12]'",
     )
     assert not (tmp_path / "record").exists()
+    assert [c[0] for c in children] == ["trial-process"]
 
 
 # -- tools/compile_protocols.py ------------------------------------------------------------------

@@ -4,6 +4,8 @@ from the survivors of mutating qualify/plan/golden.py)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from plans import HEADER, KERNEL, make_repo
@@ -108,3 +110,28 @@ def test_integers_are_never_judged_finite_or_not(tmp_path, dtype):
     )
     write_golden(path.parent / "golden.safetensors", loaded.plan, _tensors(loaded, dtype, patterns), PRODUCER)
     assert _load(path, loaded).producer == PRODUCER
+
+
+@pytest.mark.parametrize("dtype", ["f8e4m3", "f8e5m2"])
+def test_a_narrow_float_tensor_cut_short_after_the_header_was_read_is_refused(tmp_path, dtype):
+    """fp8 tensors are read at their header's offsets, by qualify, not safetensors (which has no fp8
+    type for NumPy). A file replaced by a shorter one after the header was read (the header still
+    announcing the tensor's full size) must be refused naming the tensor, never read short."""
+    import os
+
+    from qualify.plan.golden import _Reader
+
+    path, loaded = _repo(tmp_path, dtype)
+    golden = path.parent / "golden.safetensors"
+    write_golden(golden, loaded.plan, _tensors(loaded, dtype, DTYPES[dtype][1]), PRODUCER)
+    whole = golden.read_bytes()
+    name = f"{loaded.cases[-1].id}/out"
+    size = int.from_bytes(whole[:8], "little")  # the layout safetensors documents: u64, JSON, data
+    end = json.loads(whole[8 : 8 + size])[name]["data_offsets"][1]
+    with _Reader(golden) as reader:
+        assert reader.tensor(name).size == loaded.cases[-1].values["N"]
+        cut = tmp_path / "cut.safetensors"
+        cut.write_bytes(whole[: 8 + size + end - 1])  # one byte short of the tensor's end
+        os.replace(cut, golden)  # a new file at the path; the open one keeps its header
+        with pytest.raises(PlanError, match=f"{name}: the file ends inside the tensor"):
+            reader.tensor(name)

@@ -32,6 +32,7 @@ def ref(tmp_path) -> str:
     return f"{tmp_path / 'kernels/softmax/reference.py'}:softmax"
 
 
+@pytest.mark.slow
 def test_golden_make_writes_a_golden_that_check_accepts(tmp_path, capsys):
     plan = golden_repo(tmp_path)
     code, stdout, err = run_cli(["golden", "make", plan, "--reference", ref(tmp_path)], capsys)

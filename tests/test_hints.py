@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from qualify.build import hints
-from qualify.build.nvrtc import KernelSpec, compile_kernel
+from qualify.build.nvrtc import KernelSpec, cccl_include_dir, compile_kernel
 from qualify.errors import BuildError
 
 LOG = (
@@ -30,13 +30,13 @@ def test_each_host_macro_is_named_once_with_its_fix():
 
 def test_an_unknown_identifier_gets_no_hint():
     assert hints.host_macro('k.cu(3): error: identifier "my_thing" is undefined') == ""
-    assert hints.for_log('k.cu(3): error: identifier "my_thing" is undefined', None) == ""
+    assert hints.for_log('k.cu(3): error: identifier "my_thing" is undefined', None, None) == ""
 
 
 def test_a_missing_header_hint_comes_before_a_macro_hint(tmp_path):
     log = 'k.cu(1): catastrophic error: cannot open source file "float.h"\n' + LOG
     spec = KernelSpec(source=tmp_path / "k.cu", kernel="k", arch="sm_90", root=tmp_path)
-    assert "host C++ headers" in hints.for_log(log, spec)
+    assert "host C++ headers" in hints.for_log(log, spec, cccl_include_dir())
 
 
 def _compile(folder: Path, body: str):

@@ -8,15 +8,16 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 from plans import HEADER, KERNEL, make_repo, plan_copy
 from test_refused_inputs import refused, run_cli
 
-from qualify.build import nvrtc
+from qualify.build import header_reads, nvrtc
 from qualify.build.arms import kernel_spec
 from qualify.commands.check import check_plan
-from qualify.errors import BuildError
+from qualify.errors import BuildError, QualifyError
 from qualify.plan.load import load_plan
 from qualify.plan.model.hardware import ARCH_SPECIFIC, FAMILY_SPECIFIC, refusal, runs_on, target_for
 
@@ -104,8 +105,14 @@ def test_a_device_compiles_the_plans_arch_specific_target(tmp_path):
 def test_an_architecture_nvrtc_does_not_know_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(nvrtc, "supported_archs", lambda: (75, 80))
     path = hopper_repo(tmp_path, ("sm_90a",), kernel=KERNEL)
-    with pytest.raises(BuildError, match=r"cannot compile for sm_90a \(it knows sm_75, sm_80\)"):
+    # plan check reports every arm NVRTC refuses together: each is its own line, all naming sm_90a
+    with pytest.raises(QualifyError) as caught:
         check_plan(path)
+    errors = list(caught.value.each())
+    assert len(errors) >= 2  # both arms target sm_90a
+    for each in errors:
+        assert isinstance(each, BuildError)
+        assert re.search(r"cannot compile for sm_90a \(it knows sm_75, sm_80\)", each.one_line()), each.one_line()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,8 +131,8 @@ def test_done_when_an_sm_90a_kernel_with_cccl_compiles_and_the_lock_lists_every_
     read = set()
     for compiled in check_plan(path).compiled.values():
         for name, digest in compiled.headers:
-            if digest != nvrtc.BUILTIN and nvrtc._inside(CCCL.resolve(), nvrtc.Path(name).resolve()):
-                read.add(nvrtc.cccl_key(CCCL.resolve(), nvrtc.Path(name).resolve()))
+            if digest != header_reads.BUILTIN and header_reads._inside(CCCL.resolve(), Path(name).resolve()):
+                read.add(header_reads.cccl_key(CCCL.resolve(), Path(name).resolve()))
     assert read == frozen  # every CCCL header NVRTC read, and only those
 
 

@@ -102,6 +102,7 @@ BOUNDED_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, damage, command, fragment",
     BOUNDED_CASES,
@@ -255,6 +256,7 @@ def test_a_plots_folder_link_is_refused_and_nothing_beyond_it_removed(rec, outsi
 # item 15: --devices leaves no worker logs behind
 
 
+@pytest.mark.slow
 def test_devices_leaves_no_worker_logs_in_tmpdir(tmp_path, monkeypatch):
     from qualify.procs import fleet
     from qualify.run import device
@@ -265,8 +267,13 @@ def test_devices_leaves_no_worker_logs_in_tmpdir(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     monkeypatch.setattr(device, "device_count", lambda: 1)
     said = []
-    fleet.run_on_devices(["run", str(plan)], plan, tmp_path / "record", "0", None, False, None, said.append)
+    from qualify.procs.invocation import resolve
+
+    resolved = resolve(plan, tmp_path / "record", False, None, None, ["run", str(plan)])
+    fleet.run_on_devices(resolved, "0", said.append)
     assert len(said) == 1 and said[0].startswith("device 0: exit ")  # the worker's last line, kept
+    # the worker read the invocation it was given and went as far as the device (none here: 5)
+    assert "invocation" not in said[0] and said[0].startswith("device 0: exit 5: qualify: error:"), said[0]
     assert list(tmp.iterdir()) == []
 
 

@@ -209,6 +209,7 @@ def _project(tmp_path: Path, tests: str = TESTS) -> tuple[Path, Path]:
     return root, config
 
 
+@pytest.mark.slow
 def test_a_run_classifies_every_mutant_and_reports_survivors(tmp_path, capsys):
     root, config = _project(tmp_path)
     out = tmp_path / "report"
@@ -294,10 +295,12 @@ CORE = (
 
 
 def test_the_configuration_names_every_core_module_with_existing_tests():
-    """One command mutates any core module later: each has its tests listed, and they exist."""
+    """One command mutates any core module later: each has its tests listed, and they exist; the
+    core held to the bar (and drawn by CI's rotation) keeps every module it ever held."""
     config = mutate.load_config(mutate.CONFIG)
     root = Path(__file__).resolve().parents[1]
-    for module in CORE:
+    assert set(CORE) <= set(config["core"])
+    for module in config["core"]:
         assert (root / module).is_file() and config["targets"][module]
         for test in config["targets"][module]:
             assert (root / test).is_file(), test
@@ -357,6 +360,7 @@ def test_merging_reports_applies_the_equivalence_list_as_it_stands(tmp_path, cap
     assert "code: after." in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_every_listed_equivalent_is_a_mutant_of_the_module_as_it_is():
     """An entry whose line was since edited matches nothing: it would hide no survivor, but it would
     claim a reasoning about code that no longer exists. Such entries are removed, not kept."""
@@ -392,7 +396,7 @@ def test_the_score_tables_in_the_documents_are_those_of_the_committed_reports():
     root = Path(__file__).resolve().parents[1]
     for doc in table_tool.DOCUMENTS:
         rows = _table_rows(doc)
-        assert sorted(r[0].strip("`") for r in rows) == sorted(CORE), doc
+        assert sorted(r[0].strip("`") for r in rows) == sorted(mutate.load_config(mutate.CONFIG)["core"]), doc
         for module, total, tried, killed, survived, equivalent, score, report, code in rows:
             _, data = table_tool.read_run(root / report.strip("`"))
             (m,) = [m for m in data["modules"] if m["module"] == module.strip("`")]
@@ -425,6 +429,122 @@ def test_every_committed_sample_of_every_seed_meets_the_bar_and_is_tabled():
         assert float(row[6].removesuffix(" %")) >= 90.0, row
 
 
+def _reach() -> tuple[dict[str, Path], dict[str, set[str]]]:
+    """qualify's modules (dotted name -> file) and what each imports of them, at any depth of the
+    file (an import inside a function counts: it runs when the function does), or starts as a
+    process by its name."""
+    root = Path(__file__).resolve().parents[1]
+    files = {}
+    for path in sorted((root / "qualify").rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {name: _imported(path, name, path.name == "__init__.py", files) for name, path in files.items()}
+    return files, graph
+
+
+def _imported(path: Path, name: str, package: bool, known) -> set[str]:
+    here = name if package else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in known:
+            names = [node.value]  # started as a process: [sys.executable, "-m", "qualify.run.worker"]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = here.split(".")[: len(here.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            names = [base, *(f"{base}.{a.name}" for a in node.names)]
+        for n in names:
+            while n:
+                if n in known:
+                    out.add(n)
+                n = n.rpartition(".")[0]
+    return out
+
+
+def _test_imports(path: Path, files: dict[str, Path]) -> set[str]:
+    """The package's modules a test file imports, itself or through the helpers it imports from
+    tests/ (plans.py, fleet_worker.py, another test file's run_cli)."""
+    helpers = {p.stem: p for p in path.parent.glob("*.py")}
+    out, seen, todo = set(), set(), [path]
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        out |= _imported(p, "tests", False, files)
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module in helpers:
+                todo.append(helpers[node.module])
+            elif isinstance(node, ast.Import):
+                todo.extend(helpers[a.name] for a in node.names if a.name in helpers)
+    return out
+
+
+def test_every_module_of_the_package_has_tests_that_reach_it():
+    """`tools/mutate.py MODULE` works for any module: each one with a function has target test files
+    that exist, at least one of which reaches the module, by importing it (directly, through the
+    modules it imports, or through a helper of tests/) or by starting it as a process."""
+    root = Path(__file__).resolve().parents[1]
+    config = mutate.load_config(mutate.CONFIG)
+    files, graph = _reach()
+    tests_dir = root / "tests"
+    reached: dict[str, set[str]] = {}
+
+    def reaches(test_path: Path) -> set[str]:
+        if test_path.name not in reached:
+            seen, todo = set(), list(_test_imports(test_path, files))
+            while todo:
+                m = todo.pop()
+                if m not in seen:
+                    seen.add(m)
+                    todo.extend(graph[m])
+            reached[test_path.name] = seen
+        return reached[test_path.name]
+
+    for name, path in files.items():
+        module = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(tree)):
+            continue  # definitions only (models, a package's names): mutants live in functions
+        assert config["targets"].get(module), f"{module}: no entry in tools/mutation.json"
+        for test in config["targets"][module]:
+            assert (root / test).is_file() and (root / test).parent == tests_dir, (module, test)
+        assert any(name in reaches(root / t) for t in config["targets"][module]), f"no test of {module} reaches it"
+
+
+def test_a_rotation_draws_every_core_module_in_turn():
+    core = [f"qualify/m{i}.py" for i in range(7)]
+    assert mutate.rotation(core, 2, 0) == ["qualify/m0.py", "qualify/m1.py"]
+    assert mutate.rotation(core, 2, 6) == ["qualify/m6.py", "qualify/m0.py"]  # round the end
+    assert mutate.rotation(list(reversed(core)), 3, 10) == ["qualify/m3.py", "qualify/m4.py", "qualify/m5.py"]
+    assert {m for seed in range(7) for m in mutate.rotation(core, 1, seed)} == set(core)
+    assert mutate.rotation(core, 99, 4) == sorted(core, key=lambda m: (core.index(m) - 4) % 7)  # each once
+    with pytest.raises(mutate.ToolError, match="no 'core' modules"):
+        mutate.rotation([], 2, 1)
+
+
+def test_rotate_runs_the_drawn_core_modules_and_names_them(tmp_path, capsys):
+    root, config = _project(tmp_path)
+    data = json.loads(config.read_text())
+    data["core"] = list(data["targets"])
+    config.write_text(json.dumps(data))
+    code = mutate.main(["--root", str(root), "--config", str(config), "--rotate", "1", "--seed", "3", "--list"])
+    out = capsys.readouterr().out
+    assert code == 0 and f"core modules {data['core'][0]} (--rotate 1 of 1)" in out
+    assert mutate.main(["--root", str(root), "--config", str(config), "--rotate", "0", "--list"]) == 2
+    assert "--rotate: 0 modules" in capsys.readouterr().err
+    both = ["--root", str(root), "--config", str(config), "--rotate", "1", "pkg/small.py", "--list"]
+    assert mutate.main(both) == 2 and "name none" in capsys.readouterr().err
+    data["core"] = ["pkg/elsewhere.py"]  # a core module without tests
+    config.write_text(json.dumps(data))
+    assert mutate.main(["--root", str(root), "--config", str(config), "--rotate", "1", "--list"]) == 2
+    assert "'core' lists modules, each with its tests in 'targets'" in capsys.readouterr().err
+
+
 def test_ci_runs_a_mutation_sample_that_fails_below_the_bar():
     """The README's ci:commands block, which .ci/run executes line by line under `set -e`, gates on
     a mutation score; --fail-under is what makes the line exit non-zero (tested above)."""
@@ -438,6 +558,8 @@ def test_ci_runs_a_mutation_sample_that_fails_below_the_bar():
         assert "--sample" in args and int(args[args.index("--sample") + 1]) > 0, line
         # the bar holds on any sample, not on one: each commit draws its own
         assert "--seed" in args and args[args.index("--seed") + 1] == "git", line
+        # and on any core module, not on two fixed ones: the seed draws them in turn
+        assert "--rotate" in args and not [a for a in args if a.startswith("qualify/")], line
 
 
 def test_a_seed_from_git_is_the_commits_and_is_printed_first(tmp_path, capsys):
@@ -455,6 +577,7 @@ def test_a_seed_from_git_is_the_commits_and_is_printed_first(tmp_path, capsys):
     assert "neither an integer nor 'git'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_recheck_runs_only_the_survivors_again_and_keeps_the_rest_of_the_sample(tmp_path, capsys):
     root, config = _project(tmp_path)
     first = tmp_path / "first"
@@ -544,3 +667,24 @@ def test_a_malformed_report_to_merge_is_one_line(tmp_path, capsys):
     assert mutate.main(["--merge", str(bad), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "lacking its seed, sample, commit or modules" in err
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"# README \xe2\x80\x94 not code\nThis is prose.\n", "not Python that parses (line 2"),
+        (b"\xff\xfe binary", "not UTF-8 text (byte 0)"),
+        (b"x = '\x00'\n", "not Python that parses"),
+    ],
+)
+def test_a_module_that_is_not_python_is_one_line_and_exit_2(tmp_path, capsys, content, message):
+    """Issue 36: a module argument naming a text or binary file printed a SyntaxError or
+    UnicodeDecodeError traceback; it is refused in one line before anything runs."""
+    root, config = _project(tmp_path)
+    (root / "pkg" / "notes.py").write_bytes(content)
+    for extra in (["--list"], []):
+        code = mutate.main(["pkg/notes.py", "--root", str(root), "--config", str(config), "--tests", "t.py", *extra])
+        err = capsys.readouterr().err
+        assert (
+            code == 2 and err.count("\n") == 1 and err.startswith("mutate: error: pkg/notes.py: ") and message in err
+        ), err

@@ -17,8 +17,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "qualify"
 # (file relative to qualify/, call as written) -> why it cannot write through a planted link
 ALLOWED = {
     ("build/machine_code.py", "path.write_bytes"): "a CUBIN for nvdisasm in a fresh private TemporaryDirectory (0700)",
-    ("commands/fleet.py", "open"): "worker logs in a fresh private TemporaryDirectory (0700), removed with it",
+    ("procs/fleet.py", "open"): "worker logs in a fresh private TemporaryDirectory (0700), removed with it",
     ("run/library.py", "shutil.copyfile"): "a second copy of a library in a fresh private mkdtemp folder (0700)",
+    (
+        "procs/invocation.py",
+        "open",
+    ): "the invocation, created exclusively ('xb') in the run's fresh private mkdtemp folder (0700)",
     ("build/compile_worker.py", "open"): "reads /proc/self/maps (mode 'r' is checked below; listed for the call)",
 }
 

@@ -54,6 +54,7 @@ def digests(plots: dict[str, bytes]) -> dict[str, str]:
     return {k: hashlib.sha256(v).hexdigest() for k, v in plots.items()}
 
 
+@pytest.mark.slow
 def test_every_device_gets_four_plots_named_in_the_readme(record):
     names = sorted(p.relative_to(record).as_posix() for p in (record / "plots").iterdir())
     kinds = ("order", "ratio", "roofline", "samples")
@@ -65,6 +66,7 @@ def test_every_device_gets_four_plots_named_in_the_readme(record):
     assert list(device_plots(results)) == ["NVIDIA H200 (GPU-1111aaaa)", "NVIDIA L40S (GPU-2222bbbb)"]
 
 
+@pytest.mark.slow
 def test_plots_are_the_same_bytes_every_time_and_in_another_process(record):
     plan, _ = plan_and_lock()
     results = Record(record).results()
@@ -93,6 +95,7 @@ def test_plots_are_the_same_bytes_every_time_and_in_another_process(record):
     assert json.loads(out.stdout) == digests(first)
 
 
+@pytest.mark.slow
 def test_svgs_carry_no_date_and_name_their_matplotlib_and_data(record):
     import matplotlib
 
@@ -103,6 +106,7 @@ def test_svgs_carry_no_date_and_name_their_matplotlib_and_data(record):
     assert re.fullmatch(r"[0-9a-f]{64}", digest)
 
 
+@pytest.mark.slow
 def test_report_adds_plots_to_a_record_without_changing_its_numbers(copy):
     shutil.rmtree(copy / "plots")
     before = {p.relative_to(copy).as_posix(): p.read_bytes() for p in copy.rglob("*") if p.is_file()}
@@ -115,6 +119,7 @@ def test_report_adds_plots_to_a_record_without_changing_its_numbers(copy):
     assert plot_problems(copy, Record(copy).results(), plan) == []
 
 
+@pytest.mark.slow
 def test_a_tampered_or_stale_plot_is_found(copy):
     plan, _ = plan_and_lock()
     results = Record(copy).results()
@@ -130,6 +135,7 @@ def test_a_tampered_or_stale_plot_is_found(copy):
     assert b"#ff7f0e" in path.read_bytes()
 
 
+@pytest.mark.slow
 def test_under_another_matplotlib_the_declared_data_is_compared(copy):
     import matplotlib
 
@@ -182,6 +188,7 @@ def test_hostile_device_names_are_drawn_as_plain_text(tmp_path):
     assert "$\\frac{1}{2}$ &lt;/text&gt;&lt;script&gt;x&lt;/script&gt;\\x1b[2J" in text
 
 
+@pytest.mark.slow
 def test_report_check_refuses_an_edited_or_missing_plot(tmp_path):
     import shutil
 

@@ -105,6 +105,7 @@ def edited_trials(draw) -> dict:
     return doc
 
 
+@pytest.mark.slow
 @READERS
 @given(doc=edited_trials() | json_values)
 @example(doc={**TRIAL, "code": {**TRIAL["code"], "digests": {}}})  # compared code without digests (item 4)

@@ -498,6 +498,7 @@ def test_unreadable_results_raise_a_plan_error_naming_the_file(copy):
     assert info.value.file == str(copy / "results.json")
 
 
+@pytest.mark.slow
 def test_rebuild_rewrites_the_derived_files(copy, built):
     (copy / "README.md").unlink()
     (copy / "results.json").unlink()
@@ -586,6 +587,7 @@ def test_merge_refuses_a_non_empty_destination(two_records, tmp_path):
     assert sorted(p.name for p in dest.iterdir()) == ["keep.txt"]
 
 
+@pytest.mark.slow
 def test_merge_keeps_a_trial_that_left_only_a_ledger_entry(two_records, tmp_path):
     a, b = two_records
     crashed = Path(shutil.copytree(a, tmp_path / "crashed"))
@@ -811,6 +813,7 @@ def test_a_one_trial_readme_says_its_interval_covers_one_process_only(built):
     assert "| n/a (one trial) |" in text
 
 
+@pytest.mark.slow
 def test_a_tampered_pooled_figure_is_found(copy):
     data = json.loads((copy / "results.json").read_text())
     data["pooled"]["NVIDIA H200 (GPU-1111aaaa)"]["N=1024"]["ci_high"] *= 1.01
@@ -825,6 +828,7 @@ def test_a_tampered_pooled_figure_is_found(copy):
     )
 
 
+@pytest.mark.slow
 def test_a_results_json_without_pooled_figures_is_found(copy):
     data = json.loads((copy / "results.json").read_text())
     del data["pooled"]
@@ -832,6 +836,7 @@ def test_a_results_json_without_pooled_figures_is_found(copy):
     assert any("pooled.NVIDIA H200 (GPU-1111aaaa): missing" in p for p in check_record(copy))
 
 
+@pytest.mark.slow
 def test_a_trial_whose_recorded_log_moments_were_edited_is_found(copy):
     path = copy / "trials" / "trial-1.json"
     data = json.loads(path.read_text())

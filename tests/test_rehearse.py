@@ -49,6 +49,7 @@ def rehearse(capsys, plan: Path, out: Path, *extra) -> tuple[int, str, str, dict
     return code, stdout, err, found
 
 
+@pytest.mark.slow
 def test_the_softmax_protocol_checks_and_rehearses_clean(tmp_path, capsys):
     code, _, err = run_cli(["plan", "check", SOFTMAX], capsys)
     assert code == 0, err
@@ -103,6 +104,9 @@ def test_a_change_that_keeps_every_bit_is_rehearsed_with_reorder_ulp_zero(tmp_pa
     code, _, err, found = rehearse(capsys, plan, tmp_path / "out", "--reorder-ulp", "0")
     assert code == 0, err
     assert all(c["parity"][0]["equal"] for c in found["cases"])
+    # the record of the rehearsal says what was simulated: nothing moved, not "steps in [-0, 0]"
+    assert found["simulation"] == "identical to the expected values" and found["reorder_ulp"] == 0
+    assert "identical to the expected values" in (tmp_path / "out" / "REHEARSAL.md").read_text()
 
 
 def test_outputs_singled_out_as_bit_exact_are_simulated_identical(tmp_path, capsys):
@@ -232,3 +236,53 @@ def test_a_float64_plan_is_rehearsed_with_its_own_reference(tmp_path, capsys):
     assert code == 0, err
     found = json.loads((tmp_path / "out" / "rehearsal.json").read_text())
     assert found["expected_from"].startswith("the float64 reference ") and all(c["passed"] for c in found["cases"])
+
+
+def test_a_plan_with_golden_inputs_is_rehearsed_on_the_goldens_values(tmp_path, capsys):
+    """Inputs from the golden, expected values from the golden: every case is simulated and judged
+    (a rehearsal that simulated nothing would report no problem and prove nothing)."""
+    from test_golden import setup
+
+    plan = setup(tmp_path)
+    out = tmp_path / "rehearsal"
+    code, _, err = run_cli(["plan", "rehearse", plan, "--out", out], capsys)
+    assert code == 0, err
+    found = json.loads((out / "rehearsal.json").read_text())
+    assert [c["case"] for c in found["cases"]] == ["N=1024", "N=4096"]
+    assert all(c["simulated"] and c["passed"] is True for c in found["cases"]), found["cases"]
+    assert all(set(c["input_sha256"]) == {"x", "y"} for c in found["cases"])
+    assert found["expected_from"].startswith("the golden file golden.safetensors") and found["problems"] == []
+
+
+def test_a_calibrated_gate_is_calibrated_in_the_rehearsal(tmp_path, capsys):
+    """With `calibration`, each simulated case's outputs are perturbed as a trial perturbs them and
+    the rehearsal names the smallest perturbation the gate catches; a ceiling below the bound (64
+    f32 quanta are ~8e-6 relative, under rtol 1e-5) is a vacuous gate, refused before any GPU time."""
+    fidelity = {
+        "mode": "tolerance",
+        "against": "base",
+        "atol": 1e-12,
+        "rtol": 1e-5,
+        "calibration": {"ceiling_quanta": 64, "elements": [1, 16], "seed": 7},
+    }
+    code, _, err, found = rehearse(capsys, softmax_repo(tmp_path / "low", fidelity), tmp_path / "low-out")
+    assert code == 2 and "y: the gate caught no perturbation up to 64 quanta: it is vacuous here" in err
+    assert all(r["vacuous"] for c in found["cases"] for r in c["calibration"]) and found["cases"]
+    fidelity["calibration"]["ceiling_quanta"] = 1024
+    code, _, err, found = rehearse(capsys, softmax_repo(tmp_path / "high", fidelity), tmp_path / "out")
+    assert code == 0, err
+    for case in found["cases"]:
+        assert case["simulated"] and [r["output"] for r in case["calibration"]] == ["y"], case["calibration"]
+        (resolution,) = case["calibration"]
+        assert resolution["case"] == case["case"] and not resolution["vacuous"]
+        assert resolution["smallest_caught"] is not None and resolution["steps"]
+
+
+def test_a_control_a_parity_gate_cannot_see_is_named_as_such(tmp_path, capsys):
+    """Under a parity mode (no counted tolerance, so no declared outcome to compare), a control
+    whose mutation changes nothing is refused saying the gate cannot see it."""
+    controls = [{"kind": "input", "name": "noop", "buffer": "x", "mutation": {"op": "scale", "index": 0, "value": 1.0}}]
+    plan = softmax_repo(tmp_path, {"mode": "bytes", "against": "base"}, controls=controls)
+    code, _, err, found = rehearse(capsys, plan, tmp_path / "out", "--reorder-ulp", "0")
+    assert code == 2 and "negative control noop passes the gate: the gate cannot see it" in err, err
+    assert found["controls"] and not any(c["caught"] for c in found["controls"])

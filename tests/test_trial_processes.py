@@ -11,7 +11,9 @@ from fleet_worker import ProcessWorker, one_trial_on_fake_device
 from plans import make_repo, plan_copy
 
 from qualify.errors import most_severe
-from qualify.procs.trials import GRACE_S, child_command, run_each_in_a_process
+from qualify.procs.runner import GRACE_S
+from qualify.procs.runner import run_in_turn as run_each_in_a_process
+from qualify.procs.trials import trial_command
 from qualify.run.isolation import CaseOutcome, PreflightShared
 
 
@@ -61,6 +63,7 @@ def test_an_interrupted_parent_gives_the_worker_its_grace_then_ends_as_interrupt
         ([0, 5], 5),
         ([0, 6], 6),
         ([0, 99], 70),
+        ([0, -9], 130),  # killed by a signal: its trial is closed as interrupted, and so is the run
         ([], None),
     ],
 )
@@ -68,12 +71,11 @@ def test_the_code_that_reaches_the_caller_over_the_verdict(codes, expected):
     assert most_severe(codes) == expected
 
 
-def test_a_trial_process_runs_one_trial_into_the_record_and_renders_nothing(tmp_path):
-    cmd = child_command(["run", "p.json"], tmp_path / "rec", 3, tmp_path / "w", exploratory=True)
-    assert cmd[cmd.index("--trials") + 1] == "1" and cmd[cmd.index("--device") + 1] == "3"
-    assert cmd[cmd.index("--trial-process") + 1] == str(tmp_path / "w")
-    assert cmd[cmd.index("--record") + 1] == str(tmp_path / "rec") and cmd[-1] == "--exploratory"
-    assert cmd[cmd.index("-m") + 1 : cmd.index("-m") + 4] == ["qualify", "run", "p.json"]
+def test_a_trial_process_is_started_from_the_invocation_file_not_the_command_line(tmp_path):
+    import sys
+
+    cmd = trial_command(tmp_path / "invocation.pickle")
+    assert cmd == [sys.executable, "-m", "qualify", "trial-process", str(tmp_path / "invocation.pickle")]
 
 
 def test_the_first_trials_preflight_is_reused_by_the_later_processes(tmp_path):
@@ -102,6 +104,7 @@ def small_plan():
     return p
 
 
+@pytest.mark.slow
 def test_trials_from_separate_processes_are_judged_with_the_spread_between_them(tmp_path):
     from qualify.commands.pipeline import rederive
     from qualify.plan.load import load_plan

@@ -41,17 +41,34 @@ def test_a_trial_process_loads_its_frozen_plan_without_the_plan_checks(tmp_path)
 
 
 def test_a_trial_process_never_imports_the_terminal_renderer(tmp_path):
-    stub = """
-    from types import SimpleNamespace
-    import qualify.procs.trials as trials
-    from qualify import cli
-    trials.execute = lambda *a, **k: SimpleNamespace(outcome=SimpleNamespace(trials=[], results=None), codes=[])
-    try:
-        cli._execute(["run"], "p", None, 0, 1, False, None, {trial_process})
-    except SystemExit as exc:
-        assert exc.code == {code}, exc.code
-    """
-    child = _modules_after(stub.format(trial_process=repr(str(tmp_path)), code=0))
-    parent = _modules_after(stub.format(trial_process=None, code="cli.ExitCode.INCOMPLETE"))
+    """The hidden `trial-process` command (what a parent starts) renders nothing; `run`'s parent
+    prints the summary. Both driven through the CLI with the trial and the run stubbed."""
+    child = _modules_after(
+        """
+        from types import SimpleNamespace
+        import qualify.procs.invocation as invocation
+        import qualify.procs.trials as trials
+        from qualify.cli import main
+        invocation.read = lambda path: SimpleNamespace()
+        trials.one_trial = lambda resolved, progress: SimpleNamespace(trials=[])
+        try:
+            main(["trial-process", "invocation.pickle"])
+        except SystemExit as exc:
+            assert exc.code == 0, exc.code
+        """
+    )
+    parent = _modules_after(
+        """
+        from types import SimpleNamespace
+        import qualify.procs.trials as trials
+        from qualify.cli import run
+        from qualify.errors import ExitCode
+        trials.run_on_device = lambda resolved: SimpleNamespace(outcome=SimpleNamespace(trials=[], results=None), codes=())
+        try:
+            run._execute(None)
+        except SystemExit as exc:
+            assert exc.code == ExitCode.INCOMPLETE, exc.code
+        """
+    )
     assert "qualify.render.terminal" not in child
     assert "qualify.render.terminal" in parent

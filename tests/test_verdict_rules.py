@@ -282,3 +282,16 @@ def test_a_gate_the_case_cannot_resolve_names_the_interval_it_straddles(recorded
         f"95% CI [{(s.ci_low - 1) * 100:+.2f}%, {(s.ci_high - 1) * 100:+.2f}%]; the smallest change this case can detect is 10.00%, "
         "above the gate's 3.5%"
     ) in v.reasons
+
+
+def test_a_trial_on_a_device_the_plan_does_not_list_leaves_the_verdict_incomplete(recorded):
+    """An exploratory trial (`--exploratory`, a device outside the plan's) is evidence, never a
+    qualification: the verdict says which trial and why, and is no longer "qualified"."""
+    plan, trials = recorded
+    first = trials[0]
+    unplanned = first.model_copy(update={"provenance": first.provenance.model_copy(update={"planned": False})})
+    v = verdict(plan, [unplanned, *trials[1:]])
+    assert v.status == "incomplete"
+    label = f"{first.provenance.device.name} ({first.provenance.device.uuid[:12]})"
+    assert f"trial {first.index} ran on {label}, a device the plan does not list" in v.reasons
+    assert not any("does not list" in r for r in verdict(plan, trials).reasons)

@@ -332,3 +332,26 @@ def test_a_case_whose_floor_corrected_median_is_not_positive_has_no_rate():
         trials.append(t.model_copy(update={"cases": cases}))
     cases = {r.case for r in case_rates(plan, by_device(trials))}
     assert "N=1048576" not in cases and "N=4194304" in cases
+
+
+def test_a_warm_cache_case_is_held_to_dram_by_the_arm_that_moves_more_bytes():
+    """Whether L2 may serve a warm case is decided by the arm that moves the most: 100 MiB cannot
+    come from a 60 MiB L2 even when the other arm's 1 MiB could. The candidate's declared bytes then
+    put its rate far above the peak, which the verdict refuses."""
+    results, plan = record("vecload")
+    arms = plan.arms.model_copy(
+        update={
+            "base": plan.arms.base.model_copy(update={"params": {**plan.arms.base.params, "K": 1}}),
+            "candidate": plan.arms.candidate.model_copy(update={"params": {**plan.arms.candidate.params, "K": 100}}),
+        }
+    )
+    workload = plan.workload.model_copy(update={"bytes_moved": "K * 1048576"})
+    hot = plan.model_copy(
+        update={"arms": arms, "workload": workload, "schedule": plan.schedule.model_copy(update={"cache": "hot"})}
+    )
+    rates = {r.case: r for r in case_rates(hot, by_device(with_peak(results)))}
+    small = rates["N=1048576"]
+    assert (small.arms["base"].bytes_moved, small.arms["candidate"].bytes_moved) == (2**20, 100 * 2**20)
+    assert small.dram_bound and small.fraction("candidate") > 1.0
+    flagged = [r for r in verdict(hot, with_peak(results)).reasons if IMPOSSIBLE in r]
+    assert any(r.startswith("N=1048576 (candidate)") for r in flagged)

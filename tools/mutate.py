@@ -650,6 +650,9 @@ def load_config(path: Path) -> dict:
         raise ToolError(f"{path}: needs a JSON object with 'targets' and 'equivalents'")
     if not isinstance(data.get("targets"), dict) or not isinstance(data.get("equivalents", []), list):
         raise ToolError(f"{path}: needs 'targets' (module → test files) and 'equivalents' (a list)")
+    core = data.get("core", [])
+    if not isinstance(core, list) or not all(isinstance(m, str) and m in data["targets"] for m in core):
+        raise ToolError(f"{path}: 'core' lists modules, each with its tests in 'targets'")
     for entry in data.get("equivalents", []):
         if not isinstance(entry, dict):
             raise ToolError(f"{path}: equivalents: an entry is not an object")
@@ -659,10 +662,28 @@ def load_config(path: Path) -> dict:
     return data
 
 
+def rotation(core: list[str], count: int, seed: int) -> list[str]:
+    """`count` core modules for this seed: a window of the sorted list starting at seed mod its
+    length (wrapping round), so every module is as likely as any other to be drawn and the windows
+    of successive start points cover the whole list. Fewer core modules than `count`: all of them."""
+    ordered = sorted(core)
+    if not ordered:
+        raise ToolError("--rotate: the configuration names no 'core' modules")
+    start = seed % len(ordered)
+    return [ordered[(start + i) % len(ordered)] for i in range(min(count, len(ordered)))]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="tools/mutate.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help="repository-relative module paths, e.g. qualify/expr.py")
     parser.add_argument("--all-targets", action="store_true", help="every module in the configuration")
+    parser.add_argument(
+        "--rotate",
+        type=int,
+        metavar="N",
+        help="N of the core modules (the configuration's 'core'), chosen from the seed: successive "
+        "seeds bring every core module in turn (CI: a fresh seed per commit)",
+    )
     parser.add_argument("--tests", nargs="+", help="test files to run (default: the configuration's)")
     parser.add_argument("--sample", type=int, default=40, help="mutants per module; 0 for all (default 40)")
     parser.add_argument(
@@ -704,10 +725,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+MAX_MODULE_BYTES = 16 << 20  # far above any module of qualify's; a larger "module" is not one
+
+
+def _check_module(path: Path, module: str) -> None:
+    """A module to mutate is UTF-8 Python that parses: anything else is one line, before any run."""
+    if path.stat().st_size > MAX_MODULE_BYTES:
+        raise ToolError(f"{module}: {path.stat().st_size} bytes, not a Python module of this repository")
+    try:
+        ast.parse(path.read_bytes().decode("utf-8"), filename=module)
+    except UnicodeDecodeError as exc:
+        raise ToolError(f"{module}: not UTF-8 text (byte {exc.start}); give a Python module") from None
+    except (SyntaxError, ValueError) as exc:
+        where = f" (line {exc.lineno}: {exc.msg})" if isinstance(exc, SyntaxError) else ""
+        raise ToolError(f"{module}: not Python that parses{where}; give a Python module") from None
+
+
 def check_arguments(args: argparse.Namespace) -> None:
     """What argparse's types cannot say: the ranges, and the folders that must be folders."""
     if args.sample < 0:
         raise ToolError(f"--sample: {args.sample} is negative (0 samples every mutant)")
+    if args.rotate is not None and args.rotate < 1:
+        raise ToolError(f"--rotate: {args.rotate} modules; give at least 1")
+    if args.rotate is not None and (args.modules or args.all_targets):
+        raise ToolError("--rotate chooses the modules itself: name none, and no --all-targets")
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
         raise ToolError(f"--timeout: {args.timeout} is not a positive number of seconds")
     if args.fail_under is not None and not (math.isfinite(args.fail_under) and 0 <= args.fail_under <= 100):
@@ -744,6 +785,9 @@ def _main(args: argparse.Namespace) -> int:
     # first, so that a failing sample can be drawn again with --seed N
     print(f"mutate: seed {args.seed} (from {origin}); repeat this sample with --seed {args.seed}", flush=True)
     modules = list(config["targets"]) if args.all_targets else args.modules
+    if args.rotate is not None:
+        modules = rotation(config.get("core", []), args.rotate, args.seed)
+        print(f"mutate: core modules {', '.join(modules)} (--rotate {args.rotate} of {len(config.get('core', []))})")
     if not modules:
         raise ToolError("name a module, or --all-targets")
     plan: list[tuple[str, list[str]]] = []
@@ -753,6 +797,7 @@ def _main(args: argparse.Namespace) -> int:
             raise ToolError(f"{module}: no tests configured in {args.config.name}; give --tests")
         if not (root / module).is_file():
             raise ToolError(f"{module}: no such file under {root}")
+        _check_module(root / module, module)
         plan.append((module, tests))
     if args.list:
         for module, _ in plan:

@@ -11,7 +11,7 @@ and every mutant that was not detected) and `report.md`; the raw `report.json` o
 not committed. A folder whose report.json has no summary.json beside it yet (a fresh run) is read
 from its report.json.
 
-For each module named in tools/mutation.json, the row comes from the run committed last that holds
+For each core module (tools/mutation.json's "core"), the row comes from the run committed last that holds
 the module (git's commit time of the file; a run not yet committed counts as the newest). Runs
 labelled "before: …" are the baseline issue 18 started from, never a module's latest score. The
 table sits between `<!-- mutation:table -->` markers, so that it is regenerated rather than typed,
@@ -163,8 +163,8 @@ def seed_row(path: Path, m: dict) -> str:
 
 
 def seed_table() -> list[str]:
-    """One row per module of tools/mutation.json and seed: the bar holds on every sample."""
-    modules = json.loads(CONFIG.read_text(encoding="utf-8"))["targets"]
+    """One row per core module of tools/mutation.json and seed: the bar holds on every sample."""
+    modules = json.loads(CONFIG.read_text(encoding="utf-8"))["core"]
     lines = list(SEEDS_HEADER)
     for (module, seed), (path, m) in sorted(runs_by_seed().items()):
         if module in modules:
@@ -173,7 +173,7 @@ def seed_table() -> list[str]:
 
 
 def table() -> list[str]:
-    modules = json.loads(CONFIG.read_text(encoding="utf-8"))["targets"]
+    modules = json.loads(CONFIG.read_text(encoding="utf-8"))["core"]
     runs = latest_runs()
     lines = list(HEADER)
     for module in sorted(modules):

@@ -113,7 +113,10 @@ def _say(label: str, doc: dict) -> None:
             if r["ci_low"] is None
             else f" [{(r['ci_low'] - 1) * 100:+.2f}, {(r['ci_high'] - 1) * 100:+.2f}] mde {r['mde_pct']:.2f}%"
         )
-        print(f"{label:<14} {r['arm']:<9} {r['case']:<14} {r['gate_class']:<14} {change}{ci}  bytes {r['bytes']}")
+        print(
+            f"{label:<14} {r['arm']:<9} {r['case']:<14} {r['gate_class']:<14} {change}{ci}  bytes {r['bytes']}",
+            flush=True,  # a run cut short by a time limit still shows every gate run it finished
+        )
 
 
 def mean_delta(doc: dict) -> float | None:

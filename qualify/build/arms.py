@@ -10,15 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from qualify.build.nvrtc import (
-    BUILTIN,
-    CompiledKernel,
-    KernelSpec,
-    cccl_include_dir,
-    cccl_key,
-    compile_kernel,
-    toolkit_include_dir,
-)
+from qualify.build.header_reads import BUILTIN, cccl_key
+from qualify.build.nvrtc import CompiledKernel, KernelSpec, cccl_include_dir, compile_kernel, toolkit_include_dir
 from qualify.errors import BuildError, all_of
 from qualify.plan.load import LoadedPlan
 from qualify.plan.model import ARM_SIDES, MAX_SHARED_PER_BLOCK, BuildControl, CudaArm, normalize_option

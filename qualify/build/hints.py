@@ -10,6 +10,7 @@ headers), and a kernel template named without its arguments.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 _MISSING = re.compile(r'(?:cannot|could not) open source file "([^"]+)"')
 _TEMPLATE = re.compile(r"cannot determine which instance of function template \"([^\"]+)\"")
@@ -54,14 +55,15 @@ def is_template_hint(hint: str) -> bool:
     return _TEMPLATE_HINT in hint
 
 
-def for_log(log: str, spec) -> str:
-    """'; <hint>' for the first failure of `log` qualify knows a fix for, else ''."""
+def for_log(log: str, spec, cccl: Path | None) -> str:
+    """'; <hint>' for the first failure of `log` qualify knows a fix for, else ''. `cccl`: the CCCL
+    headers' folder (`nvrtc.cccl_include_dir`), None when not installed."""
     template = _TEMPLATE.search(log)
     if template:
         return f'; {template.group(1)}{_TEMPLATE_HINT} in the plan\'s kernel field, e.g. "{template.group(1)}<256>"'
     missing = _MISSING.search(log)
     if missing is not None:
-        return missing_header(missing.group(1), spec)
+        return missing_header(missing.group(1), spec, cccl)
     return host_macro(log)
 
 
@@ -74,10 +76,7 @@ def host_macro(log: str) -> str:
     return f"; {', '.join(names)} {'is a host C macro' if len(names) == 1 else 'are host C macros'} NVRTC does not define: {fixes}"
 
 
-def missing_header(name: str, spec) -> str:
-    from qualify.build.nvrtc import cccl_include_dir
-
-    cccl = cccl_include_dir()
+def missing_header(name: str, spec, cccl: Path | None) -> str:
     std = _C_HEADERS.get(name, name)
     if "/" not in std and "." not in std:
         if cccl is not None and (cccl / "cuda" / "std" / std).is_file():

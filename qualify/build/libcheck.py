@@ -124,7 +124,7 @@ def check_plan_libraries(loaded) -> None:
     for side in ARM_SIDES:
         arm = loaded.plan.arm(side)
         if isinstance(arm, LibraryArm) and arm.library is not None:
-            path = (loaded.path.parent / arm.library).resolve()
+            path = loaded.library(side).resolve()
             check_library(path, arm, f"arms.{side}", shown=arm.library)
 
 

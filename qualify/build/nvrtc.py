@@ -22,12 +22,12 @@ from pathlib import Path
 
 from qualify import generation, strict_json
 from qualify.build import hints, includes, sandbox
+from qualify.build.header_reads import BUILTIN, check_reads
 from qualify.build.resources import KernelResources, error_lines, parse_ptxas_log
-from qualify.errors import BuildError, FrozenInputChanged, PlanError, QualifyError, ToolError
+from qualify.errors import BuildError, PlanError, QualifyError, ToolError
 from qualify.io import MAX_JSON_BYTES, MAX_SOURCE_BYTES, UnreadableFile, atomic_write_bytes, read_limited
 
 _LOCK = threading.Lock()
-BUILTIN = "builtin"  # the sha256 slot of a header NVRTC holds in memory (no file was read)
 CACHE_FORMAT = 2  # 2: headers handed in memory, the worker's confinement kept
 
 
@@ -163,7 +163,7 @@ def compile_kernel(spec: KernelSpec) -> CompiledKernel:
     if compiled is None:
         compiled = _compile(spec, source, opts)
         _cache_put(key, compiled)
-    check_reads(spec, source, compiled.headers)
+    check_reads(spec, source, compiled.headers, toolkit_include_dir(), cccl_include_dir())
     return compiled
 
 
@@ -195,7 +195,7 @@ def _compile(spec: KernelSpec, source: bytes, opts: list[bytes]) -> CompiledKern
     allowed = headers.allowed
     log = scrub_log(str(reply.get("log", "")), allowed)
     if not reply.get("compiled"):
-        hint = hints.for_log(log, spec)
+        hint = hints.for_log(log, spec, cccl_include_dir())
         raise BuildError(
             f"NVRTC could not compile {spec.kernel} for {spec.arch}{hint}",
             # a template named without arguments: the hint says it all; NVRTC's lines about its
@@ -327,68 +327,6 @@ def supported_archs() -> tuple[int, ...]:
     except (AttributeError, RuntimeError):
         return ()
     return tuple(int(a) for a in archs) if err == nvrtc.nvrtcResult.NVRTC_SUCCESS else ()
-
-
-def _inside(root: Path, path: Path) -> bool:
-    try:
-        path.relative_to(root)
-    except ValueError:
-        return False
-    return True
-
-
-def check_reads(spec: KernelSpec, source: bytes, headers: tuple[tuple[str, str], ...]) -> None:
-    """Refuse a compile that read anything the plan does not bind.
-
-    A header outside the repository (other than the toolkit's, whose version is provenance) is a
-    bad plan (exit 2); with a lock, a header the lock does not list, or whose bytes differ from
-    the lock, is a frozen input that changed (exit 3), and so is the source itself.
-    """
-    if spec.root is None:  # qualify's own helper kernels
-        return
-    root = spec.root.resolve()
-    toolkit = toolkit_include_dir().resolve()
-    cccl = cccl_include_dir()
-    cccl = cccl.resolve() if cccl is not None else None
-    frozen = dict(spec.frozen)
-    if spec.locked:
-        _check_frozen(spec, root, frozen, spec.source.resolve(), hashlib.sha256(source).hexdigest())
-    for name, digest in headers:
-        if digest == BUILTIN:
-            if Path(name).exists() and not name.startswith("__nv"):
-                raise PlanError(f"NVRTC read {name!r} from the working directory", file=spec.source)
-            continue
-        path = Path(name).resolve()
-        if cccl is not None and _inside(cccl, path):
-            # CCCL is code the kernel compiles, so its headers are frozen like the repository's
-            if spec.locked:
-                _check_frozen_key(spec, frozen, cccl_key(cccl, path), digest)
-            continue
-        if _inside(toolkit, path):
-            continue
-        if not _inside(root, path):
-            raise PlanError(f"NVRTC read {path}, which is outside the repository {root}", file=spec.source)
-        if spec.locked:
-            _check_frozen(spec, root, frozen, path, digest)
-
-
-def cccl_key(cccl: Path, path: Path) -> str:
-    """How the lock names a CCCL header: CCCL_PREFIX and its path inside the CCCL folder."""
-    return generation.CCCL_PREFIX + path.relative_to(cccl).as_posix()
-
-
-def _check_frozen(spec: KernelSpec, root: Path, frozen: dict[str, str], path: Path, digest: str) -> None:
-    _check_frozen_key(spec, frozen, path.relative_to(root).as_posix(), digest)
-
-
-def _check_frozen_key(spec: KernelSpec, frozen: dict[str, str], rel: str, digest: str) -> None:
-    if rel not in frozen:
-        raise FrozenInputChanged(
-            f"NVRTC reads this file compiling {spec.source.name}, but the lock does not freeze it (re-freeze the plan)",
-            file=rel,
-        )
-    if frozen[rel] != digest:
-        raise FrozenInputChanged("changed after freezing (the bytes NVRTC read differ from the lock)", file=rel)
 
 
 # ---------------------------------------------------------------------------------------------

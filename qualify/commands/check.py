@@ -67,9 +67,10 @@ class PlanCheck:
 
 def check_plan(path: str | Path, archs: list[str] | None = None, compile: bool = True) -> PlanCheck:
     """`qualify plan check`: every stage's problems at once (`staged_error`: a lone error as
-    itself, several as StagedProblems; both name the stages that could not run). A frozen plan that changed since its lock is reported after
-    the plan's own problems (so an edit's real error is never hidden by "changed")."""
-    from qualify.commands.refreeze import with_remedy
+    itself, several as StagedProblems; both name the stages that could not run). A frozen plan that
+    changed since its lock is reported after the plan's own problems (so an edit's real error is
+    never hidden by "changed")."""
+    from qualify.plan.digest import with_remedy
 
     loaded, stages = load_in_stages(path)
     if loaded is None:

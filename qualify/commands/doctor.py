@@ -16,19 +16,16 @@ Every probe of the host is a field of `Host`, so the decisions are tested on the
 
 from __future__ import annotations
 
-import os
-import shutil
-from dataclasses import dataclass
-from importlib import metadata
-from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from qualify import generation
 from qualify.errors import ExitCode, QualifyError
 from qualify.results.model import DeviceInfo
-from qualify.run.nvml_state import NvmlState, read_nvml_state
+from qualify.run.host import Host as Host
+from qualify.run.host import real_host as real_host
+from qualify.run.nvml_state import NvmlState as NvmlState
 
 # History of the --json shape (bump on any incompatible change and say what changed):
 #   1 — {"doctor_version", "ok", "exit_code", "device", "checks": [{"name", "status", "detail", "exit_code"}]}
@@ -63,7 +60,6 @@ CI_TOOLS = ("compute-sanitizer", "nvcc")
 # The generation-neutral packages; cuda-bindings, NVRTC and the runtime headers are named by the
 # installed generation (qualify.generation), cuda-bindings and NVRTC before them as the line shows.
 PACKAGES = ("cuda-pathfinder", "numpy", "pydantic", "nvidia-ml-py")
-TOOLKIT_BIN = ("CUDA_HOME", "CUDA_PATH")
 
 # NVML clock-event reasons that mean the SM runs below the clock it would otherwise hold. Idle (0x1),
 # application-clock setting (0x2) and display clock (0x100) are states, not slowdowns.
@@ -130,23 +126,6 @@ class DoctorReport(BaseModel):
     checks: list[Check]
 
 
-@dataclass(frozen=True)
-class Host:
-    """The probes doctor runs; each raises or returns None/str where the thing is missing."""
-
-    open_device: Callable[[int], DeviceInfo]  # raises DeviceError without a usable GPU
-    nvml_state: Callable[[str], NvmlState | str]  # by UUID; a str says why NVML cannot tell
-    which: Callable[[str], str | None]
-    package_version: Callable[[str], str | None]
-    nvrtc_version: Callable[[], str]  # raises QualifyError
-    include_dir: Callable[[], Path]  # raises QualifyError
-    driver_cuda: Callable[[], str | None]  # the driver's CUDA version ("13.0"); None without a driver
-    header_version: Callable[[Path], str | None]  # CUDART_VERSION of a header folder ("13.0")
-    # None when cupti-python loads, else why not (qualify.run.cupti_tracer.missing); the default
-    # says nothing is missing, for hosts built by tests that do not care
-    cupti_missing: Callable[[], str | None] = lambda: None
-
-
 # ---------------------------------------------------------------------------------------------
 # the decisions: pure functions of what the probes returned
 
@@ -163,73 +142,12 @@ def diagnose(
     `role` (None: whether the host serves any role); the exit code is the first failure's among
     the checks that role needs, device/environment (5) before tools (6), since without a GPU
     nothing else can run."""
-    checks: list[Check] = []
-    add = checks.append
-
-    packages = _packages(host)
-    missing = [p for p in packages if host.package_version(p) is None]
-    versions = ", ".join(f"{p} {host.package_version(p)}" for p in packages if p not in missing)
-    if missing:
-        add(
-            Check(
-                name="packages",
-                status="fail",
-                exit_code=ExitCode.DEVICE,
-                detail=f"missing {', '.join(missing)}; {generation.install_advice(_version(host.driver_cuda()))} "
-                f"({versions})",
-            )
-        )
-    else:
-        add(Check(name="packages", status="ok", detail=versions))
-
-    nvrtc = headers = None
-    try:
-        nvrtc = host.nvrtc_version()
-        include = host.include_dir()
-        headers = host.header_version(include)
-        add(Check(name="nvrtc", status="ok", detail=f"NVRTC {nvrtc}, headers in {include}"))
-    except QualifyError as exc:
-        add(Check(name="nvrtc", status="fail", exit_code=exc.exit_code, detail=exc.one_line()))
-    cuda = CudaVersions(
-        driver=host.driver_cuda(),
-        bindings=host.package_version("cuda-bindings"),
-        nvrtc=nvrtc,
-        headers=headers,
-        generation=None,
-        extra=None,
-    )
-    cuda_check, cuda = _cuda_check(cuda)
-    add(cuda_check)
-
-    info = None
-    try:
-        info = host.open_device(ordinal)
-    except QualifyError as exc:
-        add(Check(name="gpu", status="fail", exit_code=ExitCode.DEVICE, detail=f"device {ordinal}: {exc.one_line()}"))
-    if info is not None:
-        add(Check(name="driver", status="ok", detail=f"driver {info.driver_version}, CUDA {info.cuda_driver_version}"))
-        add(
-            Check(
-                name="gpu",
-                status="ok",
-                detail=f"device {ordinal}: {info.name}, compute capability "
-                f"{info.compute_capability} ({info.arch}), {info.sm_count} SMs, {info.uuid}",
-            )
-        )
-        if plan is not None:
-            checks.extend(_plan_checks(plan, info))
-        checks.extend(_nvml_checks(host.nvml_state(info.uuid)))
-
-    checks.append(
-        _tool_check(
-            host, "compute-sanitizer", needs_sanitizer, "the sanitizer gates of plans that declare acceptance.sanitizer"
-        )
-    )
-    checks.append(_tool_check(host, "nvcc", needs_nvcc, "building the shared libraries `qualify compare` qualifies"))
-    checks.append(_cupti_check(host))
-    ncu = host.which("ncu")
-    checks.append(Check(name="ncu", status="info", detail=ncu or "not found (optional: profiling leads only)"))
-
+    checks = [_package_check(host)]
+    cuda_checks, cuda = _toolchain_checks(host)
+    checks += cuda_checks
+    info, device_checks = _device_checks(host, ordinal, plan)
+    checks += device_checks
+    checks += _tool_checks(host, needs_nvcc, needs_sanitizer)
     roles = {name: _blocking(host, name, checks) for name in ROLES}
     served = [
         Role(name=name, serves=not blocked, does=ROLES[name][0], blocked_by=[c.name for c in blocked])
@@ -245,6 +163,76 @@ def diagnose(
     return DoctorReport(
         ok=not blocked, exit_code=int(code), role=role, roles=served, device=info, cuda=cuda, checks=checks
     )
+
+
+def _package_check(host: Host) -> Check:
+    packages = _packages(host)
+    missing = [p for p in packages if host.package_version(p) is None]
+    versions = ", ".join(f"{p} {host.package_version(p)}" for p in packages if p not in missing)
+    if not missing:
+        return Check(name="packages", status="ok", detail=versions)
+    advice = generation.install_advice(_version(host.driver_cuda()))
+    return Check(
+        name="packages",
+        status="fail",
+        exit_code=ExitCode.DEVICE,
+        detail=f"missing {', '.join(missing)}; {advice} ({versions})",
+    )
+
+
+def _toolchain_checks(host: Host) -> tuple[list[Check], CudaVersions]:
+    """NVRTC and its headers, then the `cuda` line: every CUDA version the host has, agreeing."""
+    checks = []
+    nvrtc = headers = None
+    try:
+        nvrtc = host.nvrtc_version()
+        include = host.include_dir()
+        headers = host.header_version(include)
+        checks.append(Check(name="nvrtc", status="ok", detail=f"NVRTC {nvrtc}, headers in {include}"))
+    except QualifyError as exc:
+        checks.append(Check(name="nvrtc", status="fail", exit_code=exc.exit_code, detail=exc.one_line()))
+    found = CudaVersions(
+        driver=host.driver_cuda(),
+        bindings=host.package_version("cuda-bindings"),
+        nvrtc=nvrtc,
+        headers=headers,
+        generation=None,
+        extra=None,
+    )
+    cuda_check, cuda = _cuda_check(found)
+    return [*checks, cuda_check], cuda
+
+
+def _device_checks(host: Host, ordinal: int, plan) -> tuple[DeviceInfo | None, list[Check]]:
+    """The GPU and its driver, the plan's devices (with --plan) and what NVML reads of it."""
+    try:
+        info = host.open_device(ordinal)
+    except QualifyError as exc:
+        return None, [
+            Check(name="gpu", status="fail", exit_code=ExitCode.DEVICE, detail=f"device {ordinal}: {exc.one_line()}")
+        ]
+    gpu = (
+        f"device {ordinal}: {info.name}, compute capability {info.compute_capability} ({info.arch}), "
+        f"{info.sm_count} SMs, {info.uuid}"
+    )
+    checks = [
+        Check(name="driver", status="ok", detail=f"driver {info.driver_version}, CUDA {info.cuda_driver_version}"),
+        Check(name="gpu", status="ok", detail=gpu),
+    ]
+    if plan is not None:
+        checks += _plan_checks(plan, info)
+    return info, checks + _nvml_checks(host.nvml_state(info.uuid))
+
+
+def _tool_checks(host: Host, needs_nvcc: bool, needs_sanitizer: bool) -> list[Check]:
+    sanitizer_use = "the sanitizer gates of plans that declare acceptance.sanitizer"
+    ncu = host.which("ncu")
+    return [
+        _tool_check(host, "compute-sanitizer", needs_sanitizer, sanitizer_use),
+        _tool_check(host, "nvcc", needs_nvcc, "building the shared libraries `qualify compare` qualifies"),
+        _cupti_check(host),
+        Check(name="ncu", status="info", detail=ncu or "not found (optional: profiling leads only)"),
+    ]
 
 
 def _blocking(host: Host, role: str, checks: list[Check]) -> list[Check]:
@@ -452,69 +440,3 @@ def format_report(report: DoctorReport) -> list[str]:
         code = f" [exit {c.exit_code}]" if c.status == "fail" else ""
         lines.append(f"{marks[c.status]}  {c.name}: {c.detail}{code}")
     return lines
-
-
-# ---------------------------------------------------------------------------------------------
-# the real host
-
-
-def find_tool(name: str) -> str | None:
-    """PATH first, then the CUDA toolkit's usual places, as qualify.run.sanitizer looks."""
-    found = shutil.which(name)
-    if found:
-        return found
-    folders = [Path(os.environ[v]) / "bin" for v in TOOLKIT_BIN if os.environ.get(v)]
-    folders.append(Path("/usr/local/cuda/bin"))
-    for folder in folders:
-        path = folder / name
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path)
-    return None
-
-
-def _package_version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _open_device(ordinal: int) -> DeviceInfo:
-    from qualify.run.device import CudaDevice
-
-    device = CudaDevice(ordinal)
-    try:
-        return device.info
-    finally:
-        device.close()
-
-
-def _driver_cuda() -> str | None:
-    from qualify.run.device import driver_cuda_version
-
-    try:
-        return driver_cuda_version()
-    except QualifyError:  # no cuda-bindings: the packages and cuda lines say so
-        return None
-
-
-def _header_version(include_dir: Path) -> str | None:
-    version = generation.header_version(include_dir)
-    return str(version) if version else None
-
-
-def real_host() -> Host:
-    from qualify.build.nvrtc import nvrtc_version, toolkit_include_dir
-    from qualify.run import cupti_tracer
-
-    return Host(
-        open_device=_open_device,
-        nvml_state=read_nvml_state,
-        which=find_tool,
-        package_version=_package_version,
-        nvrtc_version=nvrtc_version,
-        include_dir=toolkit_include_dir,
-        driver_cuda=_driver_cuda,
-        header_version=_header_version,
-        cupti_missing=cupti_tracer.missing,
-    )

@@ -37,6 +37,7 @@ from qualify.commands.gate_tree import (
 )
 from qualify.errors import ExitCode, QualifyError, ToolError, UsageError
 from qualify.io import atomic_write_text
+from qualify.plan.model import CudaArm
 from qualify.results.gate import GateArm, GateDocument, GateProtocol, SkippedPath
 from qualify.results.model import Results
 
@@ -74,9 +75,14 @@ def _fresh_out(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def _build(command: object, cwd: Path, what: str) -> None:
+def _check_command(command: object) -> None:
     if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
         raise UsageError("build must be a list of strings (a command, no shell)", file=CI_CONFIG, field="build")
+
+
+def _build(command: object, cwd: Path, what: str) -> None:
+    _check_command(command)
+    assert isinstance(command, list)
     try:
         done = subprocess.run(command, cwd=cwd, capture_output=True, timeout=BUILD_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -89,6 +95,7 @@ def _build(command: object, cwd: Path, what: str) -> None:
 def build_libraries(root: Path, commit: str, entry: dict, work: Path) -> dict[str, dict[str, Path]]:
     """{side: {"rev": .so, "now": .so}}: the CI build command run in a worktree of the base (in
     `work`, removed after by the caller) and in the working tree."""
+    _check_command(entry.get("build"))
     revtree = work / "rev-worktree"
     git(root, "worktree", "add", "--detach", "--force", str(revtree), commit)
     _build(entry.get("build"), revtree, f"the base {commit[:12]}")
@@ -131,9 +138,11 @@ def _gate_arm(derived, runner: Runner, out: Path, name: str, libraries, time_ide
         ident = library(libraries["base"], libraries["candidate"], arch)
         identical, detail = ident.status == "identical", ident.reason or ident.status
         code = ident.status
-    else:
+    elif isinstance(loaded.plan.arm("base"), CudaArm):
         identical, detail = cuda_code_identical(loaded)
         code = "identical" if identical else "differs"
+    else:  # a Python arm: what it launches is decided when it runs, so it is always timed
+        identical, detail, code = False, "a Python arm: no machine code to compare before running", "unknown"
     if identical and not time_identical:
         return GateArm(
             side=derived.side,
@@ -198,7 +207,7 @@ def _gate_protocol(touched: Touched, tree: Path, root: Path, commit: str, ci: di
                 arms.append(_gate_arm(d, runner, out, touched.name, libraries, time_identical))
             except QualifyError as exc:
                 arms.append(_arm_error(d.side, exc))
-        if built is not None:
+        if (Path(work) / "rev-worktree").exists():  # also after a failed build
             git(root, "worktree", "remove", "--force", str(Path(work) / "rev-worktree"), check=False)
     return GateProtocol(**base, status="gated", arms=arms)
 

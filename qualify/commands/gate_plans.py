@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from qualify.errors import PlanError
+from qualify.io import atomic_write_text
 from qualify.plan.load import LoadedPlan, load_plan
-from qualify.plan.model import ARM_SIDES, CudaArm, LibraryArm, Plan
+from qualify.plan.model import ARM_SIDES, CudaArm, LibraryArm, Plan, PythonArm
 
 GATE_PLAN = "gate-{side}.plan.json"
 
@@ -45,6 +46,8 @@ def _arm_at(plan: Plan, side: str, plan_dir: Path, derived_dir: Path) -> dict:
         data["include_dirs"] = [_rebase(d, plan_dir, derived_dir) for d in arm.include_dirs]
     elif isinstance(arm, LibraryArm):
         data["library"] = None  # built by the CI command in each tree and given to the run
+    elif isinstance(arm, PythonArm):
+        data["callable"] = f"{_rebase(arm.file, plan_dir, derived_dir)}:{arm.function}"
     return data
 
 
@@ -82,7 +85,7 @@ def write_derived(
     for side in ARM_SIDES:
         data = derive(rev.plan, now.plan, rev_plan_path.parent, now_plan_path.parent, side, base_label)
         path = now_plan_path.parent / GATE_PLAN.format(side=side)
-        path.write_text(json.dumps(data, indent=2) + "\n")
+        atomic_write_text(path, json.dumps(data, indent=2) + "\n", root=now_plan_path.parent)
         freeze_plan(path)
         out.append(DerivedPlan(side, path, isinstance(now.plan.arm(side), LibraryArm)))
     return out, rev, now

@@ -28,7 +28,7 @@ def load_frozen(plan_path: Path, checked: bool = True) -> LoadedPlan:
     try:
         verify_frozen(loaded.path, loaded.freeze, loaded.lock)
     except FrozenInputChanged as exc:
-        from qualify.commands.refreeze import with_remedy
+        from qualify.plan.digest import with_remedy
 
         raise with_remedy(exc) from None
     # a plan `plan check` now refuses (a stricter qualify, another NVRTC) is refused before any
@@ -62,9 +62,10 @@ def bind_libraries(loaded: LoadedPlan, libraries: dict[str, Path] | None) -> dic
         given = Path(libraries[side])
         if not given.is_file():
             raise UsageError("no such library (or not a regular file)", file=given)
-        if arm.library is None:
+        named = loaded.library(side)  # the build the plan names, beside it
+        if named is None:
             continue  # the plan leaves this build to the command line; the record keeps its sha256
-        frozen_path = (loaded.path.parent / arm.library).resolve()
+        frozen_path = named.resolve()
         rel = frozen_path.relative_to(loaded.files.root).as_posix()
         frozen = lock_files.get(rel)
         if frozen is None or sha256_file(given) != frozen:
@@ -124,16 +125,18 @@ def run_plan(
     libraries: dict[str, Path] | None = None,
     workdir: Path | None = None,
     render: bool = True,
+    bound: bool = False,
 ) -> RunOutcome:
     """Run the trials still planned for this device in this process, then re-derive the record.
 
     workdir: where the isolated preflight's outcomes are shared with the invocation's other trial
     processes (qualify.procs.trials); render=False leaves the record's re-derivation
-    to the parent that runs them."""
+    to the parent that runs them; bound: `libraries` are bound to the plan already."""
     from qualify.run.engine import RunOptions, TrialRunner
     from qualify.run.isolation import PreflightShared
 
-    libraries = bind_libraries(loaded, libraries)  # before the device opens or the record moves
+    if not bound:  # a trial process's libraries were bound by the invocation it was started from
+        libraries = bind_libraries(loaded, libraries)  # before the device opens or the record moves
     record = Record(record_dir)
     done: list[Trial] = []
     skipped = None

@@ -199,14 +199,14 @@ def load_arms(loaded: LoadedPlan, device, libraries: dict[str, Path]) -> dict[st
     for side in ARM_SIDES:
         arm = loaded.plan.arm(side)
         if isinstance(arm, LibraryArm):
-            path = libraries.get(side) or (loaded.path.parent / arm.library if arm.library else None)
+            path = loaded.library(side, libraries)
             if path is None:
                 raise UsageError(
                     f"the {side} arm names no library: give it with --{'base' if side == 'base' else 'candidate'}-so",
                     file=loaded.path,
                     field=f"arms.{side}.library",
                 )
-            kernels[side] = load_library(side, Path(path), arm, f"arms.{side}.library")
+            kernels[side] = load_library(side, path, arm, f"arms.{side}.library")
         elif isinstance(arm, PythonArm):
             from qualify.run import python_arm
 

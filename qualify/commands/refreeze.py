@@ -20,22 +20,9 @@ from pathlib import Path
 from qualify import strict_json
 from qualify.errors import FrozenInputChanged, QualifyError, UsageError
 from qualify.io import MAX_JSON_BYTES, MAX_LOCK_BYTES, UnreadableFile, read_text_limited
-from qualify.plan.digest import lock_path, read_lock
+from qualify.plan.digest import NEW_PLAN, lock_path, read_lock
 from qualify.plan.load import LoadedPlan
 from qualify.results.store import Record
-
-NEW_PLAN = "save the changed plan as a new plan file with a new name and freeze that (its trials go to a new record)"
-REMEDY = (
-    "`qualify plan freeze --replace` re-freezes it while no record holds a trial under the old "
-    f"lock; once one does, {NEW_PLAN}"
-)
-
-
-def with_remedy(exc: FrozenInputChanged) -> FrozenInputChanged:
-    """The same refusal, saying what to do about it (plan check and plan freeze)."""
-    if REMEDY in exc.message:
-        return exc
-    return FrozenInputChanged(f"{exc.message}; {REMEDY}", file=exc.file, field=exc.field)
 
 
 @dataclass(frozen=True)

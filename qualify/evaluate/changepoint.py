@@ -86,7 +86,8 @@ def arc_statistics(values: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarr
     length = (j - i).astype(float)
     outside_sum = sums[..., -1:] - inside_sum
     diff = inside_sum / length - outside_sum / (n - length)
-    return np.abs(diff) / np.sqrt(1.0 / length + 1.0 / (n - length))
+    scores: np.ndarray = np.abs(diff) / np.sqrt(1.0 / length + 1.0 / (n - length))
+    return scores
 
 
 def best_arc(values: np.ndarray, min_size: int) -> tuple[int, int, float] | None:

@@ -1,11 +1,12 @@
-"""Whether a device is one the plan's hardware section names (name pattern and compute capability)."""
+"""Whether a device is one the plan's hardware section names (name pattern and compute capability),
+and how a trial's device is labelled wherever trials are grouped by device."""
 
 from __future__ import annotations
 
 import fnmatch
 
 from qualify.plan.model import DeviceSpec
-from qualify.results.model import DeviceInfo
+from qualify.results.model import DeviceInfo, Trial
 
 
 def device_matches(info: DeviceInfo, specs: list[DeviceSpec]) -> bool:
@@ -16,3 +17,9 @@ def device_matches(info: DeviceInfo, specs: list[DeviceSpec]) -> bool:
             continue
         return True
     return False
+
+
+def device_label(trial: Trial) -> str:
+    """One GPU as trials are grouped by it: its name and the start of its UUID."""
+    d = trial.provenance.device
+    return f"{d.name} ({d.uuid[:12]})"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from qualify.evaluate.changepoint import ALPHA, PERMUTATIONS, SEED, Segmentation, segment
 from qualify.evaluate.pooled import pool
 from qualify.evaluate.verdict import device_label
-from qualify.results.model import PooledStats, Results
+from qualify.results.model import CaseStats, PooledStats, Results
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def record_points(results: Results) -> dict[tuple[str, str], list[tuple[str, Poo
 
 def _pooled_from_trials(results: Results) -> dict[str, dict[str, PooledStats]]:
     """Pooled statistics for a record that predates them: its complete trials, per device and case."""
-    by_device: dict[str, dict[str, list]] = {}
+    by_device: dict[str, dict[str, list[CaseStats]]] = {}
     for trial in results.trials:
         if trial.status != "complete":
             continue

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from qualify.evaluate.cupti_delta import traced_disagreements
+from qualify.evaluate.device_match import device_label as device_label  # its callers import it from here too
 from qualify.evaluate.pooled import pool
 from qualify.evaluate.second_timer import disagreement_text
 from qualify.evaluate.throughput import impossible_reasons
@@ -26,11 +27,6 @@ from qualify.results.model import (
     Trial,
     Verdict,
 )
-
-
-def device_label(trial: Trial) -> str:
-    d = trial.provenance.device
-    return f"{d.name} ({d.uuid[:12]})"
 
 
 def fidelity_passes(parity: list[BufferParity], fidelity: Fidelity) -> bool:
@@ -227,6 +223,53 @@ def judge_gates(plan: Plan, trials: list[Trial]) -> tuple[list[GateResult], list
                             bound=bound,
                         )
                     )
+            if not gate.every_trial:
+                over, unsure = _judge_over_machines(gate, cid, trials)
+                out += over
+                undecided += unsure
+    return out, undecided
+
+
+def _judge_over_machines(gate: SpeedGate, cid: str, trials: list[Trial]) -> tuple[list[GateResult], list[str]]:
+    """A gate judged on the machine term of each GPU model measured on two or more machines
+    (qualify.evaluate.machines), beside each machine's own judgement: a verdict over machines
+    holds only where the spread between them leaves it holding."""
+    from qualify.evaluate.machines import machine_term, machines_by_model, model_label
+
+    out, undecided = [], []
+    for model, machines in machines_by_model(trials).items():
+        per_machine = {
+            label: pool([c.stats for t in mtrials for c in t.cases if c.case == cid])
+            for label, mtrials in machines.items()
+            if any(c.case == cid for t in mtrials for c in t.cases)
+        }
+        if len(per_machine) < 2:
+            continue
+        label = model_label(model, len(per_machine))
+        term = machine_term(per_machine)
+        if term is None:
+            undecided.append(f"gate {gate.name} can't tell at {cid} on {label}: a machine has no interval")
+            continue
+        outcome, value, bound = judge_gate(gate, term.ratio, term.ci_low, term.ci_high, term.mde_pct)
+        if outcome == "cant_tell":
+            undecided.append(
+                f"gate {gate.name} can't tell at {cid} on {label} (machines as replicates): needs "
+                f"{gate_bound_text(gate)}, measured change {value:+.2f}%, 95% CI "
+                f"[{(term.ci_low - 1) * 100:+.2f}%, {(term.ci_high - 1) * 100:+.2f}%], between machines "
+                f"{term.between_pct:.2f}%; the smallest change it can detect is {term.mde_pct:.2f}%"
+            )
+            continue
+        out.append(
+            GateResult(
+                gate=gate.name,
+                case=cid,
+                trial=None,
+                device=label,
+                passed=outcome == "pass",
+                value_pct=value,
+                bound=bound,
+            )
+        )
     return out, undecided
 
 
@@ -258,6 +301,8 @@ def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
         if not g.passed:
             pooled = [t for t in complete if device_label(t) == g.device and any(c.case == g.case for c in t.cases)]
             trial = f"trial {g.trial}" if g.trial is not None else pooled_text(len(pooled))
+            if not pooled and g.trial is None:
+                trial = "machines as replicates, the spread between them included"
             by_construction = g.trial in constructed if g.trial is not None else g.device in constructed_devices
             why = "; identical machine code and launches: no change by construction" if by_construction else ""
             failed.append(

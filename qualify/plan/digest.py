@@ -160,3 +160,18 @@ def freeze(plan_path: Path, current: Freeze) -> tuple[Path, bool]:
         return path, False
     atomic_write_text(path, json.dumps(current.to_json(plan_path.name), indent=2) + "\n")
     return path, True
+
+
+# What to do about a frozen plan that changed (plan check, plan freeze, run and compare say it)
+NEW_PLAN = "save the changed plan as a new plan file with a new name and freeze that (its trials go to a new record)"
+REMEDY = (
+    "`qualify plan freeze --replace` re-freezes it while no record holds a trial under the old "
+    f"lock; once one does, {NEW_PLAN}"
+)
+
+
+def with_remedy(exc: FrozenInputChanged) -> FrozenInputChanged:
+    """The same refusal, saying what to do about it (plan check and plan freeze)."""
+    if REMEDY in exc.message:
+        return exc
+    return FrozenInputChanged(f"{exc.message}; {REMEDY}", file=exc.file, field=exc.field)

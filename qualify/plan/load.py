@@ -7,6 +7,7 @@ Any failure becomes one PlanError naming the file and the field path
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from qualify.io import MAX_PLAN_BYTES, UnreadableFile, read_limited
 from qualify.plan.checks import cross_check
 from qualify.plan.digest import Freeze, compute_freeze, read_lock
 from qualify.plan.files import PlanFiles, collect_files
-from qualify.plan.model import Plan
+from qualify.plan.model import LibraryArm, Plan
 from qualify.plan.resolve import ResolvedCase, resolve_cases
 
 
@@ -36,6 +37,18 @@ class LoadedPlan:
     @property
     def digest(self) -> str:
         return self.freeze.digest
+
+    def library(self, side: str, given: Mapping[str, str | Path] | None = None) -> Path | None:
+        """The one answer to which shared library a side loads: the build the command line gave
+        (`compare`'s BASE.so and CAND.so, `probe`'s --base-so and --candidate-so), else the one the
+        plan names, beside the plan. None for a side that is no library arm, or whose plan leaves
+        the build to the command line and none was given."""
+        arm = self.plan.arm(side)
+        if not isinstance(arm, LibraryArm):
+            return None
+        if given and given.get(side) is not None:
+            return Path(given[side])
+        return None if arm.library is None else self.path.parent / arm.library
 
 
 def read_plan_json(path: Path, *, root: Path | None = None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from qualify.errors import FrozenInputChanged, PlanError
+from qualify.evaluate.machines import machine_terms
 from qualify.evaluate.verdict import pooled_cases, verdict
 from qualify.io import atomic_write_text
 from qualify.plan.digest import freeze_from_hashes, read_lock
@@ -64,6 +65,7 @@ def read_record_plan(folder: Path) -> tuple[Plan, dict]:
 
 def derive_results(plan: Plan, lock: dict, trials: list[Trial]) -> Results:
     """Results as the trials imply them, without judging whether they belong together."""
+    machines = machine_terms(plan, trials)
     return Results(
         plan_name=plan.name,
         plan_digest=lock["digest"],
@@ -71,6 +73,9 @@ def derive_results(plan: Plan, lock: dict, trials: list[Trial]) -> Results:
         trials=list(trials),
         verdict=verdict(plan, trials),
         pooled=pooled_cases(plan, trials),
+        # set only where there is one: results.json is written with exclude_unset, so a record
+        # of one machine stays byte for byte what it was
+        **({"machines": machines} if machines else {}),
     )
 
 

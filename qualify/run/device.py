@@ -147,27 +147,39 @@ def device_count() -> int:
     return int(_check(driver.cuDeviceGetCount(), "cuDeviceGetCount"))
 
 
+def _device_handle(ordinal: int):
+    """The driver initialised and device `ordinal` found (no context yet), or a one-line DeviceError."""
+    driver = _driver()
+    try:
+        (err,) = driver.cuInit(0)
+    except RuntimeError:  # libcuda.so is not there at all
+        raise DeviceError(
+            "not found: no NVIDIA driver on this machine; run, compare and probe need a GPU host (plan check does not)",
+            file="libcuda.so.1",
+            field="driver",
+        ) from None
+    if int(err) == 100:
+        raise DeviceError("the NVIDIA driver reports no CUDA device")
+    _check((err,), "cuInit")
+    count = _check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
+    if ordinal >= count:
+        raise DeviceError(f"device {ordinal} requested, {count} present")
+    return driver, _check(driver.cuDeviceGet(ordinal), "cuDeviceGet")
+
+
+def device_uuid(ordinal: int) -> str:
+    """Which GPU `ordinal` is, without opening it: no context, no stream, no module loaded. The
+    parent of a run's trial processes needs only this (each trial opens the device itself)."""
+    driver, device = _device_handle(ordinal)
+    return _uuid_string(_check(driver.cuDeviceGetUuid(device), "cuDeviceGetUuid").bytes)
+
+
 class CudaDevice:
     """One GPU, its primary context, qualify's stream, and the timing machinery."""
 
     def __init__(self, ordinal: int = 0):
-        driver = _driver()
-        try:
-            (err,) = driver.cuInit(0)
-        except RuntimeError:  # libcuda.so is not there at all
-            raise DeviceError(
-                "not found: no NVIDIA driver on this machine; run, compare and probe need a GPU host (plan check does not)",
-                file="libcuda.so.1",
-                field="driver",
-            ) from None
-        if int(err) == 100:
-            raise DeviceError("the NVIDIA driver reports no CUDA device")
-        _check((err,), "cuInit")
-        count = _check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
-        if ordinal >= count:
-            raise DeviceError(f"device {ordinal} requested, {count} present")
+        driver, self.device = _device_handle(ordinal)
         self._driver = driver
-        self.device = _check(driver.cuDeviceGet(ordinal), "cuDeviceGet")
         self.context = _check(driver.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
         _check(driver.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
         self.info = self._read_info(ordinal)

@@ -167,7 +167,7 @@ class PreflightShared:
         self._lock = threading.Lock()
         self.reused = False
 
-    def _read(self) -> dict[str, list]:
+    def _read(self) -> dict[str, list[CaseOutcome]]:
         """The outcomes already shared, validated like any input: a damaged file is one error
         naming it and what is wrong (exit 2), never a trial process's internal error."""
         if self._file is None or not os.path.lexists(self._file):
@@ -180,7 +180,7 @@ class PreflightShared:
             raise PlanError(
                 f"not JSON ({exc.message}); the shared preflight file was damaged", file=self._file
             ) from None
-        outcomes = {}
+        outcomes: dict[str, list[CaseOutcome]] = {}
         for key, listed in data.items() if isinstance(data, dict) else [(None, None)]:
             if not isinstance(listed, list) or not all(_is_outcome(o) for o in listed):
                 where = "the file" if key is None else f"entry {key!r}"
@@ -188,7 +188,7 @@ class PreflightShared:
                     f"{where} is not a list of preflight outcomes (case, side, status {sorted(_STATUSES)}, message)",
                     file=self._file,
                 )
-            outcomes[key] = [CaseOutcome(**o) for o in listed]
+            outcomes[str(key)] = [CaseOutcome(**o) for o in listed]
         return outcomes
 
     def __call__(self, side: str, cases: list[str]):

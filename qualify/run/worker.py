@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from qualify.errors import QualifyError
 from qualify.plan.load import load_plan
@@ -37,10 +36,10 @@ def _load_arm(loaded, side: str, dev: Device, case_ids, by_id, library: str | No
     """The arm's kernel (compiled for this device), its library entry point or its Python callable."""
     arm = loaded.plan.arm(side)
     if isinstance(arm, LibraryArm):
-        path = library or (str(loaded.path.parent / arm.library) if arm.library else None)
+        path = loaded.library(side, {side: library} if library else None)
         if path is None:
             raise QualifyError(f"the {side} arm names no library: pass --library")
-        return load_library(side, Path(path), arm, f"arms.{side}.library")
+        return load_library(side, path, arm, f"arms.{side}.library")
     if isinstance(arm, PythonArm):  # imported here, in the worker: compute-sanitizer sees its kernels
         return python_arm.load(loaded, side, dev.python_runtime())
     return compile_and_load(dev, loaded, side, [by_id[c] for c in case_ids])[1]

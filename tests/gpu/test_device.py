@@ -27,6 +27,14 @@ def test_identity(device):
     assert info.arch == "sm_" + info.compute_capability.replace(".", "")
 
 
+def test_device_uuid_names_the_gpu_an_opened_device_reports(device):
+    """A run's parent identifies its GPU without a context (qualify.procs.invocation); its trial
+    processes open it: both must name the same GPU, or every trial process is refused."""
+    from qualify.run.device import device_uuid
+
+    assert device_uuid(0) == device.info.uuid
+
+
 # The published H200 figures (NVIDIA's H200 datasheet: 141 GB of HBM3e at 4.8 TB/s; Hopper: 132
 # SMs on the SXM part, 50 MiB of L2 at most). One H200 is not another: the driver has reported a
 # 6,144-bit bus on one and 6,016 bits on another (issue 32), so each figure is the device's own,

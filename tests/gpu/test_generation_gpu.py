@@ -20,9 +20,9 @@ pytestmark = pytest.mark.gpu
 
 def installed_stack():
     from qualify.build.nvrtc import nvrtc_version, toolkit_include_dir
-    from qualify.commands.doctor import _package_version
     from qualify.generation import CudaStack, CudaVersion, header_version
     from qualify.run.device import driver_cuda_version
+    from qualify.run.host import package_version as _package_version
 
     return CudaStack(
         driver=CudaVersion.parse(driver_cuda_version()),

@@ -15,16 +15,6 @@ from qualify.results.store import Record
 from qualify.run.library import LibraryEntry, load_library
 
 
-def library_path(loaded: LoadedPlan, side: str, given: Mapping[str, Path]) -> Path | None:
-    """The build `qualify compare` named for the side, else the plan's; None for an NVRTC arm."""
-    arm = loaded.plan.arm(side)
-    if not isinstance(arm, LibraryArm):
-        return None
-    if given.get(side) is not None:
-        return Path(given[side])
-    return None if arm.library is None else loaded.path.parent / arm.library
-
-
 def check_binding(loaded: LoadedPlan, record: Record, given: Mapping[str, Path]) -> None:
     """A record compares one pair of builds: another build is refused before the ledger moves."""
     for side in ARM_SIDES:
@@ -52,7 +42,7 @@ def load(loaded: LoadedPlan, side: str, arm: LibraryArm, given: Mapping[str, Pat
 
 
 def _required_path(loaded: LoadedPlan, side: str, given: Mapping[str, Path]) -> Path:
-    path = library_path(loaded, side, given)
+    path = loaded.library(side, given)
     if path is None:
         raise UsageError(
             f"the {side} arm names no library: give it to `qualify compare`",
