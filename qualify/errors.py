@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from enum import IntEnum
 from pathlib import Path
+from typing import Any
 
 
 class ExitCode(IntEnum):
@@ -61,6 +62,10 @@ class QualifyError(Exception):
     """Base of every expected failure. `file` and `field` locate the cause for the user."""
 
     exit_code: ExitCode = ExitCode.BAD_INPUT
+    # set by `plan check` (qualify.plan.stages.staged_error): the stages it ran, and the lines to
+    # print after its errors (the stages not checked, the summary)
+    stages: list[Any] | None = None
+    stage_notes: list[str] | None = None
 
     def __init__(self, message: str, *, file: str | Path | None = None, field: str | None = None):
         super().__init__(message)
@@ -68,9 +73,12 @@ class QualifyError(Exception):
         self.file = str(file) if file is not None else None
         self.field = field
 
-    def one_line(self) -> str:
+    def one_line(self, limit: int | None = None) -> str:
+        """'file: field: message' on one line; with `limit`, the message cut to about that many
+        characters (`capped`), the file and field never."""
         parts = [printable(p) for p in (self.file, self.field) if p]
-        parts.append(printable(" ".join(self.message.split())))
+        message = printable(" ".join(self.message.split()))
+        parts.append(message if limit is None else capped(message, limit))
         return ": ".join(parts)
 
     def each(self) -> list[QualifyError]:
@@ -140,6 +148,20 @@ class EnvironmentProblem(QualifyError):
     Not a bad plan and not a bug: the message names the file and what the system said."""
 
     exit_code = ExitCode.DEVICE
+
+
+MAX_LINE = 300  # characters of one error's message; a longer one is cut in its middle
+
+
+def capped(line: str, limit: int = MAX_LINE) -> str:
+    """`line` cut to about `limit` characters in its middle, saying how much was cut: the start
+    names the file and field, the end usually the fix, and a line listing every case of a large
+    plan is no longer one line to read."""
+    if len(line) <= limit + 40:  # cutting fewer characters than the marker adds is no cut
+        return line
+    head, tail = limit * 2 // 3, limit // 4
+    cut = len(line) - head - tail
+    return f"{line[:head]} … [{cut:,} characters cut] … {line[-tail:]}"
 
 
 def printable(text: str) -> str:

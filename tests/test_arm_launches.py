@@ -130,6 +130,11 @@ def test_the_single_launch_form_dumps_as_before():
             "buffer 'out' is declared twice",
         ),
         (
+            lambda p: p["arms"]["base"]["scratch"].append({"name": "spare", "dtype": "f32", "shape": ["N"]}),
+            "arms.base.scratch[1]",
+            "scratch buffer 'spare' is passed to none of the arm's launches",
+        ),
+        (
             lambda p: p["arms"]["base"]["launches"][0].__setitem__("kernel", "missing_kernel"),
             "arms.base.launches[0].kernel",
             "missing_kernel",

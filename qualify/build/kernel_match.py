@@ -8,6 +8,12 @@ all have the right size. The declaration says the kind; it is read as `plan new`
 template parameter, a typedef it does not know) is left to the size check. The block is compared
 with the bounds compiled for each architecture (`qualify.build.launch_bounds`). Every mismatch is
 reported, naming the argument, the parameter and the arm.
+
+A buffer's dtype is held to the pointee type of the pointer it is passed as (`f8e4m3` to
+`const float*` would read four fp8 values as one float, and out of bounds at the end): the element
+type, or the element of a CUDA vector type (`float4` -> f32). A kernel that reinterprets bytes on
+purpose says so on the argument (`"reinterpret": true`), where a reviewer of the plan sees it;
+narrow floats through `unsigned char*`/`uint8_t*` are the byte convention and need no such word.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 import math
 
 from qualify.build.arms import parse_label
-from qualify.build.declarations import SCALAR_TYPES, declared_params
+from qualify.build.declarations import ELEMENT_TYPES, SCALAR_TYPES, VECTOR_ELEMENT_TYPES, declared_params
 from qualify.build.elf import ElfProblem
 from qualify.build.launch_bounds import launch_bounds
 from qualify.errors import PlanError, ToolError, all_of
@@ -56,8 +62,14 @@ def kind_problems(loaded) -> list[PlanError]:
             params = declared_params(text, kernel)
             if params is None or len(params) != len(args):
                 continue  # a declaration not found here (a macro, a header) or a count the size check refuses
+            dtypes = {b.name: b.dtype for b in (*loaded.plan.workload.buffers, *arm.scratch)}
             for k, (arg, param) in enumerate(zip(args, params)):
                 kind = _kind(arg)
+                if param.pointer and kind == "buffer":
+                    problem = _pointee_problem(arg, param, dtypes.get(arg.name), kernel, side, arm.source)
+                    if problem is not None:
+                        out.append(PlanError(problem, file=loaded.path, field=f"{field}[{k}]"))
+                    continue
                 if param.pointer:
                     expected = "buffer"
                 else:
@@ -75,6 +87,37 @@ def kind_problems(loaded) -> list[PlanError]:
                         )
                     )
     return out
+
+
+def pointee_dtype(ctype: str) -> str | None:
+    """The dtype a pointer parameter's elements are declared as (`const float*` -> f32, `float4*`
+    -> f32), or None where the declaration does not say (void*, a template parameter, a pointer
+    to pointers, a type qualify does not know)."""
+    if ctype.count("*") != 1:
+        return None
+    element = ctype.rstrip("*").strip()
+    return ELEMENT_TYPES.get(element) or VECTOR_ELEMENT_TYPES.get(element)
+
+
+# Byte pointers are how narrow floats travel in code that predates (or avoids) CUDA's fp8/fp6/fp4
+# types: one element a byte, as qualify stores them. A one-byte dtype through them is the
+# convention, not a reinterpretation.
+BYTE_POINTEES = {"u8": ("u8", "f8e4m3", "f8e5m2", "f6e2m3", "f6e3m2", "f4e2m1")}
+
+
+def _pointee_problem(arg, param, dtype: str | None, kernel: str, side: str, source: str) -> str | None:
+    """Why a buffer of `dtype` does not fit the pointer parameter `param`, or None."""
+    expected = pointee_dtype(param.ctype)
+    if arg.reinterpret or dtype is None or expected is None or expected == dtype:
+        return None
+    if dtype in BYTE_POINTEES.get(expected, ()):
+        return None
+    return (
+        f"buffer {arg.name!r} is {dtype} but parameter {param.name!r} of {kernel} ({side} arm, declared in "
+        f"{source}) points to {param.ctype.rstrip('*').strip()} ({expected}); give the buffer dtype "
+        f'{expected!r}, or set "reinterpret": true on this argument if the kernel reads the bytes '
+        "as another type on purpose"
+    )
 
 
 def bounds_problems(loaded, compiled) -> list[PlanError]:

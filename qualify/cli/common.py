@@ -51,10 +51,11 @@ def shown_path(file: str | None) -> str | None:
         return file
 
 
-def report(exc: QualifyError) -> None:
-    """Every error found, one `qualify: error:` line each, in the order to fix them."""
+def report(exc: QualifyError, limit: int | None = None) -> None:
+    """Every error found, one `qualify: error:` line each, in the order to fix them; with `limit`
+    (`plan check`, whose errors list cases and fields), each message cut to about that length."""
     for each in exc.each():
         each.file = shown_path(each.file)
-        fail_line(f"qualify: error: {each.one_line()}")
+        fail_line(f"qualify: error: {each.one_line(limit=limit)}")
         if isinstance(each, BuildError) and each.log:
             fail_line(each.log)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from qualify.cli.common import out, report, shown
-from qualify.errors import QualifyError
+from qualify.cli.common import fail_line, out, report, shown
+from qualify.errors import MAX_LINE, QualifyError
 
 
 @click.group()
@@ -40,7 +40,9 @@ def plan_check(plan_paths: tuple[Path, ...], archs: tuple[str, ...], no_compile:
             if problems:
                 raise all_of(problems)
         except QualifyError as exc:
-            report(exc)
+            report(exc, limit=MAX_LINE)
+            for note in exc.stage_notes or ():  # stages not checked, then the summary
+                fail_line(f"qualify: {note}")
             codes.append(int(exc.exit_code))
     if codes:
         raise SystemExit(max(codes))
@@ -113,7 +115,9 @@ def plan_freeze(plan_path: Path, replace: bool, records: tuple[Path, ...]) -> No
 @click.option("--abi-version", type=int, help="The ABI version the plan requires (with --abi-symbol).")
 @click.option("--error-symbol", help="Library pair: const char* f(int status).")
 @click.option("--arch", "archs", multiple=True, default=("sm_90",), show_default=True, help="Architectures (repeat).")
-@click.option("--fidelity", type=click.Choice(["bytes", "ulp", "abs", "rel"]), default="bytes", show_default=True)
+@click.option(
+    "--fidelity", type=click.Choice(["bytes", "ulp", "abs", "rel", "tolerance"]), default="bytes", show_default=True
+)
 @click.option("--bound", type=float, help="The fidelity bound (ulp, abs, rel); a placeholder when left out.")
 @click.option("--name", help="The plan's (and record's) name (default: from PLAN's folder).")
 def plan_new(plan_path: Path, **options) -> None:
@@ -166,8 +170,20 @@ def plan_schema(output: Path | None) -> None:
     help="Simulate a change of summation order: each float output moved up to this many steps (0: identical).",
 )
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the simulation.")
+@click.option(
+    "--cases",
+    "case_ids",
+    metavar="ID",
+    multiple=True,
+    help="Rehearse only this case (its id, e.g. 'C=1024,N=64'; repeat for more); default: every case.",
+)
 def plan_rehearse(
-    plan_path: Path, reference_spec: str | None, out_dir: Path | None, reorder_ulp: int, seed: int
+    plan_path: Path,
+    reference_spec: str | None,
+    out_dir: Path | None,
+    reorder_ulp: int,
+    seed: int,
+    case_ids: tuple[str, ...],
 ) -> None:
     """On the CPU: generate PLAN's inputs, evaluate the expected outputs, apply the plan's fidelity
     gate to a simulated candidate and render the result as a rehearsal (never a record), so a
@@ -185,11 +201,12 @@ def plan_rehearse(
         reference_spec = str(loaded.path.parent / declared)
     reference = resolve_reference(reference_spec, loaded.path) if reference_spec else None
     folder = out_dir if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"qualify-rehearsal-{loaded.plan.name}-"))
-    result = rehearse(loaded, reference, folder, reorder_ulp=reorder_ulp, seed=seed)
+    result = rehearse(loaded, reference, folder, reorder_ulp=reorder_ulp, seed=seed, only=list(case_ids) or None)
     simulated = sum(c.simulated for c in result.cases)
     out.print(f"rehearsal (not a record): {shown(folder / 'REHEARSAL.md')}", soft_wrap=True)
     out.print(f"expected values: {shown(result.expected_from)}", soft_wrap=True)
-    out.print(f"cases simulated: {simulated} of {len(result.cases)}")
+    chosen = f" (chosen with --cases; the plan has {len(loaded.cases)})" if case_ids else ""
+    out.print(f"cases simulated: {simulated} of {len(result.cases)}{chosen}")
     for problem in result.problems:
         out.print(f"problem: {shown(problem)}", soft_wrap=True)
     if result.problems:
@@ -199,6 +216,14 @@ def plan_rehearse(
             file=plan_path,
             field="acceptance.fidelity",
         )
+    caught = sum(bool(c.caught) for c in result.controls)
+    out.print(
+        f"rehearsal passed: the gate holds the simulated candidate in {sum(c.passed is True for c in result.cases)} "
+        f"case(s); {caught} of {len(result.controls)} control run(s) as declared"
+        + ("" if simulated == len(result.cases) else f"; {len(result.cases) - simulated} case(s) not simulated"),
+        style="green",
+        soft_wrap=True,
+    )
 
 
 @click.group()
@@ -230,5 +255,15 @@ def golden_make(plan_path: Path, reference_spec: str, out_path: Path | None) -> 
     made = make_golden(loaded, resolve_reference(reference_spec, loaded.path), out_path)
     out.print(f"wrote {shown(made.path)}: {made.tensors} tensors, {made.cases} cases", soft_wrap=True)
     out.print(f"producer {shown(made.producer)}", soft_wrap=True)
+    from qualify.commands.golden import GOLDEN_BUDGET_BYTES
+
+    size = made.path.stat().st_size
+    if size > GOLDEN_BUDGET_BYTES:
+        out.print(
+            f"note: {size / 2**20:,.0f} MiB is over the {GOLDEN_BUDGET_BYTES // 2**20} MiB a golden should "
+            "take in git; docs/golden.md says how to keep it small (fewer or smaller cases, a golden for "
+            "the cases that need one)",
+            soft_wrap=True,
+        )
     if made.hint:
         out.print(f"next: {shown(made.hint)}", soft_wrap=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from qualify.build.arch_use import unused_targets
 from qualify.build.arms import FitRow, compile_arms, headers_read, shared_memory_fit
 from qualify.build.kernel_match import check_compiled_kernels
 from qualify.build.libcheck import check_plan_libraries
@@ -17,9 +18,11 @@ from qualify.build.params import check_launches
 from qualify.errors import BuildError, FrozenInputChanged, PlanError, QualifyError, all_of
 from qualify.plan.digest import compute_freeze, freeze, verify_frozen
 from qualify.plan.files import PlanFiles
+from qualify.plan.generators import generator_problems
 from qualify.plan.golden import load_golden
 from qualify.plan.load import LoadedPlan, load_plan
 from qualify.plan.promises import check_promises
+from qualify.plan.stages import Stage, load_in_stages, run_stage, skipped, staged_error, stages_of
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class PlanCheck:
     fits: list[FitRow]
     cccl: str | None = None  # the CCCL version kernels compiled against
     sandbox: str | None = None  # how NVRTC was confined (compile_sandbox)
+    notes: tuple[str, ...] = ()  # what is worth knowing and refuses nothing (an unused arch-specific target)
 
     @property
     def ok(self) -> bool:
@@ -62,17 +66,23 @@ class PlanCheck:
 
 
 def check_plan(path: str | Path, archs: list[str] | None = None, compile: bool = True) -> PlanCheck:
-    """`qualify plan check`. The plan's own problems come first; a frozen plan that changed since
-    its lock is reported after them (so an edit's real error is never hidden by "changed")."""
+    """`qualify plan check`: every stage's problems at once (`staged_error`: a lone error as
+    itself, several as StagedProblems; both name the stages that could not run). A frozen plan that
+    changed since its lock is reported after the plan's own problems (so an edit's real error is
+    never hidden by "changed")."""
     from qualify.plan.digest import with_remedy
 
-    loaded = load_plan(path)
+    loaded, stages = load_in_stages(path)
+    if loaded is None:
+        rest = [skipped(name, stages) for name in ("inputs", "compile", "kernels")]
+        raise staged_error([*stages, *(s for s in rest if s is not None)])
     lock_problem: FrozenInputChanged | None = None
     if loaded.lock is not None:
         try:
             verify_frozen(loaded.path, loaded.freeze, loaded.lock)
         except FrozenInputChanged as exc:
             lock_problem = with_remedy(exc)
+    lock = [Stage("lock", (lock_problem,))] if lock_problem else []
     try:
         try:
             # a plan that no longer matches its lock is checked as it stands, unlocked
@@ -80,23 +90,61 @@ def check_plan(path: str | Path, archs: list[str] | None = None, compile: bool =
         except FrozenInputChanged as exc:
             if lock_problem is not None or loaded.lock is None:
                 raise
-            lock_problem = with_remedy(exc)  # NVRTC read a header other than the frozen one
+            lock = [Stage("lock", (with_remedy(exc),))]  # NVRTC read a header other than the frozen one
             result = check_loaded(replace(loaded, lock=None), archs, compile)
     except QualifyError as exc:
-        raise all_of([*exc.each(), *([lock_problem] if lock_problem else [])]) from None
-    if lock_problem is not None:
-        raise all_of([*result.problems(), lock_problem])
+        later = stages_of(exc)
+        if later is None and all(s.passed for s in stages):
+            raise all_of([*exc.each(), *(s.problems[0] for s in lock)]) from None
+        if later is None:  # an --arch the plan does not list, after a selector the plan got wrong
+            later = [Stage("compile", tuple(exc.each()))]
+        raise staged_error([*stages, *later, *lock]) from None
+    if lock or not all(s.passed for s in stages):
+        raise staged_error([*stages, Stage("kernels", tuple(result.problems())), *lock])
     return result
 
 
-def check_loaded(loaded: LoadedPlan, archs: list[str] | None = None, compile: bool = True) -> PlanCheck:
-    """Every check of `plan check` but the lock's, on a loaded plan: raises the first refusal
-    (several at once where they are found together); launches that do not fit are returned in
-    the PlanCheck (`problems()`), so the check can show them in its table first."""
+def _input_problems(loaded: LoadedPlan) -> None:
+    """What is checked of the inputs on the CPU: the golden's provenance and tensors, the promises,
+    and what each generator makes of its dtype."""
+    problems: list[QualifyError] = []
     if loaded.plan.acceptance.fidelity.golden is not None:
-        # provenance and every tensor are checked on the CPU, before any device is involved
-        load_golden(loaded.plan, loaded.path, loaded.files.root, loaded.cases)
-    check_promises(loaded)
+        try:
+            load_golden(loaded.plan, loaded.path, loaded.files.root, loaded.cases)
+        except QualifyError as exc:
+            problems.extend(exc.each())
+    try:
+        check_promises(loaded)
+    except QualifyError as exc:
+        problems.extend(exc.each())
+    problems.extend(generator_problems(loaded.plan, loaded.path))
+    if problems:
+        raise all_of(problems)
+
+
+def _kernel_problems(loaded: LoadedPlan, compiled, compile: bool) -> None:
+    problems: list[QualifyError] = []
+    for check in (
+        lambda: check_launches(loaded, compiled),
+        lambda: check_compiled_kernels(loaded, compiled),
+        *([lambda: check_plan_libraries(loaded)] if compile else []),
+    ):
+        try:
+            check()
+        except FrozenInputChanged:
+            raise
+        except QualifyError as exc:
+            # an argument whose size the compiled kernel refuses is one error, not also a kind's
+            sized = {p.field for p in problems}
+            problems.extend(e for e in exc.each() if e.field not in sized)
+    if problems:
+        raise all_of(problems)
+
+
+def check_loaded(loaded: LoadedPlan, archs: list[str] | None = None, compile: bool = True) -> PlanCheck:
+    """Every check of `plan check` but the lock's, on a loaded plan: raises `staged_error` with
+    every refusal of every stage that ran; launches that do not fit are returned in the PlanCheck
+    (`problems()`), so the check can show them in its table first."""
     declared = loaded.plan.hardware.architectures
     chosen = archs or declared
     for arch in chosen:
@@ -106,20 +154,34 @@ def check_loaded(loaded: LoadedPlan, archs: list[str] | None = None, compile: bo
                 file=loaded.path,
                 field="hardware.architectures",
             )
-    compiled = compile_arms(loaded, chosen) if compile else {}
-    check_launches(loaded, compiled)
-    check_compiled_kernels(loaded, compiled)
-    if compile:  # --no-compile validates the plan alone; the artifacts' checks come with the build
-        check_plan_libraries(loaded)
+    stages: list[Stage] = []
+    stage, _ = run_stage("inputs", lambda: _input_problems(loaded))
+    stages.append(stage)
+    if compile:
+        stage, compiled = run_stage("compile", lambda: compile_arms(loaded, chosen), passes=(FrozenInputChanged,))
+    else:
+        stage, compiled = Stage("compile", skipped="--no-compile"), {}
+    stages.append(stage)
+    if compiled is None:
+        stages.append(skipped("kernels", stages) or Stage("kernels", skipped="needs the compile stage to pass"))
+        raise staged_error(stages)
+    stage, _ = run_stage("kernels", lambda: _kernel_problems(loaded, compiled, compile), passes=(FrozenInputChanged,))
+    stages.append(stage)
+    fits = shared_memory_fit(loaded, compiled)
+    if not all(s.passed or s.skipped for s in stages):
+        check = PlanCheck(loaded=loaded, frozen=False, archs=chosen, nvrtc=None, compiled=compiled, fits=fits)
+        stages[-1] = Stage("kernels", (*stages[-1].problems, *check.problems()))
+        raise staged_error(stages)
     return PlanCheck(
         loaded=loaded,
         frozen=loaded.lock is not None,
         archs=chosen,
         nvrtc=nvrtc_version() if compile else None,
         compiled=compiled,
-        fits=shared_memory_fit(loaded, compiled),
+        fits=fits,
         cccl=cccl_version() if compile else None,
         sandbox=compile_sandbox() if compile else None,
+        notes=tuple(unused_targets(compiled)) if compile else (),
     )
 
 

@@ -77,6 +77,11 @@ def view_plan(plan_path: Path) -> PlanView:
     )
 
 
+# What a golden should take in a repository (docs/golden.md "Keeping goldens small"): git keeps
+# every version of a binary file forever, and a clone fetches them all
+GOLDEN_BUDGET_BYTES = 16 * 2**20
+
+
 @dataclass(frozen=True)
 class GoldenMade:
     path: Path
@@ -159,7 +164,7 @@ def case_params(loaded: PlanView, case: ResolvedCase) -> dict:
 def evaluate_case(loaded: PlanView, reference: Reference, case: ResolvedCase) -> dict[str, np.ndarray]:
     """The reference's outputs of one case, each rounded to its buffer's dtype (flat uint8 bytes);
     a result that breaks the contract is one error naming the case and --reference."""
-    outputs = {b.name: (b.dtype, b.elements) for b in case.arms["candidate"].buffers if b.role == "output"}
+    outputs = {b.name: (b.dtype, b.shape) for b in case.arms["candidate"].buffers if b.role == "output"}
     try:
         # a value beyond the dtype rounds to infinity, which the caller reports as non-finite
         with np.errstate(over="ignore"):

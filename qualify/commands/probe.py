@@ -168,7 +168,7 @@ def run_probe(loaded: LoadedPlan, device, libraries: dict[str, Path] | None = No
                     rows.append(probe_buffer(case.id, name, dtypes[name], expected, outputs["candidate"][name]))
                 continue
             inputs = {n: host_values(b.dtype, a, b.shape) for n, (b, a) in host.items()}
-            wanted = {b.name: (b.dtype, b.elements) for b in case.arms["base"].buffers if b.role == "output"}
+            wanted = {b.name: (b.dtype, b.shape) for b in case.arms["base"].buffers if b.role == "output"}
             params = {**loaded.plan.workload.params, **case.values}
             expected = reference_outputs(function, params, inputs, wanted, loaded.path, case.id)
             for side in ARM_SIDES:

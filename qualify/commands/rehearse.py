@@ -79,7 +79,7 @@ class _Expected:
             return None
         arm = case.arms["candidate"]
         host = {n: host_values(arm.buffer(n).dtype, a, arm.buffer(n).shape) for n, a in inputs.items()}
-        wanted = {b.name: (b.dtype, b.elements) for b in _outputs(case)}
+        wanted = {b.name: (b.dtype, b.shape) for b in _outputs(case)}
         try:
             with np.errstate(over="ignore"):  # beyond the dtype: infinity, which the gate counts as non-finite
                 return reference_outputs(
@@ -120,9 +120,16 @@ def rehearse(
     out: Path,
     reorder_ulp: int = DEFAULT_REORDER_ULP,
     seed: int = 0,
+    only: list[str] | None = None,
 ) -> Rehearsal:
-    """Rehearse every case and input control, write the folder, and return what was found."""
+    """Rehearse every case (or the cases `only` names) and input control, write the folder, and
+    return what was found. Cases are rehearsed one at a time: one case's inputs and outputs are
+    what the rehearsal holds at once."""
     folder = check_folder(out)
+    known = [c.id for c in loaded.cases]
+    for cid in only or []:
+        if cid not in known:
+            raise UsageError(f"undeclared case {cid!r} (cases: {', '.join(known)})", field="--cases")
     check_host_budget(loaded, "plan rehearse")
     plan, fid = loaded.plan, loaded.plan.acceptance.fidelity
     golden_path = loaded.path.parent / fid.golden if fid.golden is not None else None
@@ -139,6 +146,8 @@ def rehearse(
     expected = _Expected(loaded, golden, reference)
     cases, controls = [], []
     for case in loaded.cases:
+        if only and case.id not in only:
+            continue
         if has_golden_inputs and golden is None:
             cases.append(RehearsedCase(case=case.id, input_sha256={}, simulated=False, passed=None))
             continue
@@ -258,7 +267,15 @@ def _rehearse_control(
     rehearsed = RehearsedControl(control=control.name, case=cid, simulated=True, caught=caught, outcome=outcome)
     if caught:
         return rehearsed, None
-    why = "is not as declared" if outcome is not None else "passes the gate: the gate cannot see it"
+    if outcome is None:
+        why = "passes the gate: the gate cannot see it"
+    else:  # which output behaved otherwise than declared, and how
+        wrong = [
+            f"{name} {'passed' if outcome.passed[name] else 'failed'} where '{outcome.expected[name]}' was declared"
+            for name in outcome.expected
+            if outcome.passed[name] != (outcome.expected[name] == "pass")
+        ]
+        why = f"is not as declared: {'; '.join(wrong)}"
     return rehearsed, f"{cid}: negative control {control.name} {why}"
 
 

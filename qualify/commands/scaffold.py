@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qualify.build.declarations import ELEMENT_TYPES, SCALAR_TYPES, Param, declared_params
+from qualify.build.indexing import kernel_body
 from qualify.errors import UsageError
 from qualify.io import MAX_SOURCE_BYTES, read_limited
 
@@ -25,6 +26,7 @@ from qualify.io import MAX_SOURCE_BYTES, read_limited
 FLIP_BIT = {"f32": 22, "f64": 51, "f16": 9, "bf16": 6}
 SIGNATURE_TYPES = ("ptr", "i32", "u32", "i64", "u64", "f32", "f64")
 FIDELITY_PLACEHOLDER = {"ulp": 4, "abs": 1e-3, "rel": 1e-3}
+TOLERANCE_PLACEHOLDER = {"atol": 1e-6, "rtol": 1e-5}
 
 
 @dataclass
@@ -34,7 +36,14 @@ class Skeleton:
 
 
 def _common(name: str, archs: list[str], fidelity: str, bound: float | None, todo: list[str]) -> dict:
-    if fidelity != "bytes" and bound is None:
+    if fidelity == "tolerance":
+        # |err| <= atol + rtol·|expected| against the base arm: a change of summation order in f32
+        # moves results by a few ulp, which rtol of 1e-5 (about 84 f32 ulp) holds
+        todo.append(
+            f"acceptance.fidelity.atol, rtol: {TOLERANCE_PLACEHOLDER} are placeholders; choose them from "
+            "`qualify probe PLAN` on a GPU before freezing"
+        )
+    elif fidelity != "bytes" and bound is None:
         bound = FIDELITY_PLACEHOLDER[fidelity]
         todo.append(
             f"acceptance.fidelity.bound: {bound} is a placeholder; choose it from `qualify probe PLAN` "
@@ -50,7 +59,11 @@ def _common(name: str, archs: list[str], fidelity: str, bound: float | None, tod
 
     devices = [{"compute_capability": "{}.{}".format(*compute_capability_of(a))} for a in dict.fromkeys(archs)]
     fid: dict = {"mode": fidelity}
-    if fidelity != "bytes":
+    if fidelity == "tolerance":
+        if bound is not None:
+            raise UsageError("--fidelity tolerance takes no --bound: edit atol and rtol in the plan", field="--bound")
+        fid |= TOLERANCE_PLACEHOLDER
+    elif fidelity != "bytes":
         fid["bound"] = bound
     return {
         "schema_version": 1,
@@ -113,11 +126,15 @@ def kernel_skeleton(
     fidelity: str,
     bound: float | None,
     threads: int = 256,
+    body: str | None = None,
 ) -> Skeleton:
     """A plan for two CUDA arms whose kernel takes `params` (read from the source, checked
-    against `sizes`, the compiled byte sizes), launched with blocks of `threads`."""
+    against `sizes`, the compiled byte sizes), launched with blocks of `threads`; `body`, the
+    kernel's text, gives the buffers' shapes where its indexing says them."""
+    from qualify.build.indexing import inferred_shape, placeholders
     from qualify.build.params import ARG_BYTES
 
+    integers = placeholders([p.name for p in params if not p.pointer and SCALAR_TYPES.get(p.ctype, "f")[0] in "iu"])
     todo: list[str] = []
     plan = _common(name, archs, fidelity, bound, todo)
     args, pointers = [], []
@@ -141,7 +158,7 @@ def kernel_skeleton(
                     f"{', '.join(sorted(set(SCALAR_TYPES.values())))}, not {p.ctype!r}",
                     file=base[0],
                 )
-            args.append({"kind": kind, "value": _scalar_value(kind)})
+            args.append({"kind": kind, "value": integers.get(p.name, _scalar_value(kind))})
     planned = [ARG_BYTES[a["kind"]] for a in args]
     if planned != sizes:
         raise UsageError(
@@ -154,13 +171,42 @@ def kernel_skeleton(
     folder = plan_path.parent
     for side, (source, kernel) in (("base", base), ("candidate", candidate)):
         plan["arms"][side] = {"kind": "cuda", "source": _relative(source, folder), "kernel": kernel}
+    names = list(integers.values()) or ["N"]
+    buffers = _buffers_and_controls(pointers, plan, todo)
+    inferred = []
+    for buf in buffers:
+        shape = inferred_shape(body, buf["name"], integers) if len(names) > 1 else None
+        if shape is not None:
+            buf["shape"] = shape
+            inferred.append(f"{buf['name']} {shape}")
+        elif len(names) > 1:
+            buf["shape"] = list(names)
+    if len(names) > 1:
+        # one placeholder per integer parameter: the first sized as N was, the others moderate
+        first, rest = names[0], names[1:]
+        cases = [{first: 64, **dict.fromkeys(rest, 1024)}, {first: 4096, **dict.fromkeys(rest, 1024)}]
+        plan["acceptance"]["gates"][0]["where"] = f"{first} >= 4096"
+        plan["acceptance"]["sanitizer"][0]["cases"] = [",".join(f"{k}={cases[0][k]}" for k in sorted(cases[0]))]
+        todo.append(
+            f"workload.buffers[].shape: {'; '.join(inferred) or 'none'} read from the kernel's indexing, "
+            f"the others every placeholder ({', '.join(names)}): confirm each"
+        )
+    else:
+        cases = [{"N": 4096}, {"N": 1048576}]
     plan["workload"] = {
         "params": {"THREADS": threads},
-        "cases": [{"N": 4096}, {"N": 1048576}],
-        "buffers": _buffers_and_controls(pointers, plan, todo),
-        "launch": {"grid": ["cdiv(N, THREADS)"], "block": ["THREADS"], "shared_bytes": 0, "args": args},
+        "cases": cases,
+        "buffers": buffers,
+        "launch": {
+            "grid": [f"cdiv({' * '.join(names)}, THREADS)"],
+            "block": ["THREADS"],
+            "shared_bytes": 0,
+            "args": args,
+        },
     }
-    todo.append("workload.launch: grid, block, shared_bytes and the scalar arguments (placeholders: N, 1.0)")
+    todo.append(
+        f"workload.launch: grid, block, shared_bytes and the scalar arguments (placeholders: {', '.join(names)}, 1.0)"
+    )
     return Skeleton(plan, todo)
 
 
@@ -396,4 +442,5 @@ def skeleton_from_options(
             fidelity,
             bound,
             threads,
+            body=kernel_body(text, kernel),
         )

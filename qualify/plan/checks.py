@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 
 from qualify import expr
-from qualify.errors import PlanError
+from qualify.errors import PlanError, all_of
 from qualify.plan.model import (
     ARM_SIDES,
     Arg,
@@ -21,6 +21,7 @@ from qualify.plan.model import (
     Plan,
     PythonArm,
 )
+from qualify.plan.model.hardware import unrunnable_device
 from qualify.plan.resolve import case_id, case_key
 
 # builds the PlanError of a rule: (field path, message), the plan's file already known
@@ -30,82 +31,133 @@ Roles = dict[str, str]
 
 
 def cross_check(plan: Plan, file: str | None = None) -> None:
+    """Every cross-field rule; PlanError (Problems when several) naming each field at fault."""
+    problems = structure_problems(plan, file) + selector_problems(plan, file)
+    if problems:
+        raise all_of(problems)
+
+
+def _collect(rules: Sequence[Callable[[Fail], None]], fail: Fail) -> list[PlanError]:
+    """Run each rule (a callable raising PlanError), collecting the first refusal of each: rules
+    are independent, so a plan's problems are listed together rather than one per round."""
+    out: list[PlanError] = []
+    for rule in rules:
+        try:
+            rule(fail)
+        except PlanError as exc:
+            out.extend(e for e in exc.each() if isinstance(e, PlanError))
+    return out
+
+
+def _failer(file: str | None) -> Fail:
     def fail(field: str, message: str) -> PlanError:
         return PlanError(message, file=file, field=field)
 
-    wl = plan.workload
-    _check_parameters(plan, fail)
-    # Cases compare by value: S=1 and S=1.0 are one case whatever the JSON spelling or key order.
-    first = _first_repeat([case_key(c) for c in wl.cases])
-    if first is not None:
-        i, j = first
-        raise fail(
-            f"workload.cases[{j}]", f"case {case_id(wl.cases[j])} is declared twice (as workload.cases[{i}] too)"
-        )
-    known_cases = {case_id(c) for c in wl.cases}
+    return fail
 
-    repeat = _first_repeat([b.name for b in wl.buffers])
-    if repeat is not None:
-        j = repeat[1]
-        raise fail(f"workload.buffers[{j}].name", f"buffer {wl.buffers[j].name!r} is declared twice")
-    if not any(b.role == "output" for b in wl.buffers):
-        raise fail("workload.buffers", "no buffer has role 'output': there is nothing to compare")
+
+def structure_problems(plan: Plan, file: str | None = None) -> list[PlanError]:
+    """The rules the resolution of cases depends on: devices, parameters, cases, buffers and the
+    launches' and calls' references. Each group reports its first refusal."""
+    wl = plan.workload
     roles: Roles = {b.name: b.role for b in wl.buffers}
 
-    kinds = {type(plan.arm(side)) for side in ARM_SIDES}
-    if (
-        any(_cuda_launches(plan, s) is None for s in ARM_SIDES if isinstance(plan.arm(s), CudaArm))
-        and wl.launch is None
-    ):
-        raise fail("workload.launch", "a CUDA arm that names `kernel` needs workload.launch")
-    for side in ARM_SIDES:
-        _check_own_launches(plan.arm(side), roles, f"arms.{side}", fail)
-    if LibraryArm in kinds and wl.call is None:
-        raise fail("workload.call", "shared-library arms need the call's arguments")
-    for field, args in (
-        ("workload.launch.args", wl.launch.args if wl.launch else []),
-        ("workload.call", wl.call or []),
-    ):
-        for k, arg in enumerate(args):
-            if isinstance(arg, BufferArg) and arg.name not in roles:
-                raise fail(f"{field}[{k}].name", f"unknown buffer {arg.name!r}")
-    for side in ARM_SIDES:
-        arm = plan.arm(side)
-        if isinstance(arm, LibraryArm):
-            _check_signature(arm, wl.call or [], f"arms.{side}", fail)
+    def devices(fail: Fail) -> None:
+        for i, device in enumerate(plan.hardware.devices):
+            reason = unrunnable_device(plan.hardware.architectures, device)
+            if reason is not None:
+                raise fail(f"hardware.devices[{i}]", reason)
 
-    repeat = _first_repeat([g.name for g in plan.acceptance.gates])
-    if repeat is not None:
-        j = repeat[1]
-        raise fail(f"acceptance.gates[{j}].name", f"gate {plan.acceptance.gates[j].name!r} is declared twice")
-    for i, gate in enumerate(plan.acceptance.gates):
-        _check_selector(gate, plan, known_cases, f"acceptance.gates[{i}]", fail)
-    for i, rule in enumerate(plan.gate.cases):
-        _check_selector(rule, plan, known_cases, f"gate.cases[{i}]", fail)
-    _check_tolerances(plan, known_cases, roles, fail)
-    for i, check in enumerate(plan.acceptance.sanitizer):
-        _check_case_ids(check.cases, known_cases, f"acceptance.sanitizer[{i}].cases", fail)
+    def cases(fail: Fail) -> None:
+        # Cases compare by value: S=1 and S=1.0 are one case whatever the JSON spelling or key order.
+        first = _first_repeat([case_key(c) for c in wl.cases])
+        if first is not None:
+            i, j = first
+            raise fail(
+                f"workload.cases[{j}]", f"case {case_id(wl.cases[j])} is declared twice (as workload.cases[{i}] too)"
+            )
 
-    repeat = _first_repeat([c.name for c in plan.controls.negative])
-    if repeat is not None:
-        j = repeat[1]
-        raise fail(f"controls.negative[{j}].name", f"control {plan.controls.negative[j].name!r} is declared twice")
-    for i, control in enumerate(plan.controls.negative):
-        field = f"controls.negative[{i}]"
-        if control.cases is not None:
-            _check_case_ids(control.cases, known_cases, f"{field}.cases", fail)
-        if control.kind == "input":
-            if control.buffer not in roles:
-                raise fail(f"{field}.buffer", f"unknown buffer {control.buffer!r}")
-            if roles[control.buffer] != "input":
-                raise fail(f"{field}.buffer", f"{control.buffer!r} is not an input buffer")
-        elif control.kind == "callable":
-            if not isinstance(plan.arms.candidate, PythonArm):
-                raise fail(f"{field}.kind", "callable controls need a Python candidate arm")
-        elif not isinstance(plan.arms.candidate, CudaArm):
-            raise fail(f"{field}.kind", "build controls need a CUDA source candidate arm")
+    def buffers(fail: Fail) -> None:
+        repeat = _first_repeat([b.name for b in wl.buffers])
+        if repeat is not None:
+            j = repeat[1]
+            raise fail(f"workload.buffers[{j}].name", f"buffer {wl.buffers[j].name!r} is declared twice")
+        if not any(b.role == "output" for b in wl.buffers):
+            raise fail("workload.buffers", "no buffer has role 'output': there is nothing to compare")
 
-    _check_budget(plan, fail)
+    def launches(fail: Fail) -> None:
+        kinds = {type(plan.arm(side)) for side in ARM_SIDES}
+        own = [_cuda_launches(plan, s) is None for s in ARM_SIDES if isinstance(plan.arm(s), CudaArm)]
+        if any(own) and wl.launch is None:
+            raise fail("workload.launch", "a CUDA arm that names `kernel` needs workload.launch")
+        for side in ARM_SIDES:
+            _check_own_launches(plan.arm(side), roles, f"arms.{side}", fail)
+        if LibraryArm in kinds and wl.call is None:
+            raise fail("workload.call", "shared-library arms need the call's arguments")
+        for field, args in (
+            ("workload.launch.args", wl.launch.args if wl.launch else []),
+            ("workload.call", wl.call or []),
+        ):
+            for k, arg in enumerate(args):
+                if isinstance(arg, BufferArg) and arg.name not in roles:
+                    raise fail(f"{field}[{k}].name", f"unknown buffer {arg.name!r}")
+        for side in ARM_SIDES:
+            arm = plan.arm(side)
+            if isinstance(arm, LibraryArm):
+                _check_signature(arm, wl.call or [], f"arms.{side}", fail)
+
+    return _collect((devices, lambda fail: _check_parameters(plan, fail), cases, buffers, launches), _failer(file))
+
+
+def selector_problems(plan: Plan, file: str | None = None) -> list[PlanError]:
+    """The rules of what selects cases and outputs (gates, tolerances, sanitizer checks, controls)
+    and of the budget; nothing is resolved from them, so they are checked alongside the rest."""
+    wl = plan.workload
+    known_cases = {case_id(c) for c in wl.cases}
+    roles: Roles = {b.name: b.role for b in wl.buffers}
+
+    def gates(fail: Fail) -> None:
+        repeat = _first_repeat([g.name for g in plan.acceptance.gates])
+        if repeat is not None:
+            j = repeat[1]
+            raise fail(f"acceptance.gates[{j}].name", f"gate {plan.acceptance.gates[j].name!r} is declared twice")
+        for i, gate in enumerate(plan.acceptance.gates):
+            _check_selector(gate, plan, known_cases, f"acceptance.gates[{i}]", fail)
+        for i, rule in enumerate(plan.gate.cases):
+            _check_selector(rule, plan, known_cases, f"gate.cases[{i}]", fail)
+
+    def sanitizer(fail: Fail) -> None:
+        for i, check in enumerate(plan.acceptance.sanitizer):
+            _check_case_ids(check.cases, known_cases, f"acceptance.sanitizer[{i}].cases", fail)
+
+    def controls(fail: Fail) -> None:
+        repeat = _first_repeat([c.name for c in plan.controls.negative])
+        if repeat is not None:
+            j = repeat[1]
+            raise fail(f"controls.negative[{j}].name", f"control {plan.controls.negative[j].name!r} is declared twice")
+        for i, control in enumerate(plan.controls.negative):
+            field = f"controls.negative[{i}]"
+            if control.cases is not None:
+                _check_case_ids(control.cases, known_cases, f"{field}.cases", fail)
+            if control.kind == "input":
+                if control.buffer not in roles:
+                    raise fail(f"{field}.buffer", f"unknown buffer {control.buffer!r}")
+                if roles[control.buffer] != "input":
+                    raise fail(f"{field}.buffer", f"{control.buffer!r} is not an input buffer")
+            elif control.kind == "callable":
+                if not isinstance(plan.arms.candidate, PythonArm):
+                    raise fail(f"{field}.kind", "callable controls need a Python candidate arm")
+            elif not isinstance(plan.arms.candidate, CudaArm):
+                raise fail(f"{field}.kind", "build controls need a CUDA source candidate arm")
+
+    rules = (
+        gates,
+        lambda fail: _check_tolerances(plan, known_cases, roles, fail),
+        sanitizer,
+        controls,
+        lambda fail: _check_budget(plan, fail),
+    )
+    return _collect(rules, _failer(file))
 
 
 def _check_tolerances(plan: Plan, known: set[str], roles: Roles, fail: Fail) -> None:
@@ -271,7 +323,19 @@ def _check_own_launches(arm: CudaArm | LibraryArm | PythonArm, roles: Roles, fie
         if buf.name in roles or buf.name in own:
             raise fail(f"{field}.scratch[{j}].name", f"buffer {buf.name!r} is declared twice")
         own.add(buf.name)
+    named = set()
     for i, launch in enumerate(arm.launches):
         for k, arg in enumerate(launch.args):
             if isinstance(arg, BufferArg) and arg.name not in roles and arg.name not in own:
                 raise fail(f"{field}.launches[{i}].args[{k}].name", f"unknown buffer {arg.name!r}")
+            if isinstance(arg, BufferArg):
+                named.add(arg.name)
+    # a scratch buffer no launch is passed is a typo or a leftover: the launch that was meant to
+    # use it writes elsewhere, and its declared size bounds nothing
+    for j, buf in enumerate(arm.scratch):
+        if buf.name not in named:
+            raise fail(
+                f"{field}.scratch[{j}]",
+                f"scratch buffer {buf.name!r} is passed to none of the arm's launches; pass it in "
+                "a launch's args or remove it",
+            )

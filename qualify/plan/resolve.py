@@ -15,7 +15,7 @@ from typing import Union
 
 from qualify import expr
 from qualify.dtypes import ITEMSIZE
-from qualify.errors import PlanError
+from qualify.errors import PlanError, all_of
 from qualify.plan.model import (
     ARM_SIDES,
     MAX_BUFFER_BYTES,
@@ -152,12 +152,23 @@ class _Resolver:
         return value
 
     def resolve(self) -> list[ResolvedCase]:
+        """Every case, or every refusal: the first of each field, whichever case meets it first
+        (one wrong expression is one line, not one per case)."""
         plan = self.plan
         out = []
+        problems: dict[str | None, PlanError] = {}
         for index, case in enumerate(plan.workload.cases):
             cid = case_id(case)
-            arms: dict[str, ResolvedArm] = {side: self.arm(side, case, cid) for side in ARM_SIDES}
-            out.append(ResolvedCase(index=index, id=cid, values=dict(case), arms=arms))
+            arms: dict[str, ResolvedArm] = {}
+            for side in ARM_SIDES:
+                try:
+                    arms[side] = self.arm(side, case, cid)
+                except PlanError as exc:
+                    problems.setdefault(exc.field, exc)
+            if not problems:
+                out.append(ResolvedCase(index=index, id=cid, values=dict(case), arms=arms))
+        if problems:
+            raise all_of(list(problems.values()))
         return out
 
     def arm(self, side: str, case: dict[str, int | float], cid: str) -> ResolvedArm:

@@ -97,6 +97,8 @@ def plan_check(check: PlanCheck) -> Group:
                 style="green" if check.ok else "bold red",
             )
         )
+    for note in check.notes:
+        parts.append(Text(f"note: {visible(note)}", style="yellow"))
     return Group(*parts)
 
 

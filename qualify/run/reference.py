@@ -14,6 +14,8 @@ Used by `qualify probe` today; `run` and `compare` do not evaluate `against: flo
 from __future__ import annotations
 
 import importlib.util
+import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable
 
@@ -61,11 +63,12 @@ def reference_outputs(
     function: Callable,
     params: dict,
     inputs: dict[str, np.ndarray],
-    outputs: dict[str, tuple[str, int]],
+    outputs: Mapping[str, tuple[str, int | tuple[int, ...]]],
     plan_path: Path,
     case: str,
 ) -> dict[str, np.ndarray]:
-    """Call the reference for one case; outputs maps name → (dtype, elements). Returns each
+    """Call the reference for one case; outputs maps name → (dtype, elements), or (dtype, shape)
+    to hold each output to the buffer's shape and host type (`output_problem`). Returns each
     output's rounded bytes. PlanError (naming the case) for a result that breaks the contract."""
     try:
         result = function(dict(params), dict(inputs))
@@ -81,13 +84,38 @@ def reference_outputs(
             field=FIELD,
         )
     out = {}
-    for name, (dtype, elements) in outputs.items():
+    for name, (dtype, size) in outputs.items():
+        if isinstance(size, tuple):  # the buffer's shape: held exactly, as the inputs are given
+            problem = output_problem(result[name], dtype, size)
+            if problem is not None:
+                raise PlanError(f"case {case}: output {name!r} {problem}", file=plan_path, field=FIELD)
+            size = math.prod(size)
         values = np.asarray(result[name], dtype=np.float64).reshape(-1)
-        if values.size != elements:
+        if values.size != size:
             raise PlanError(
-                f"case {case}: output {name!r} has {values.size} values, the buffer {elements}",
+                f"case {case}: output {name!r} has {values.size} values, the buffer {size}",
                 file=plan_path,
                 field=FIELD,
             )
         out[name] = from_float64(values, dtype)
     return out
+
+
+def output_problem(value: object, dtype: str, shape: tuple[int, ...]) -> str | None:
+    """Why a reference's output is not what the contract asks for a buffer of `dtype` and
+    `shape`, or None: an array of exactly the buffer's shape, float64 for a float buffer and
+    int64 for an integer one (the types the inputs come in). Nothing is reshaped or cast for the
+    reference: a transposed array of the same size, or float32 values where the golden records
+    float64 ones, are the reference's mistakes, and a silent fix would freeze them."""
+    array = np.asarray(value)
+    want = "float64" if dtype in FLOATS else "int64"
+    if array.dtype != np.dtype(want):
+        return (
+            f"is {array.dtype}, not {want}: return {want} values (compute in float64; cast only what the kernel casts)"
+        )
+    if tuple(array.shape) != tuple(shape):
+        return (
+            f"has shape {tuple(array.shape)}, the buffer {tuple(shape)}: return an array of the buffer's shape "
+            "(a transposed or flattened result is not reshaped for you)"
+        )
+    return None

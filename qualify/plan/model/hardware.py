@@ -83,6 +83,61 @@ def refusal(declared: list[str], device_arch: str, compute_capability: str) -> s
     return f"{device_arch} is not among the plan's architectures ({', '.join(declared)})"
 
 
+# Compute capabilities of devices a plan names by name only, so `plan check` can tell that a
+# device cannot run any of the plan's architectures (NVIDIA's CUDA GPUs list; names as CUDA reports
+# them). A name missing here is not refused: qualify cannot say what it runs.
+KNOWN_DEVICES = {
+    "NVIDIA A100-SXM4-80GB": "8.0",
+    "NVIDIA A100-SXM4-40GB": "8.0",
+    "NVIDIA A100-PCIE-40GB": "8.0",
+    "NVIDIA A100 80GB PCIe": "8.0",
+    "NVIDIA A10": "8.6",
+    "NVIDIA A10G": "8.6",
+    "NVIDIA L4": "8.9",
+    "NVIDIA L40": "8.9",
+    "NVIDIA L40S": "8.9",
+    "NVIDIA GeForce RTX 4090": "8.9",
+    "NVIDIA RTX 6000 Ada Generation": "8.9",
+    "NVIDIA H100 80GB HBM3": "9.0",
+    "NVIDIA H100 PCIe": "9.0",
+    "NVIDIA H100 NVL": "9.0",
+    "NVIDIA H200": "9.0",
+    "NVIDIA H200 NVL": "9.0",
+    "NVIDIA GH200 480GB": "9.0",
+    "NVIDIA B200": "10.0",
+    "NVIDIA GB200": "10.0",
+    "NVIDIA B300": "10.3",
+    "NVIDIA GeForce RTX 5090": "12.0",
+    "NVIDIA RTX PRO 6000 Blackwell Server Edition": "12.0",
+}
+
+
+def device_capabilities(device: DeviceSpec) -> dict[str, str]:
+    """What a plan's device entry stands for: {what it is called: compute capability}, from its
+    own compute_capability when stated, else from the known devices its name pattern matches."""
+    from fnmatch import fnmatchcase
+
+    if device.compute_capability is not None:
+        return {device.name or f"compute capability {device.compute_capability}": device.compute_capability}
+    pattern = device.name or ""
+    return {name: cc for name, cc in KNOWN_DEVICES.items() if fnmatchcase(name, pattern)}
+
+
+def unrunnable_device(declared: list[str], device: DeviceSpec) -> str | None:
+    """Why a plan's device can run none of its architectures, or None when it can (or qualify
+    cannot tell: a name it does not know)."""
+    known = device_capabilities(device)
+    if not known:
+        return None
+    archs = {name: f"sm_{cc.replace('.', '')}" for name, cc in known.items()}
+    if any(target_for(declared, arch) is not None for arch in archs.values()):
+        return None
+    name, cc = next(iter(known.items()))
+    what = name if device.compute_capability is None or device.name else "a device"
+    reason = refusal(declared, archs[name], cc).replace("this device", what, 1)
+    return f"{reason}; add {archs[name]} to hardware.architectures or remove the device"
+
+
 MAX_THREADS_PER_BLOCK = 1024
 
 

@@ -86,10 +86,21 @@ class Buffer(AddedFields):
         return self
 
 
-class BufferArg(Strict):
+class BufferArg(AddedFields):
+    _added: ClassVar[frozenset[str]] = frozenset({"reinterpret"})
+
     kind: Literal["buffer"]
     name: Identifier
     offset: Expr = Field(default=0, description="Offset in elements from the buffer's start.")
+    reinterpret: bool = Field(
+        default=False,
+        description=(
+            "The kernel reads this buffer's bytes as another element type on purpose (fp8 bytes "
+            "through `const uint8_t*`, floats through `const int*`): `plan check` then does not hold "
+            "the buffer's dtype to the pointee type of the parameter it is passed to. Unset, a dtype "
+            "other than the pointee's (f8e4m3 to `const float*`) is refused."
+        ),
+    )
 
 
 class ScalarArg(Strict):
