@@ -131,7 +131,7 @@ def test_done_when_an_sm_90a_kernel_with_cccl_compiles_and_the_lock_lists_every_
     read = set()
     for compiled in check_plan(path).compiled.values():
         for name, digest in compiled.headers:
-            if digest != header_reads.BUILTIN and header_reads._inside(CCCL.resolve(), Path(name).resolve()):
+            if digest != header_reads.BUILTIN and Path(name).resolve().is_relative_to(CCCL.resolve()):
                 read.add(header_reads.cccl_key(CCCL.resolve(), Path(name).resolve()))
     assert read == frozen  # every CCCL header NVRTC read, and only those
 
