@@ -219,19 +219,33 @@ def test_timers_that_disagree_leave_the_verdict_incomplete(recorded):
 
 
 def test_trace_version_2_disagreements_are_said_and_decide_nothing(recorded):
-    plan, trials = recorded
-    case = trials[0].cases[1]
-    assert case.kernels.sample_timers, "the committed record is traced like the samples (version 2)"
-    before = verdict(plan, trials)
+    """A record traced under version 2 keeps the rule it was written with (its disagreements said,
+    deciding nothing); from version 3 the same disagreement is no reason at all. The committed
+    record is version 3, so version 2 is planted on a copy."""
+    plan, committed = recorded
+    assert committed[0].kernel_trace.version >= 3, "the committed record is traced under version 3"
+    case = committed[0].cases[1]
+    assert case.kernels.sample_timers, "the committed record is traced like the samples"
     timers = {
         **case.kernels.sample_timers,
         "candidate": case.kernels.sample_timers["candidate"].model_copy(update={"agree": False}),
     }
     kernels = case.kernels.model_copy(update={"sample_timers": timers})
-    v = verdict(plan, [_with_case(trials[0], 1, kernels=kernels), *trials[1:]])
-    assert v.status == before.status
-    assert any(r.startswith(f"trial {trials[0].index}: timers disagree at {case.case} (candidate") for r in v.reasons)
-    assert len(v.reasons) == len(before.reasons) + int(case.kernels.sample_timers["candidate"].agree)
+    for version in (2, 3):
+        trials = [
+            t.model_copy(update={"kernel_trace": t.kernel_trace.model_copy(update={"version": version})})
+            for t in committed
+        ]
+        before = verdict(plan, trials)
+        v = verdict(plan, [_with_case(trials[0], 1, kernels=kernels), *trials[1:]])
+        assert v.status == before.status
+        said = [
+            r for r in v.reasons if r.startswith(f"trial {trials[0].index}: timers disagree at {case.case} (candidate")
+        ]
+        if version == 2:
+            assert said and len(v.reasons) == len(before.reasons) + int(case.kernels.sample_timers["candidate"].agree)
+        else:
+            assert not said and v.reasons == before.reasons
 
 
 def test_a_sanitizer_run_that_is_not_clean_is_not_qualified(recorded):
