@@ -241,3 +241,36 @@ def test_config_digest_ignores_arms_and_gates_but_not_the_workload():
     assert config_digest(Plan.model_validate(other_arm)) == digest
     assert config_digest(Plan.model_validate(other_gate)) == digest
     assert config_digest(Plan.model_validate(other_case)) != digest
+
+
+def test_a_golden_reader_out_of_memory_names_the_header_and_a_panic_reading_values_is_the_hosts(tmp_path, monkeypatch):
+    """The two ways the safetensors reader can fail that are not the file's fault: no memory for
+    the header (named as the header) and a panic (a BaseException, not an Exception) while reading
+    a tensor's values, which is the host's problem (EnvironmentProblem), not a bad file (PlanError)."""
+    import safetensors
+
+    from qualify.errors import EnvironmentProblem, PlanError
+    from qualify.plan import golden as golden_module
+
+    path = tmp_path / "g.safetensors"
+    path.write_bytes(b"\0" * 16)
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(safetensors, "safe_open", no_memory)
+    with pytest.raises(EnvironmentProblem) as exc:
+        golden_module._Reader(path).__enter__()
+    assert exc.value.field == "header"
+
+    class Panic(BaseException):
+        pass
+
+    def panic():
+        raise Panic("allocation failed")
+
+    reader = golden_module._Reader(path)
+    with pytest.raises(EnvironmentProblem):
+        reader._call(panic, "x", data=True)
+    with pytest.raises(PlanError):
+        reader._call(panic, "x", data=False)
