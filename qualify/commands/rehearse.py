@@ -161,22 +161,10 @@ def rehearse(
         if has_golden_inputs and golden is None:
             cases.append(RehearsedCase(case=case.id, input_sha256={}, simulated=False, passed=None))
             continue
-        inputs = golden_stage.case_inputs(plan, golden, case.id, case.arms["candidate"])
-        truth = expected.outputs(case, inputs)
-        sha = {n: _sha256(a) for n, a in inputs.items()}
-        if truth is None:
-            cases.append(RehearsedCase(case=case.id, input_sha256=sha, simulated=False, passed=None))
-            continue
-        dtypes = {b.name: b.dtype for b in _outputs(case)}
-        one = _Case(case, case_params(loaded, case), dtypes, inputs, truth)
-        judged, found = _judge_case(fid, one, one.candidate(fid, truth, reorder_ulp, seed))
-        cases.append(judged.model_copy(update={"input_sha256": sha}))
+        rehearsed, tried, found = _rehearse_case(loaded, golden, expected, case, reorder_ulp, seed)
+        cases.append(rehearsed)
+        controls += tried
         problems += found
-        for control in plan.controls.negative:
-            if control.cases is None or case.id in control.cases:
-                rehearsed, problem = _rehearse_control(fid, control, one, expected, reorder_ulp, seed)
-                controls.append(rehearsed)
-                problems += [problem] if problem else []
     checked = [c for c in loaded.cases if not only or c.id in only]
     words = None
     if device is not None and golden_path is not None and golden is None:
@@ -208,6 +196,30 @@ def rehearse(
     atomic_write_text(folder / "rehearsal.json", rehearsal.model_dump_json(indent=1) + "\n", root=folder)
     atomic_write_text(folder / "REHEARSAL.md", rehearsal_markdown(plan, rehearsal), root=folder)
     return rehearsal
+
+
+def _rehearse_case(
+    loaded: PlanView, golden: Golden | None, expected: _Expected, case: ResolvedCase, reorder_ulp: int, seed: int
+) -> tuple[RehearsedCase, list[RehearsedControl], list[str]]:
+    """One case and its controls. A function of its own so that the case's arrays (inputs, expected
+    values, simulated outputs) are released when it returns, before the next case's are made: the
+    rehearsal holds one case at a time."""
+    plan, fid = loaded.plan, loaded.plan.acceptance.fidelity
+    inputs = golden_stage.case_inputs(plan, golden, case.id, case.arms["candidate"])
+    sha = {n: _sha256(a) for n, a in inputs.items()}
+    truth = expected.outputs(case, inputs)
+    if truth is None:
+        return RehearsedCase(case=case.id, input_sha256=sha, simulated=False, passed=None), [], []
+    dtypes = {b.name: b.dtype for b in _outputs(case)}
+    one = _Case(case, case_params(loaded, case), dtypes, inputs, truth)
+    judged, problems = _judge_case(fid, one, one.candidate(fid, truth, reorder_ulp, seed))
+    controls = []
+    for control in plan.controls.negative:
+        if control.cases is None or case.id in control.cases:
+            rehearsed, problem = _rehearse_control(fid, control, one, expected, reorder_ulp, seed)
+            controls.append(rehearsed)
+            problems += [problem] if problem else []
+    return judged.model_copy(update={"input_sha256": sha}), controls, problems
 
 
 def _buffer_bounds(loaded: PlanView, device: Device, cases: list[ResolvedCase], golden) -> tuple[list[str], str]:
