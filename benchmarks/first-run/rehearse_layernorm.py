@@ -76,10 +76,15 @@ def one_run(plan_path: Path, src: Path | None) -> dict:
     out = Path(tempfile.mkdtemp(prefix="qualify-rehearse-bench-"))
     reference = f"{plan_path.parent / 'reference.py'}:layernorm"
     cmd = [sys.executable, "-m", "qualify", "plan", "rehearse", str(plan_path), "--reference", reference]
+    cmd += ["--seed", "0"]  # the default, stated: every run rehearses the same draw
     env = {**os.environ, **({"PYTHONPATH": str(src)} if src is not None else {})}
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
-    proc = subprocess.Popen([*cmd, "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    # run from the source tree: `python -m` puts the working folder first on sys.path, before PYTHONPATH
+    where = src if src is not None else ROOT
+    proc = subprocess.Popen(
+        [*cmd, "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=where
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
@@ -98,7 +103,7 @@ def one_run(plan_path: Path, src: Path | None) -> dict:
 
 def revision(src: Path) -> str:
     done = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() or "not a git checkout"
+    return done.stdout.strip() or "an export, not a git checkout"
 
 
 def main() -> int:
@@ -110,7 +115,7 @@ def main() -> int:
     sources: list[tuple[str, Path | None, str]] = [("this tree", None, revision(ROOT))]
     for item in args.src:
         label, _, folder = item.partition("=")
-        sources.append((label, Path(folder).resolve(), label))
+        sources.append((label, Path(folder).resolve(), revision(Path(folder))))
     with tempfile.TemporaryDirectory(prefix="qualify-large-") as tmp:
         plans = {"plan": FIXTURE / "plan.json", "large": large_plan(Path(tmp))}
         rows = []
