@@ -204,8 +204,10 @@ def test_the_preflight_worker_faults_the_case_naming_the_buffer(plan_path, capsy
     import qualify.run.worker as worker
 
     cases = [c.id for c in load_plan(plan_path).cases]
-    monkeypatch.setattr(worker, "CudaDevice", _Opened(_device(4)))
+    overrunning = _device(4)
+    monkeypatch.setattr(worker, "CudaDevice", _Opened(overrunning))
     assert worker.run_cases(str(plan_path), cases, "base") == 3
+    assert overrunning.live_buffers == 0  # freed before the report: memcheck's leak check sees none
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [e["event"] for e in events] == ["start", "buffers", "fault"]
     assert events[1]["buffers"][-1]["name"] == "tmp" and events[1]["buffers"][-1]["guard"] == GUARD_BYTES
