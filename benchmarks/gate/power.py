@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -92,6 +93,22 @@ def _git(clone: Path, *args: str) -> None:
         raise SystemExit(f"power.py: git {' '.join(args)}: {done.stderr.strip()}")
 
 
+def scratch_repository(clone: Path) -> None:
+    """A repository of this checkout's files to gate in: a clone of it, or where the checkout came
+    without its history (the lent GPU machine receives the working tree only), a one-commit
+    repository of the same files. Either way the user's files are never touched."""
+    if (ROOT / ".git").exists():
+        _run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)], clone.parent).check_returncode()
+    else:
+        shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(".gpu", ".venv", "__pycache__", "records"))
+        _git(clone, "init", "--quiet", "--initial-branch", "main")
+    _git(clone, "config", "user.email", "power@qualify.invalid")
+    _git(clone, "config", "user.name", "gate power")
+    if not (ROOT / ".git").exists():
+        _git(clone, "add", "-A")
+        _git(clone, "commit", "--quiet", "-m", "the checkout as received")
+
+
 def gate(clone: Path, out: Path, extra: list[str]) -> dict:
     done = _run([sys.executable, "-m", "qualify", "gate", "--base", "HEAD", "--out", str(out), *extra], clone)
     document = out / "gate.json"
@@ -147,9 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="gate-power-") as tmp:
         clone = Path(tmp) / "clone"
-        _run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)], Path(tmp)).check_returncode()
-        _git(clone, "config", "user.email", "power@qualify.invalid")
-        _git(clone, "config", "user.name", "gate power")
+        scratch_repository(clone)
         plan_path = clone / "protocols" / args.protocol / "plan.json"
         plan = narrowed(
             json.loads(plan_path.read_text()), args.cases.split(",") if args.cases else None, args.trials, args.blocks
