@@ -26,6 +26,7 @@ from qualify.results.store import Record, now_iso
 from qualify.run import golden_stage
 from qualify.run.device import KernelFault, LaunchHang
 from qualify.run.device_protocol import Device
+from qualify.run.inputs import InputStore
 from qualify.run.library import EntryPointFailed
 from qualify.run.stages import case_setup, fidelity, timing
 from qualify.run.stages.admission import Admission, BudgetExhausted, admit, samples_per_trial
@@ -70,6 +71,8 @@ class RunOptions:
     preflight: Callable | None = None
     # shared-library arms: the builds named on `qualify compare`'s command line, by side
     libraries: dict[str, Path] = field(default_factory=dict)
+    # the run's scratch folder shared by its trial processes (inputs generated once, the preflight's outcomes)
+    workdir: Path | None = None
 
 
 class TrialRunner:
@@ -86,7 +89,8 @@ class TrialRunner:
         self.found = Evidence()
         # the plan's golden (qualify/run/golden_stage.py); None when the plan compares with base
         self.golden = golden_stage.open_golden(loaded)
-        self.inputs = InputPrefetch(self.plan, self.golden, loaded.cases)
+        store = InputStore(options.workdir) if options.workdir is not None else None
+        self.inputs = InputPrefetch(self.plan, self.golden, loaded.cases, store)
         self.tracer = Tracer(self.plan, device)
         self.control_kernels = ControlKernels(loaded, device)
         self.bench = timing.Bench(self.plan, device, telemetry, self.found.samples, self.clock, options.progress)
