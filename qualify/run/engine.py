@@ -169,11 +169,11 @@ class TrialRunner:
             with self.clock.stage("inputs"):
                 setup = case_setup.set_up(case, self.inputs.take(case), kernels, memory, device, placing)
             with self.clock.stage("fidelity"):
-                ref = fidelity.reference_outputs(case, setup, device)
+                ref = fidelity.reference_outputs(case, setup, memory, device)
                 found.failures.extend(ref.escaped)
                 ref.facts.placements = setup.pool.facts.to_json()
                 found.cases.append(ref.facts)
-                refs = case_setup.upload_references(setup, ref.outputs, memory, device)
+                refs = ref.on_device
             if case.id not in self.controlled:
                 with self.clock.stage("controls"):
                     for control in run_controls(

@@ -153,16 +153,3 @@ def set_up(
         arms[side] = ArmExec(side, kernels[side], arm, pool.buffers(0, side), outputs)
         arms[side].bind_args()
     return CaseSetup(arms, host_inputs, dict(pool.facts.inputs_sha256), pool)
-
-
-def upload_references(
-    setup: CaseSetup, reference: Mapping[str, Mapping[str, np.ndarray]], memory: CaseMemory, device
-) -> dict[str, dict[str, DeviceBuffer]]:
-    """The reference outputs on the device, per arm, for the timed launches' check."""
-    refs: dict[str, dict[str, DeviceBuffer]] = {}
-    for side, ex in setup.arms.items():
-        refs[side] = {}
-        for n in ex.outputs:
-            refs[side][n] = memory.alloc(reference[side][n].nbytes)
-            device.upload(refs[side][n], reference[side][n])
-    return refs
