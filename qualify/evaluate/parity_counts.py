@@ -12,6 +12,8 @@ candidate, this module serves goldens, controls and mutation calibration.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from qualify.dtypes import BITS, FLOATS, ITEMSIZE, UNSIGNED, as_float64
@@ -98,7 +100,9 @@ def count(
     )
 
 
-def _chunk(dtype: str, expected: np.ndarray, actual: np.ndarray, atol: float, rtol: float, rel_floor: float) -> dict:
+def _chunk(
+    dtype: str, expected: np.ndarray, actual: np.ndarray, atol: float, rtol: float, rel_floor: float
+) -> dict[str, Any]:
     """`count`'s sums, extremes and first indices over one chunk of elements."""
     unsigned = UNSIGNED[ITEMSIZE[dtype]]
     identical = expected.view(unsigned) == actual.view(unsigned)
