@@ -56,6 +56,7 @@ def test_four_bytes_past_a_scratch_buffer_are_reported_by_the_rehearsal(plan_pat
             f"(declared {4 * view_plan(plan_path).cases[cases.index(cid)].arms['base'].buffer('tmp').elements:,} bytes)"
         )
     assert found.buffer_bounds.startswith("checked on NVIDIA H200 (fake)")
+    assert found.overrun_fields == ["arms.base.scratch[0]"] * len(cases)
     assert "Writes past a buffer's declared size: checked" in (tmp_path / "out" / "REHEARSAL.md").read_text()
 
 
@@ -84,6 +85,7 @@ def test_the_command_line_exits_2_naming_the_buffer(plan_path, tmp_path, capsys,
     assert code == 2
     line = err.strip().splitlines()[-1]
     assert "4 byte(s) past the end of scratch buffer 'tmp'" in line and str(plan_path) in line
+    assert "arms.base.scratch[0]" in line and "acceptance.fidelity" not in line
     monkeypatch.setattr(device_module, "CudaDevice", lambda ordinal: _device(0))
     code, out, err = run_cli(["plan", "rehearse", plan_path, "--out", tmp_path / "ok", "--device", "0"], capsys)
     assert code == 0, err
@@ -124,6 +126,19 @@ def test_a_write_into_an_output_guard_is_found_too(plan_path):
     assert [(o.buffer, o.role, o.past_bytes, o.launch) for o in found] == [("out", "output", 8, "the launch")]
     laid = {b["name"]: b for b in bounds.layout(device, arm, buffers)}
     assert laid["out"]["guard"] == GUARD_BYTES and laid["x"]["guard"] == 0
+
+
+def test_an_output_written_past_is_named_by_its_workload_field(plan_path, tmp_path):
+    def axpy_past(memory, args, kernel):
+        _axpy(memory, args, kernel)
+        (_, _x), (_, _y), (_, out), (_, _a), (_, n) = args
+        memory.view(out + 4 * n, 2)[:] = 0
+
+    device = FakeDevice({"scale_into": _scale_into_past(0), "add_to": _add_to, "axpy": axpy_past})
+    found = rehearse(view_plan(plan_path), None, tmp_path / "out", device=device)
+    names = [b.name for b in load_plan(plan_path).plan.workload.buffers]
+    assert set(found.overrun_fields) == {f"workload.buffers[{names.index('out')}]"}
+    assert all("candidate: the launch wrote 2 byte(s) past the end of output buffer 'out'" in p for p in found.problems)
 
 
 LAYOUT = [

@@ -233,7 +233,10 @@ def plan_rehearse(
         raise PlanError(
             f"the rehearsal found {len(result.problems)} problem(s) (see {folder / 'REHEARSAL.md'}): {first}",
             file=plan_path,
-            field="acceptance.fidelity",
+            # only writes past declared sizes: the fields that declare those buffers
+            field=", ".join(dict.fromkeys(result.overrun_fields))
+            if len(result.problems) == len(result.overrun_fields)
+            else "acceptance.fidelity",
         )
     caught = sum(bool(c.caught) for c in result.controls)
     out.print(

@@ -166,12 +166,13 @@ def rehearse(
         controls += tried
         problems += found
     checked = [c for c in loaded.cases if not only or c.id in only]
-    words = None
+    words, fields = None, []
     if device is not None and golden_path is not None and golden is None:
         words = "not checked: the golden (its inputs and the plan's digest) is missing"
     elif device is not None:
-        found, words = _buffer_bounds(loaded, device, checked, golden)
-        problems += found
+        seen, words = _buffer_bounds(loaded, device, checked, golden)
+        problems += [o.line() if isinstance(o, bounds.Overrun) else o for o in seen]
+        fields = [_field(loaded, o) for o in seen if isinstance(o, bounds.Overrun)]
     rehearsal = Rehearsal(
         plan=plan.name,
         plan_digest=loaded.digest or "none yet (the golden is missing)",
@@ -191,6 +192,7 @@ def rehearse(
         problems=problems,
         hint=REORDER_HINT if reorder_ulp and any(c.passed is False for c in cases) else None,
         **({"buffer_bounds": words} if words else {}),
+        overrun_fields=fields,
     )
     # written by qualify.io under --out's folder: a link planted in the folder is refused, never followed
     atomic_write_text(folder / "rehearsal.json", rehearsal.model_dump_json(indent=1) + "\n", root=folder)
@@ -222,12 +224,25 @@ def _rehearse_case(
     return judged.model_copy(update={"input_sha256": sha}), controls, problems
 
 
-def _buffer_bounds(loaded: PlanView, device: Device, cases: list[ResolvedCase], golden) -> tuple[list[str], str]:
+def _field(loaded: PlanView, overrun: bounds.Overrun) -> str:
+    """The plan field that declares the buffer written past: the arm's scratch or the workload's buffer."""
+    arm = loaded.plan.arm(overrun.side)
+    own = [b.name for b in arm.scratch] if isinstance(arm, CudaArm) else []
+    if overrun.buffer in own:
+        return f"arms.{overrun.side}.scratch[{own.index(overrun.buffer)}]"
+    names = [b.name for b in loaded.plan.workload.buffers]
+    return f"workload.buffers[{names.index(overrun.buffer)}]"
+
+
+def _buffer_bounds(
+    loaded: PlanView, device: Device, cases: list[ResolvedCase], golden
+) -> tuple[list[bounds.Overrun | str], str]:
     """Each CUDA arm (compiled for the device, loaded once) run once per case with guarded outputs
-    and scratch, the case's buffers freed before the next: a line per buffer written past."""
+    and scratch, the case's buffers freed before the next: each buffer written past, and a line for a
+    launch that faulted."""
     full = load_plan(loaded.path)  # what the worker compiles: the plan's lock and repository
     sides = [s for s in ARM_SIDES if isinstance(loaded.plan.arm(s), CudaArm)]
-    problems: list[str] = []
+    problems: list[bounds.Overrun | str] = []
     for side in sides:
         kernel = compile_and_load(device, full, side, cases, label=f"bounds:{side}")[1]
         for case in cases:
@@ -238,8 +253,8 @@ def _buffer_bounds(loaded: PlanView, device: Device, cases: list[ResolvedCase], 
                 found = bounds.run_guarded(device, side, kernel, case.id, arm, inputs, buffers)
             except KernelFault as exc:  # the context is lost on a GPU: nothing more runs on it, not even a free
                 problems.append(f"{case.id}: {side}: the launch faulted ({exc.message}); nothing after it was run")
-                return problems, "stopped at a fault: " + problems[-1]
-            problems += [o.line() for o in found]
+                return problems, f"stopped at a fault: {problems[-1]}"
+            problems += found
             bounds.free(device, buffers)
         unload(device, kernel)
     words = (

@@ -60,3 +60,7 @@ class Rehearsal(_Model):
         "with a guard after every output and scratch buffer)",
         description="whether each arm's writes were held to its buffers' declared sizes, in words",
     )
+    overrun_fields: list[str] = Field(
+        default_factory=list,
+        description="the plan field of the buffer of each write past a declared size, one per such line in `problems`",
+    )
