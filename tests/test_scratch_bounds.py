@@ -121,11 +121,24 @@ def test_a_write_into_an_output_guard_is_found_too(plan_path):
     kernel = compile_and_load(device, loaded, "candidate", [case])[1]
     arm = case.arms["candidate"]
     buffers = bounds.allocate(device, arm)
-    inputs = {b.name: np.ones(b.elements, np.float32) for b in arm.buffers if b.role == "input"}
+    inputs = {
+        b.name: (np.arange(b.elements, dtype=np.float32) + 1).view(np.uint8) for b in arm.buffers if b.role == "input"
+    }
     found = bounds.run_guarded(device, "candidate", kernel, case.id, arm, inputs, buffers)
     assert [(o.buffer, o.role, o.past_bytes, o.launch) for o in found] == [("out", "output", 8, "the launch")]
+    # the inputs were uploaded and the output poisoned before the launch, which then wrote it
+    out = buffers["out"]
+    assert device.calls.index(("poison", out.ptr)) < device.calls.index(("launch", "candidate"))
+    x = np.arange(arm.buffer("x").elements, dtype=np.float32) + 1
+    a = next(v for kind, v in kernel_args(arm) if kind == "f32")
+    assert np.array_equal(device.download(out).view(np.float32), np.float32(a) * x + x)
     laid = {b["name"]: b for b in bounds.layout(device, arm, buffers)}
     assert laid["out"]["guard"] == GUARD_BYTES and laid["x"]["guard"] == 0
+    assert all((b["ptr"], b["nbytes"]) == (buffers[n].ptr, arm.buffer(n).nbytes) for n, b in laid.items())
+
+
+def kernel_args(arm):
+    return [(a.kind, a.value) for a in arm.args]
 
 
 def test_an_output_written_past_is_named_by_its_workload_field(plan_path, tmp_path):
@@ -227,6 +240,13 @@ def test_the_preflight_worker_faults_the_case_naming_the_buffer(plan_path, capsy
     assert [e["event"] for e in events] == ["start", "buffers", "fault"]
     assert events[1]["buffers"][-1]["name"] == "tmp" and events[1]["buffers"][-1]["guard"] == GUARD_BYTES
     assert events[2]["code"] == "overrun" and "4 byte(s) past the end of scratch buffer 'tmp'" in events[2]["message"]
+    # the layout the worker printed is what the sanitizer's reader names an address by
+    tmp = events[1]["buffers"][-1]
+    address = tmp["ptr"] + tmp["nbytes"] + GUARD_BYTES + 8
+    output = "\n".join([json.dumps(events[1]), f"=========     Address {address:#x} is out of bounds"])
+    assert parse("memcheck", cases[0], "base", 86, output, 1.0).excerpt[0] == (
+        f"address {address:#x}: {GUARD_BYTES + 9:,} byte(s) past the end of buffer 'tmp' (declared {tmp['nbytes']:,} bytes)"
+    )
     monkeypatch.setattr(worker, "CudaDevice", _Opened(_device(0)))
     assert worker.run_cases(str(plan_path), cases, "base") == 0
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
