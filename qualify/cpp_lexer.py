@@ -113,7 +113,7 @@ def lex(text: str) -> Lexed:
             i = n if end < 0 else end + 2
             out.append(" ")  # one space, however many lines it spans: the logical line goes on
         elif tok in '<"' and directive and len(out) <= 64 and _INCLUDE_SO_FAR.match(_SPACES.sub(" ", "".join(out))):
-            rest = _HEADER_REST[tok].match(spliced, i)  # a header name: nothing in it is special
+            rest = _always(_HEADER_REST[tok], spliced, i)  # a header name: nothing in it is special
             out.append(tok + rest.group(0))
             i = rest.end()
         elif tok == "<":
@@ -128,7 +128,7 @@ def lex(text: str) -> Lexed:
         elif tok == "'" and _NUMBER_TAIL.search(spliced[max(0, at - 64) : at]):
             out.append(tok)  # a digit separator (1'000), not a character literal
         else:
-            rest = _QUOTED[tok].match(spliced, i)
+            rest = _always(_QUOTED[tok], spliced, i)
             out.append(tok + rest.group(0))
             i = rest.end()
         if directive is None and out and out[-1].strip(WHITESPACE):
@@ -136,6 +136,14 @@ def lex(text: str) -> Lexed:
     if directive:
         lines.append(Line(physical(start), "".join(out)))
     return Lexed(tuple(lines), tuple(problems))
+
+
+def _always(pattern: re.Pattern[str], text: str, at: int) -> re.Match[str]:
+    """The match of a pattern that matches anywhere (each part optional, an empty match included)."""
+    match = pattern.match(text, at)
+    if match is None:  # only a wrong pattern gets here
+        raise AssertionError(f"{pattern.pattern!r} must match at any position")
+    return match
 
 
 def header_name(text: str) -> tuple[str, bool, str] | None:
@@ -151,7 +159,7 @@ def header_name(text: str) -> tuple[str, bool, str] | None:
 def _raw_end(original: str, quote: int, line: int) -> tuple[int, tuple[int, str] | None]:
     """Where the raw string opened by the quote at `quote` ends (index after its closing quote),
     and the problem, if its delimiter is not one or it never closes."""
-    delim = _DELIMITER.match(original, quote + 1).group(0)
+    delim = _always(_DELIMITER, original, quote + 1).group(0)
     if not original.startswith(delim + "(", quote + 1):
         why = "a raw string literal whose delimiter is not one (at most 16 characters, then '(')"
         return quote + 1, (line, why)

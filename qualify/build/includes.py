@@ -99,7 +99,13 @@ def _has_include_problems(word: str, rest: str) -> list[str]:
 
 
 def scan(text: str) -> Scanned:
-    directives, includes, macro_includes, literal_defines, other, wrappers, computed = [], [], [], [], [], [], []
+    directives: list[Directive] = []
+    includes: list[tuple[int, str, bool]] = []
+    macro_includes: list[tuple[int, str]] = []
+    literal_defines: list[tuple[str, str, bool, int]] = []
+    other: list[str] = []
+    wrappers: list[str] = []
+    computed: list[tuple[int, str]] = []
     lexed = lex(text)
     computed.extend((line, why) for line, why in lexed.problems)
     for logical in lexed.lines:
