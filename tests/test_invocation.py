@@ -29,9 +29,13 @@ REAL_POPEN = subprocess.Popen
 
 
 class InProcess:
-    """A `python -m qualify …` child run here, by the CLI's own entry point, to its exit code."""
+    """A `python -m qualify …` child run here, by the CLI's own entry point, to its exit code.
+    A primed trial process runs at once (its turn is the parent's next step anyway)."""
+
+    stdin = None  # runner.Primed has no turn to send: the child did not wait for one
 
     def __init__(self, args: list[str]):
+        args = [a for a in args if a != "--primed"]
         try:
             main(args)
             self.returncode = 0

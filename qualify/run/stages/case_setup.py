@@ -23,6 +23,7 @@ from qualify.run import golden_stage
 from qualify.run.arms import ArmExec
 from qualify.run.device import DeviceBuffer
 from qualify.run.device_protocol import Device
+from qualify.run.inputs import InputStore
 from qualify.run.placement import PlacementPool, layout_rng
 
 HostInputs = Mapping[str, Mapping[str, np.ndarray]]  # side -> buffer name -> flat uint8 bytes
@@ -32,10 +33,11 @@ class InputPrefetch:
     """Each case's inputs per arm, generated in the background: the next case's while this one
     is timed (the host only waits on the GPU then)."""
 
-    def __init__(self, plan: Plan, golden: Golden | None, cases: list[ResolvedCase]):
+    def __init__(self, plan: Plan, golden: Golden | None, cases: list[ResolvedCase], store: InputStore | None = None):
         self._plan = plan
         self._golden = golden
         self._cases = cases
+        self._store = store
         self._pool = ThreadPoolExecutor(max_workers=1)  # one case ahead, at most
         self._pending: dict[str, Future] = {}
 
@@ -56,7 +58,9 @@ class InputPrefetch:
 
     def _generate(self, case: ResolvedCase) -> dict[str, dict[str, np.ndarray]]:
         plan, golden = self._plan, self._golden
-        return {side: golden_stage.case_inputs(plan, golden, case.id, case.arms[side]) for side in ARM_SIDES}
+        return {
+            side: golden_stage.case_inputs(plan, golden, case.id, case.arms[side], self._store) for side in ARM_SIDES
+        }
 
 
 class CaseMemory:
@@ -149,16 +153,3 @@ def set_up(
         arms[side] = ArmExec(side, kernels[side], arm, pool.buffers(0, side), outputs)
         arms[side].bind_args()
     return CaseSetup(arms, host_inputs, dict(pool.facts.inputs_sha256), pool)
-
-
-def upload_references(
-    setup: CaseSetup, reference: Mapping[str, Mapping[str, np.ndarray]], memory: CaseMemory, device
-) -> dict[str, dict[str, DeviceBuffer]]:
-    """The reference outputs on the device, per arm, for the timed launches' check."""
-    refs: dict[str, dict[str, DeviceBuffer]] = {}
-    for side, ex in setup.arms.items():
-        refs[side] = {}
-        for n in ex.outputs:
-            refs[side][n] = memory.alloc(reference[side][n].nbytes)
-            device.upload(refs[side][n], reference[side][n])
-    return refs
