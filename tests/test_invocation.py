@@ -5,6 +5,7 @@ parent and trial process alike, with the trial process run in this process."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import subprocess
 import sys
@@ -148,15 +149,19 @@ def test_a_trial_process_runs_the_libraries_its_parent_bound(tmp_path, gpu_free,
 
 
 def test_the_invocation_file_holds_only_an_invocation(tmp_path):
-    bad = tmp_path / "invocation.pickle"
-    bad.write_bytes(pickle.dumps({"plan": "p.json"}))
-    with pytest.raises(ToolError, match="not an invocation: a dict"):
+    """More hostile files in tests/test_invocation_file.py."""
+    bad = tmp_path / invocation.FILE
+    bad.write_text(json.dumps({"plan": "p.json"}))
+    with pytest.raises(ToolError, match="not a version-1 invocation"):
         invocation.read(bad)
-    bad.write_bytes(b"\x80\x05truncated")
+    bad.write_bytes(pickle.dumps({"plan": "p.json"}))  # the format before: never unpickled
     with pytest.raises(ToolError, match="cannot read the invocation"):
         invocation.read(bad)
+    bad.write_text('{"invocation_version": 1, "plan"')
+    with pytest.raises(ToolError, match="not an invocation: invalid JSON"):
+        invocation.read(bad)
     with pytest.raises(ToolError, match="cannot read the invocation"):
-        invocation.read(tmp_path / "missing.pickle")
+        invocation.read(tmp_path / "missing.json")
 
 
 def test_an_invocation_in_a_folder_others_can_write_to_is_refused(tmp_path, gpu_free):
@@ -168,7 +173,7 @@ def test_an_invocation_in_a_folder_others_can_write_to_is_refused(tmp_path, gpu_
     with pytest.raises(ToolError, match="not a folder only this user can write to"):
         invocation.read(path)
     folder.chmod(0o700)
-    link = folder / "link.pickle"
+    link = folder / "link.json"
     link.symlink_to(path)
     with pytest.raises(ToolError, match="not a file of this user's"):
         invocation.read(link)
