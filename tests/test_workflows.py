@@ -251,6 +251,18 @@ exec "$REAL_PYTHON" "$@"
 """
 
 
+def finish(job: subprocess.Popen, log: Path, cancel: bool) -> str:
+    """The job's output; with `cancel`, SIGTERM to the script alone, as a runner cancelling the job
+    does, once its qualify logged "started" (the job's own line, not a deadline: a loaded machine
+    only delays it, and an early exit ends the wait)."""
+    if cancel:
+        while "started" not in log.read_text() and job.poll() is None:
+            time.sleep(0.05)
+        job.send_signal(signal.SIGTERM)
+    out, _ = job.communicate(timeout=900)  # a hang guard only
+    return out
+
+
 @pytest.fixture
 def fake(tmp_path):
     python = tmp_path / "python"
@@ -274,12 +286,7 @@ def fake(tmp_path):
         job = subprocess.Popen(
             ["bash", str(SCRIPTS / "gpu-job.sh")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full
         )
-        if signal_after_start:
-            # the job's own line, not a deadline: a loaded machine only delays it (an early exit ends the wait)
-            while "started" not in log.read_text() and job.poll() is None:
-                time.sleep(0.05)
-            job.send_signal(signal.SIGTERM)  # to the script alone, as a runner cancelling the job does
-        out, _ = job.communicate(timeout=900)  # a hang guard only
+        out = finish(job, log, cancel=signal_after_start)
         return job.returncode, summary.read_text(), log.read_text().splitlines(), out
 
     return run
@@ -464,10 +471,7 @@ def test_gate_job_cancelled_passes_the_signal_on(tmp_path):
     job = subprocess.Popen(
         ["bash", str(SCRIPTS / "gate-job.sh")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
-    while "started" not in log.read_text() and job.poll() is None:
-        time.sleep(0.05)
-    job.send_signal(signal.SIGTERM)
-    out, _ = job.communicate(timeout=900)  # a hang guard only
+    out = finish(job, log, cancel=True)
     assert job.returncode == 130, out
     assert log.read_text().split() == ["started", "terminated"]
 
