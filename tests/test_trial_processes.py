@@ -305,3 +305,14 @@ def test_a_primed_trial_process_runs_its_trial_only_on_go(monkeypatch, stdin, ra
     result = CliRunner().invoke(cli, ["trial-process", "inv", "--primed"], input=stdin)
     assert result.exit_code == 0, result.output
     assert calls == (["prime", "resolved"] if ran else ["prime"])
+
+
+def test_a_primed_process_that_ignores_its_cancel_is_stopped_and_reaped(monkeypatch):
+    import sys
+
+    import qualify.procs.runner as runner
+
+    monkeypatch.setattr(runner, "GRACE_S", 0.5)
+    worker = spawn_primed([sys.executable, "-c", "import time; time.sleep(60)"])
+    worker.cancel()
+    assert worker._process.returncode is not None and worker._process.returncode < 0  # SIGTERM, reaped

@@ -97,7 +97,7 @@ class InputStore:
             held = sum(e.stat().st_size for e in os.scandir(self.folder) if e.name.startswith("input-"))
             if held + data.nbytes > self.budget:
                 return
-            io.atomic_write_bytes(self.path(key), memoryview(data), root=self.folder, durable=False)
+            io.atomic_write_bytes(self.path(key), data.data, root=self.folder, durable=False)
         except (OSError, io.UnreadableFile):
             return  # a store that cannot be written only costs the next process the generation
 
@@ -136,4 +136,4 @@ def generate_case(
     if len(buffers) <= 1:
         return [cached(seeds, case_id, spec, resolved, store) for spec, resolved in buffers]
     with ThreadPoolExecutor(max_workers=min(workers, len(buffers))) as pool:
-        return list(pool.map(lambda b: cached(seeds, case_id, *b, store), buffers))
+        return list(pool.map(lambda b: cached(seeds, case_id, b[0], b[1], store), buffers))
