@@ -69,6 +69,8 @@ def test_writes_within_bounds_are_not_reported(plan_path, tmp_path):
     # candidate's one launch), and every buffer freed
     assert sum(c[0] == "guard" for c in device.calls) == len(view_plan(plan_path).cases) * (2 * 2 + 1)
     assert device.live_buffers == 0
+    # poisoned before each run: the base's out and tmp, the candidate's out (never an input)
+    assert sum(c[0] == "poison" for c in device.calls) == len(view_plan(plan_path).cases) * 3
 
 
 def test_without_a_device_the_rehearsal_says_it_did_not_check(plan_path, tmp_path):
@@ -239,6 +241,8 @@ def test_the_preflight_worker_faults_the_case_naming_the_buffer(plan_path, capsy
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [e["event"] for e in events] == ["start", "buffers", "fault"]
     assert events[1]["buffers"][-1]["name"] == "tmp" and events[1]["buffers"][-1]["guard"] == GUARD_BYTES
+    roles = {b.name: b.role for b in load_plan(plan_path).cases[0].arms["base"].buffers}
+    assert {b["name"]: b["role"] for b in events[1]["buffers"]} == roles and roles["tmp"] == "scratch"
     assert events[2]["code"] == "overrun" and "4 byte(s) past the end of scratch buffer 'tmp'" in events[2]["message"]
     # the layout the worker printed is what the sanitizer's reader names an address by
     tmp = events[1]["buffers"][-1]

@@ -79,10 +79,11 @@ def run_guarded(
     the rest not run: they would read what it broke), else after the call."""
     for name, data in inputs.items():
         device.upload(buffers[name], data)
-    for b in arm.buffers:
-        if b.role != "input":
-            device.poison(buffers[b.name])
     ex = ArmExec(side, kernel, arm, buffers, [b.name for b in arm.buffers if b.role == "output"])
+    ex.poison_outputs(device)
+    for b in arm.buffers:  # and scratch: a later launch must read only what an earlier one wrote
+        if b.role == "scratch":
+            device.poison(buffers[b.name])
     ex.bind_args()
     if arm.steps:
         assert isinstance(kernel, LaunchSequence)
