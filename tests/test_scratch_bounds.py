@@ -174,9 +174,11 @@ def test_an_address_is_named_by_the_buffer_it_lies_in_or_near():
     assert locate(0x7F00_0000_0000, LAYOUT) is None  # nowhere near qualify's buffers
 
 
-def test_the_sanitizer_report_names_the_buffer_of_each_faulting_address():
-    """memcheck's own lines (the format of compute-sanitizer 2025) and the worker's events, as the
-    child prints them: the excerpt begins with the buffer each address lies near."""
+@pytest.mark.parametrize("says", ["Address", "Access at"])
+def test_the_sanitizer_report_names_the_buffer_of_each_faulting_address(says):
+    """memcheck's own lines (both spellings: "Address 0x…" of older releases, "Access at 0x…" of
+    CUDA 13's, which the H200 printed) and the worker's events, as the child prints them: the
+    excerpt begins with the buffer each address lies near."""
     event = {"event": "buffers", "case": "N=256", "side": "base", "buffers": LAYOUT}
     address = 0x20000 + 1024 + GUARD_BYTES + 4
     output = "\n".join(
@@ -186,7 +188,7 @@ def test_the_sanitizer_report_names_the_buffer_of_each_faulting_address():
             "========= Invalid __global__ write of size 4 bytes",
             "=========     at scale_into(const float *, float *, float, long long)+0x80",
             "=========     by thread (4,0,0) in block (1,0,0)",
-            f"=========     Address {address:#x} is out of bounds",
+            f"=========     {says} {address:#x} is out of bounds",
             "========= ERROR SUMMARY: 1 error",
         ]
     )

@@ -17,8 +17,11 @@ FINDINGS_EXIT = 86
 _SUMMARY = re.compile(r"=+\s+((?:ERROR|RACECHECK|LEAK) SUMMARY:.*)")
 _ERRORS = re.compile(r"ERROR SUMMARY:\s+(\d+) errors?")
 _HAZARDS = re.compile(r"RACECHECK SUMMARY:\s+(\d+) hazards? displayed \((\d+) errors?")
-_ADDRESS = re.compile(r"\bAddress (0x[0-9a-fA-F]+)")
-_FINDING = re.compile(r"^=+\s+(Invalid|Race|Uninitialized|Barrier|Program hit|Error|Leaked|Warning|Address)")
+# the address of a bad access, however the release words what leads it ("Address 0x… is out of
+# bounds" in older releases, "Access at 0x… is out of bounds" in newer ones): the H200's CUDA 13
+# compute-sanitizer printed a line the "Address" form did not match
+_ADDRESS = re.compile(r"\b(0x[0-9a-fA-F]+) is (?:out of bounds|misaligned)")
+_FINDING = re.compile(r"^=+\s+(Invalid|Race|Uninitialized|Barrier|Program hit|Error|Leaked|Warning|Address|Access at)")
 
 
 def parse(tool: str, case: str, side: str, returncode: int | None, output: str, seconds: float) -> SanitizerResult:

@@ -167,7 +167,8 @@ class TrialRunner:
         )
         with watch(case.id), CaseMemory(device) as memory:
             with self.clock.stage("inputs"):
-                setup = case_setup.set_up(case, self.inputs.take(case), kernels, memory, device, placing)
+                got = self.inputs.take(case)
+                setup = case_setup.set_up(case, got.inputs, kernels, memory, device, placing, got.sha256)
             with self.clock.stage("fidelity"):
                 ref = fidelity.reference_outputs(case, setup, memory, device)
                 found.failures.extend(ref.escaped)
