@@ -31,12 +31,20 @@ REAL_POPEN = subprocess.Popen
 
 class InProcess:
     """A `python -m qualify …` child run here, by the CLI's own entry point, to its exit code.
-    A primed trial process runs at once (its turn is the parent's next step anyway)."""
+    A primed trial process (`--primed`) runs only when its parent gives it its turn (`Primed.go`
+    writes "go" to its stdin and closes it); cancelled, it never runs and exits 0, as the real one."""
 
-    stdin = None  # runner.Primed has no turn to send: the child did not wait for one
+    def __init__(self, args: list[str], ran: list[list[str]]):
+        self.args, self.ran, self.returncode = args, ran, 0
+        if "--primed" in args:
+            self.stdin = _Turn(self)
+        else:
+            self.stdin = None
+            self._run()
 
-    def __init__(self, args: list[str]):
-        args = [a for a in args if a != "--primed"]
+    def _run(self) -> None:
+        args = [a for a in self.args if a != "--primed"]
+        self.ran.append(args)
         try:
             main(args)
             self.returncode = 0
@@ -50,16 +58,30 @@ class InProcess:
         pass
 
 
+class _Turn:
+    """The primed child's stdin: what the parent writes decides, on close, whether it runs."""
+
+    def __init__(self, child: InProcess):
+        self.child, self.sent, self.closed = child, b"", False
+
+    def write(self, data: bytes) -> None:
+        self.sent += data
+
+    def close(self) -> None:
+        self.closed = True
+        if self.sent.startswith(b"go"):
+            self.child._run()
+
+
 def children_in_process(monkeypatch) -> list[list[str]]:
     """Every `python -m qualify …` child runs in this process (so a monkeypatch reaches it); any
-    other command (the ABI check's child, a C compiler) is a real process. Returns the children's
-    arguments as they start."""
+    other command (the ABI check's child, a C compiler) is a real process. Returns the arguments
+    of the children that ran (a primed child cancelled before its turn never does)."""
     children: list[list[str]] = []
 
     def popen(cmd, *args, **kwargs):
         if list(cmd[1:3]) == ["-m", "qualify"]:
-            children.append(list(cmd[3:]))
-            return InProcess(list(cmd[3:]))
+            return InProcess(list(cmd[3:]), children)
         return REAL_POPEN(cmd, *args, **kwargs)
 
     monkeypatch.setattr(subprocess, "Popen", popen)

@@ -134,8 +134,10 @@ def test_outputs_of_timed_launches_are_checked_on_the_device_after_every_half(tm
     trial = TrialRunner(loaded, device, FakeTelemetry(), RunOptions(record_dir=tmp_path / "rec")).run()
     # the second case's candidate is wrong from its first launch: parity stops the trial there
     assert [c.timed_outputs_match for c in trial.cases] == [False]
-    # each half ends with one on-device comparison per output (2 pairs x 2 blocks x 4 halves)
-    assert sum(1 for c in device.calls if c[0] == "differs") == 2 * 2 * 4
+    # each half ends with one on-device comparison per output (2 pairs x 2 blocks x 4 halves), and
+    # before them the fidelity stage's determinism check compares each arm's second run on the
+    # device too (2 arms x 1 output, in each of the 2 cases the trial reached)
+    assert sum(1 for c in device.calls if c[0] == "differs") == 2 * 2 * 4 + 2 * 2
 
 
 def test_an_honest_candidate_matches_after_every_half(tmp_path):

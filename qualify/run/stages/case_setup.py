@@ -80,7 +80,7 @@ def digests(inputs: HostInputs) -> dict[str, str]:
     for side in ARM_SIDES:
         for name, data in inputs.get(side, {}).items():
             if name not in out:
-                out[name] = hashlib.sha256(data).hexdigest()
+                out[name] = hashlib.sha256(data.data).hexdigest()
     return out
 
 
