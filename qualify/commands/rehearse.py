@@ -127,8 +127,9 @@ def rehearse(
     what the rehearsal holds at once."""
     folder = check_folder(out)
     known = [c.id for c in loaded.cases]
+    known_set = set(known)  # membership per named case, not a scan of every case
     for cid in only or []:
-        if cid not in known:
+        if cid not in known_set:
             raise UsageError(f"undeclared case {cid!r} (cases: {', '.join(known)})", field="--cases")
     check_host_budget(loaded, "plan rehearse")
     plan, fid = loaded.plan, loaded.plan.acceptance.fidelity
@@ -145,8 +146,11 @@ def rehearse(
     has_golden_inputs = any(isinstance(b.init, GoldenInit) for b in plan.workload.buffers)
     expected = _Expected(loaded, golden, reference)
     cases, controls = [], []
+    chosen = set(only or ())
+    # the cases each control runs in, as sets: looked up once per case, not scanned
+    control_cases = [None if c.cases is None else set(c.cases) for c in plan.controls.negative]
     for case in loaded.cases:
-        if only and case.id not in only:
+        if chosen and case.id not in chosen:
             continue
         if has_golden_inputs and golden is None:
             cases.append(RehearsedCase(case=case.id, input_sha256={}, simulated=False, passed=None))
@@ -162,8 +166,8 @@ def rehearse(
         judged, found = _judge_case(fid, one, one.candidate(fid, truth, reorder_ulp, seed))
         cases.append(judged.model_copy(update={"input_sha256": sha}))
         problems += found
-        for control in plan.controls.negative:
-            if control.cases is None or case.id in control.cases:
+        for control, runs_in in zip(plan.controls.negative, control_cases):
+            if runs_in is None or case.id in runs_in:
                 rehearsed, problem = _rehearse_control(fid, control, one, expected, reorder_ulp, seed)
                 controls.append(rehearsed)
                 problems += [problem] if problem else []
