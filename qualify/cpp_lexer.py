@@ -29,6 +29,12 @@ from dataclasses import dataclass
 
 WHITESPACE = " \t\f\v"
 INCLUDE_WORDS = ("include", "include_next", "import")
+OPENERS = ("#", "%:", "??=")  # what opens a directive line
+# a header name written as a literal: "..." or <...> on one line, not empty (groups: quoted, angled);
+# every reader of include names (the include scanner, the plan's file collector) matches this one
+HEADER_NAME = re.compile(r'"([^"\n]+)"|<([^<>\n]+)>')
+_OPENER = r"^[ \t\f\v]*(?:#|%:|\?\?=)[ \t\f\v]*"
+_WORDS = "|".join(sorted(INCLUDE_WORDS, key=len, reverse=True))  # include_next before include
 _NEXT = re.compile(r"""\n|//|/\*|["']""")
 _NEXT_IN_DIRECTIVE = re.compile(r"""\n|//|/\*|["'<]""")
 _SPLICE = re.compile(r"\\\n")
@@ -36,7 +42,8 @@ _NEWLINE = re.compile(r"\n")
 _SPACES = re.compile(r"[ \t\f\v]+")
 _RAW_PREFIX = re.compile(r"(?:^|[^A-Za-z0-9_.])(?:u8|[uUL])?R$")
 _NUMBER_TAIL = re.compile(r"(?:^|[^A-Za-z0-9_.])\.?[0-9][A-Za-z0-9_.']*$")
-_INCLUDE_SO_FAR = re.compile(r"^[ \t\f\v]*(?:#|%:|\?\?=)[ \t\f\v]*(?:include_next|include|import)[ \t\f\v]*$")
+_INCLUDE_SO_FAR = re.compile(rf"{_OPENER}(?:{_WORDS})[ \t\f\v]*$")
+_DIRECTIVE = re.compile(rf"{_OPENER}([A-Za-z_]\w*)(.*)$", re.DOTALL)
 _DELIMITER = re.compile(r'[^ ()\\\t\v\f\n"]{0,16}')
 _QUOTED = {'"': re.compile(r'(?:\\.|[^"\\\n])*(?:"|(?=\n)|\Z)'), "'": re.compile(r"(?:\\.|[^'\\\n])*(?:'|(?=\n)|\Z)")}
 _HEADER_REST = {"<": re.compile(r"[^>\n]*>?"), '"': re.compile(r'[^"\n]*"?')}
@@ -46,6 +53,12 @@ _HEADER_REST = {"<": re.compile(r"[^>\n]*>?"), '"': re.compile(r'[^"\n]*"?')}
 class Line:
     number: int  # the physical line it starts on, from 1
     text: str  # comments as one space, splices joined, raw strings as ""
+
+    def directive(self) -> tuple[str, str] | None:
+        """(word, the text after it) of this directive line; None for one with no word (`#` alone,
+        `# 1 "file"`)."""
+        match = _DIRECTIVE.match(self.text)
+        return None if match is None else (match.group(1), match.group(2))
 
 
 @dataclass(frozen=True)
@@ -80,7 +93,7 @@ def lex(text: str) -> Lexed:
             if directive is None:
                 lead = piece.lstrip(WHITESPACE)
                 if lead:
-                    directive = lead.startswith(("#", "%:", "??="))
+                    directive = lead.startswith(OPENERS)
             if directive is not False:
                 out.append(piece)
         if m is None:
@@ -100,7 +113,7 @@ def lex(text: str) -> Lexed:
             i = n if end < 0 else end + 2
             out.append(" ")  # one space, however many lines it spans: the logical line goes on
         elif tok in '<"' and directive and len(out) <= 64 and _INCLUDE_SO_FAR.match(_SPACES.sub(" ", "".join(out))):
-            rest = _HEADER_REST[tok].match(spliced, i)  # a header name: nothing in it is special
+            rest = _always(_HEADER_REST[tok], spliced, i)  # a header name: nothing in it is special
             out.append(tok + rest.group(0))
             i = rest.end()
         elif tok == "<":
@@ -115,7 +128,7 @@ def lex(text: str) -> Lexed:
         elif tok == "'" and _NUMBER_TAIL.search(spliced[max(0, at - 64) : at]):
             out.append(tok)  # a digit separator (1'000), not a character literal
         else:
-            rest = _QUOTED[tok].match(spliced, i)
+            rest = _always(_QUOTED[tok], spliced, i)
             out.append(tok + rest.group(0))
             i = rest.end()
         if directive is None and out and out[-1].strip(WHITESPACE):
@@ -125,10 +138,28 @@ def lex(text: str) -> Lexed:
     return Lexed(tuple(lines), tuple(problems))
 
 
+def _always(pattern: re.Pattern[str], text: str, at: int) -> re.Match[str]:
+    """The match of a pattern that matches anywhere (each part optional, an empty match included)."""
+    match = pattern.match(text, at)
+    if match is None:  # only a wrong pattern gets here
+        raise AssertionError(f"{pattern.pattern!r} must match at any position")
+    return match
+
+
+def header_name(text: str) -> tuple[str, bool, str] | None:
+    """The header name `text` starts with (HEADER_NAME): (name, quoted, the literal as written);
+    None when it starts with none."""
+    match = HEADER_NAME.match(text)
+    if match is None:
+        return None
+    quoted, angled = match.groups()
+    return (quoted if quoted is not None else angled), quoted is not None, match.group(0)
+
+
 def _raw_end(original: str, quote: int, line: int) -> tuple[int, tuple[int, str] | None]:
     """Where the raw string opened by the quote at `quote` ends (index after its closing quote),
     and the problem, if its delimiter is not one or it never closes."""
-    delim = _DELIMITER.match(original, quote + 1).group(0)
+    delim = _always(_DELIMITER, original, quote + 1).group(0)
     if not original.startswith(delim + "(", quote + 1):
         why = "a raw string literal whose delimiter is not one (at most 16 characters, then '(')"
         return quote + 1, (line, why)

@@ -182,7 +182,7 @@ def refusals(stack: CudaStack) -> list[str]:
 
 def warnings(stack: CudaStack) -> list[str]:
     """What works but is not the tested combination."""
-    out = []
+    out: list[str] = []
     if stack.nvrtc is None:
         return out
     if stack.driver is not None and cubin_loads(stack.nvrtc, stack.driver) and not ptx_loads(stack.nvrtc, stack.driver):

@@ -225,13 +225,18 @@ class LinkRefused(UnreadableFile):
     """A symbolic link where qualify writes into a record: refused, never written through (exit 2)."""
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, replace: bool = True, root: Path | None = None) -> None:
+def atomic_write_bytes(
+    path: Path, data: bytes | memoryview, *, replace: bool = True, root: Path | None = None, durable: bool = True
+) -> None:
     """Write `path` whole or not at all. replace=False refuses an existing file (FileExistsError)
     without a window between the check and the write: the file is linked in, never renamed over.
 
     With `root` (a record folder; `path` lies under it), every folder from `root` down is opened
     with O_NOFOLLOW (created where missing) and a symbolic link in the way, the file's own name
     included, is refused (LinkRefused), never written through.
+
+    durable=False skips the fsyncs: for scratch files that die with the run (a run's shared
+    inputs), where a crash loses nothing and a flush of hundreds of MB would cost seconds.
     """
     path = Path(path)
     if root is None and path.is_dir():
@@ -239,7 +244,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, replace: bool = True, root: P
     try:
         folder = _folder_fd(path, root)
         try:
-            _write(folder, path, data, replace)
+            _write(folder, path, data, replace, durable)
         finally:
             os.close(folder)
     except FileExistsError:
@@ -340,7 +345,7 @@ def _folder_fd(path: Path, root: Path | None, *, create: bool = True) -> int:
     return fd
 
 
-def _write(folder: int, path: Path, data: bytes, replace: bool) -> None:
+def _write(folder: int, path: Path, data: bytes | memoryview, replace: bool, durable: bool = True) -> None:
     name = path.name
     tmp = f".{name}.{secrets.token_hex(6)}.tmp"
     # created by name relative to the folder's descriptor, O_EXCL | O_NOFOLLOW: a fresh file, never
@@ -352,7 +357,8 @@ def _write(folder: int, path: Path, data: bytes, replace: bool) -> None:
         with os.fdopen(fd, "wb") as f:  # owns fd from here: closed whatever fails below
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         with contextlib.suppress(FileNotFoundError):  # a link in the file's place is refused, never replaced
             if stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode):
                 raise LinkRefused(_LINK_REFUSED, file=path)
@@ -365,8 +371,9 @@ def _write(folder: int, path: Path, data: bytes, replace: bool) -> None:
         with contextlib.suppress(FileNotFoundError):  # never mask the failure that got us here
             os.unlink(tmp, dir_fd=folder)
         raise
-    with contextlib.suppress(OSError):  # some filesystems refuse fsync on a folder; the data is synced
-        os.fsync(folder)
+    if durable:
+        with contextlib.suppress(OSError):  # some filesystems refuse fsync on a folder; the data is synced
+            os.fsync(folder)
 
 
 def atomic_write_text(path: Path, text: str, *, replace: bool = True, root: Path | None = None) -> None:

@@ -44,10 +44,13 @@ def _object(pairs: list[tuple[str, object]]) -> dict:
     if len(out) == len(pairs):
         return out
     seen: set[str] = set()
-    repeated = next(k for k, _ in pairs if k in seen or seen.add(k))
-    marked = _RepeatedKey(out)
-    marked.key = repeated
-    return marked
+    for key, _ in pairs:
+        if key in seen:
+            marked = _RepeatedKey(out)
+            marked.key = key  # the first key met twice
+            return marked
+        seen.add(key)
+    raise AssertionError("fewer keys than pairs, yet none repeated")
 
 
 def join_field(path: str, key: object) -> str:

@@ -364,8 +364,13 @@ def test_one_timed_output_that_differs_among_several_is_enough(tmp_path):
     loaded = frozen(tmp_path, plan)
 
     class FirstOutputDiffers(type(fake())):
+        checked: set = set()  # the first comparison with a reference is the determinism check: the truth
+
         def differs(self, a, b):
-            super().differs(a, b)
+            truth = super().differs(a, b)
+            if b.ptr not in self.checked:
+                self.checked.add(b.ptr)
+                return truth
             # as if "out" (written) came out wrong while "spare" (never written: all 0xFF) matched
             return not (self.memory.view(b.ptr, b.nbytes) == 0xFF).all()
 

@@ -44,3 +44,21 @@ def test_counts_per_arm_and_case_over_runs():
     found = power.counts([doc("slower", "unchanged"), doc("slower", "cant_tell")])
     assert found[("p", "base", "N=0")]["slower"] == 2
     assert found[("p", "base", "N=1")] == {"unchanged": 1, "cant_tell": 1}
+
+
+def test_an_arm_named_is_the_only_one_calibrated_and_counted():
+    doc = {
+        "protocols": [
+            {
+                "name": "vecload",
+                "arms": [
+                    {"side": "base", "cases": [{"case": "N=1", "gate_class": "slower", "delta_pct": 2.1}]},
+                    {"side": "candidate", "cases": [{"case": "N=1", "gate_class": "faster", "delta_pct": -1.7}]},
+                ],
+            }
+        ]
+    }
+    assert power.mean_delta(doc, "base") == 2.1
+    assert power.mean_delta(doc) == pytest.approx(0.2)
+    assert list(power.counts([doc], "base")) == [("vecload", "base", "N=1")]
+    assert len(power.counts([doc])) == 2

@@ -5,6 +5,7 @@ parent and trial process alike, with the trial process run in this process."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import subprocess
 import sys
@@ -29,9 +30,13 @@ REAL_POPEN = subprocess.Popen
 
 
 class InProcess:
-    """A `python -m qualify …` child run here, by the CLI's own entry point, to its exit code."""
+    """A `python -m qualify …` child run here, by the CLI's own entry point, to its exit code.
+    A primed trial process runs at once (its turn is the parent's next step anyway)."""
+
+    stdin = None  # runner.Primed has no turn to send: the child did not wait for one
 
     def __init__(self, args: list[str]):
+        args = [a for a in args if a != "--primed"]
         try:
             main(args)
             self.returncode = 0
@@ -144,15 +149,19 @@ def test_a_trial_process_runs_the_libraries_its_parent_bound(tmp_path, gpu_free,
 
 
 def test_the_invocation_file_holds_only_an_invocation(tmp_path):
-    bad = tmp_path / "invocation.pickle"
-    bad.write_bytes(pickle.dumps({"plan": "p.json"}))
-    with pytest.raises(ToolError, match="not an invocation: a dict"):
+    """More hostile files in tests/test_invocation_file.py."""
+    bad = tmp_path / invocation.FILE
+    bad.write_text(json.dumps({"plan": "p.json"}))
+    with pytest.raises(ToolError, match="not a version-1 invocation"):
         invocation.read(bad)
-    bad.write_bytes(b"\x80\x05truncated")
+    bad.write_bytes(pickle.dumps({"plan": "p.json"}))  # the format before: never unpickled
     with pytest.raises(ToolError, match="cannot read the invocation"):
         invocation.read(bad)
+    bad.write_text('{"invocation_version": 1, "plan"')
+    with pytest.raises(ToolError, match="not an invocation: invalid JSON"):
+        invocation.read(bad)
     with pytest.raises(ToolError, match="cannot read the invocation"):
-        invocation.read(tmp_path / "missing.pickle")
+        invocation.read(tmp_path / "missing.json")
 
 
 def test_an_invocation_in_a_folder_others_can_write_to_is_refused(tmp_path, gpu_free):
@@ -164,7 +173,7 @@ def test_an_invocation_in_a_folder_others_can_write_to_is_refused(tmp_path, gpu_
     with pytest.raises(ToolError, match="not a folder only this user can write to"):
         invocation.read(path)
     folder.chmod(0o700)
-    link = folder / "link.pickle"
+    link = folder / "link.json"
     link.symlink_to(path)
     with pytest.raises(ToolError, match="not a file of this user's"):
         invocation.read(link)
@@ -208,3 +217,72 @@ def test_the_trial_command_names_this_interpreter():
     from qualify.procs.trials import trial_command
 
     assert trial_command("x")[:4] == [sys.executable, "-m", "qualify", "trial-process"]
+
+
+def _quiet_progress(total):
+    import contextlib
+
+    return contextlib.nullcontext(lambda n, what: None)
+
+
+def test_one_trial_refuses_another_gpu_and_lets_its_context_go(tmp_path, gpu_free, monkeypatch):
+    """The trial process's own device against the one its parent identified: refused before any
+    trial, and the context it opened is closed (not left retained by a process that ends)."""
+    from qualify.procs import trials
+
+    closed = []
+
+    class Elsewhere(FakeDevice):
+        def close(self):
+            closed.append(True)
+            super().close()
+
+    other = FAKE_INFO.model_copy(update={"uuid": "GPU-00000000-0000-0000-0000-000000000001"})
+    monkeypatch.setattr(device_module, "CudaDevice", lambda ordinal=0: Elsewhere({}, info=other))
+    monkeypatch.setattr(trials, "run_plan", lambda *a, **k: pytest.fail("a trial ran on the wrong GPU"))
+    plan = frozen_plan(tmp_path, trials=1)
+    resolved = invocation.resolve(plan, None, False, None, None, ["run", str(plan)]).on_device(0)
+    with pytest.raises(DeviceError, match="in this trial process"):
+        trials.one_trial(resolved, _quiet_progress)
+    assert closed == [True]
+
+
+def test_one_trial_hands_the_sanitizer_and_the_preflight_their_arguments_in_order(tmp_path, gpu_free, monkeypatch):
+    import qualify.run.sanitizer as sanitizer
+    from qualify.commands.pipeline import RunOutcome
+    from qualify.procs import trials
+
+    given = {}
+    monkeypatch.setattr(trials, "run_plan", lambda *a, **k: given.update(k) or RunOutcome([], None))
+    checks, workers = [], []
+    monkeypatch.setattr(sanitizer, "run_check", lambda *a, **k: checks.append((a, k)))
+    monkeypatch.setattr(isolation, "preflight", lambda *a, **k: workers.append((a, k)))
+    plan = frozen_plan(tmp_path, trials=1)
+    resolved = invocation.resolve(plan, None, False, None, None, ["run", str(plan)]).on_device(0)
+    trials.one_trial(resolved, _quiet_progress)
+    given["sanitize"]("memcheck", "N=1", "candidate", 30.0)
+    given["preflight"]("base", ["N=1"])
+    path = resolved.loaded.path
+    assert checks == [(("memcheck", path, "N=1", "candidate", 30.0, 0), {"library": resolved.library("candidate")})]
+    assert workers == [((path, "base", ["N=1"], 0), {"library": resolved.library("base")})]
+    assert given["trials"] == 1 and given["render"] is False and given["bound"] is True
+
+
+def test_the_trial_processes_hold_the_records_ownership_and_the_run_says_what_they_did(tmp_path, gpu_free):
+    """run_on_device: each trial process inherits the descriptor that owns the device's trials
+    in the record, and the outcome names the folder, the new trials and the re-derived results."""
+    from qualify.procs import trials
+    from qualify.procs.runner import Primed
+
+    plan = frozen_plan(tmp_path, trials=2)
+    resolved = invocation.resolve(plan, tmp_path / "rec", False, None, None, ["run", str(plan)]).on_device(0)
+    kept = []
+
+    def start(path, keep_fds):
+        kept.append(keep_fds)
+        return Primed(subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE))
+
+    executed = trials.run_on_device(resolved, start)
+    assert len(kept) == 2 and all(len(fds) == 1 and isinstance(fds[0], int) for fds in kept)
+    assert executed.folder == tmp_path / "rec" and executed.codes == (0, 0)
+    assert executed.outcome.trials == [] and executed.outcome.results is None  # the stand-ins kept no trial

@@ -132,3 +132,27 @@ def test_relative_error_counts_from_the_floor_itself():
     assert at_floor.max_rel == 0.5
     below = count("out", "f32", as_bytes(0.25), as_bytes(0.75), rel_floor=0.5)
     assert below.max_rel is None and below.max_abs == 0.5
+
+
+def test_judged_in_chunks_the_counts_are_those_of_the_whole():
+    """Chunks of 3 elements against one chunk of all: sums, extremes, the first of two equal worst
+    fractions (in different chunks), the first offending element and non-finite values agree."""
+    expected = np.array([1.0, 2.0, 4.0, 8.0, 0.0, 1e-9, 3.0, 5.0, np.nan, 7.0, 2.0], dtype=np.float32)
+    actual = expected.copy()
+    actual[1] = np.nextafter(np.float32(2.0), np.float32(3.0))  # one quantum
+    actual[4] = np.float32(1e-3)  # err over a bound near zero: the largest fraction
+    actual[7] = np.float32(5.0) + np.float32(5.0e-3)  # offending, in the third chunk of 3
+    actual[10] = np.float32(2.0) + np.float32(1e-3)  # offending, in the last chunk
+    actual[9] = np.inf
+    e, a = expected.view(np.uint8), actual.view(np.uint8)
+    whole = count("y", "f32", e, a, atol=1e-4, rtol=1e-4, chunk=expected.size)
+    # the two non-finite elements count as such, not as errors: the largest error is index 7's
+    assert whole.non_finite == 2 and whole.max_abs == float(np.float32(5.0) + np.float32(5.0e-3)) - 5.0
+    for chunk in (1, 2, 3, 4, 5):
+        assert count("y", "f32", e, a, atol=1e-4, rtol=1e-4, chunk=chunk) == whole, chunk
+    tie = np.zeros(8, np.float32)
+    moved = tie.copy()
+    moved[2] = moved[6] = np.float32(1.0)  # two equal worst fractions, in chunks 0 and 1 of 4
+    whole = count("y", "f32", tie.view(np.uint8), moved.view(np.uint8), atol=0.5)
+    parts = count("y", "f32", tie.view(np.uint8), moved.view(np.uint8), atol=0.5, chunk=4)
+    assert parts == whole and parts.worst_index == 2 and parts.first_offending == 2

@@ -324,3 +324,30 @@ def test_each_input_is_hashed_once_however_many_placements(monkeypatch):
     with PlacementPool(Recording(), ARMS, inputs(), 6, np.random.default_rng(1)) as pool:
         assert pool.count == 6
     assert len(hashed) == 2  # x and y, whichever arm and placement uploads them
+
+
+def test_the_pool_takes_the_inputs_digests_it_is_given_and_hashes_the_rest_once(monkeypatch):
+    import hashlib
+
+    import qualify.run.placement as placement
+    from qualify.run.stages.case_setup import digests
+
+    given = inputs()
+    want = {name: hashlib.sha256(data).hexdigest() for side in given for name, data in given[side].items()}
+    assert digests(given) == want
+    hashed = []
+    real = hashlib.sha256
+
+    class Counting:  # the pool's own hashing only (the recording device hashes what it is sent)
+        @staticmethod
+        def sha256(data):
+            hashed.append(1)
+            return real(data)
+
+    monkeypatch.setattr(placement, "hashlib", Counting)
+    with PlacementPool(Recording(), ARMS, given, 3, np.random.default_rng(0), digests=want) as pool:
+        assert dict(pool.facts.inputs_sha256) == want
+    assert hashed == []  # nothing hashed again on the set-up's path
+    with PlacementPool(Recording(), ARMS, given, 3, np.random.default_rng(0)) as pool:
+        assert dict(pool.facts.inputs_sha256) == want
+    assert len(hashed) == len(want)  # without them: once per input, not per placement

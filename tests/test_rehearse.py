@@ -286,3 +286,22 @@ def test_a_control_a_parity_gate_cannot_see_is_named_as_such(tmp_path, capsys):
     code, _, err, found = rehearse(capsys, plan, tmp_path / "out", "--reorder-ulp", "0")
     assert code == 2 and "negative control noop passes the gate: the gate cannot see it" in err, err
     assert found["controls"] and not any(c["caught"] for c in found["controls"])
+
+
+LAYERNORM = ROOT / "tests" / "fixtures" / "layernorm-first-plan"
+
+
+def test_the_layernorm_fixture_rehearses_clean_with_its_reference(tmp_path, capsys):
+    """The 4-case LayerNorm plan of issue 37 (benchmarks/first-run/rehearse_layernorm.py times it):
+    its smallest case rehearses clean against its float64 reference, the sign-flip control caught
+    on every output."""
+    plan = LAYERNORM / "plan.json"
+    reference = f"{LAYERNORM / 'reference.py'}:layernorm"
+    code, out, err = run_cli(
+        ["plan", "rehearse", plan, "--reference", reference, "--out", tmp_path / "r", "--cases", "C=256"], capsys
+    )
+    assert code == 0, err
+    found = json.loads((tmp_path / "r" / "rehearsal.json").read_text())
+    assert [c["case"] for c in found["cases"]] == ["C=256"] and found["cases"][0]["passed"] is True
+    assert [c["caught"] for c in found["controls"]] == [True]
+    assert {c["output"] for c in found["cases"][0]["counts"]} == {"y", "mean", "rstd"}

@@ -11,7 +11,7 @@ from fleet_worker import ProcessWorker, one_trial_on_fake_device
 from plans import make_repo, plan_copy
 
 from qualify.errors import most_severe
-from qualify.procs.runner import GRACE_S
+from qualify.procs.runner import GRACE_S, Primed, spawn_primed
 from qualify.procs.runner import run_in_turn as run_each_in_a_process
 from qualify.procs.trials import trial_command
 from qualify.run.isolation import CaseOutcome, PreflightShared
@@ -195,3 +195,124 @@ def test_a_shared_preflight_file_linked_elsewhere_is_refused(tmp_path):
     (tmp_path / "work" / PREFLIGHT_FILE).symlink_to(outside)
     with pytest.raises(PlanError, match="outside"):
         PreflightShared(lambda side, cases: [], tmp_path / "work")
+
+
+class Recorder:
+    """Workers that log when they start, get their turn, are waited for, cancelled or stopped."""
+
+    def __init__(self, codes):
+        self.codes, self.log = codes, []
+
+    def start(self, n):
+        self.log.append(("start", n))
+        recorder = self
+
+        class Turned:
+            def go(self):
+                recorder.log.append(("go", n))
+
+            def cancel(self):
+                recorder.log.append(("cancel", n))
+
+            def wait(self, timeout=None):
+                recorder.log.append(("wait", n))
+                return recorder.codes[n]
+
+            def terminate(self):
+                recorder.log.append(("terminate", n))
+
+        worker = Turned()
+        worker.__class__ = type("PrimedStandIn", (Primed,), dict(vars(Turned)))
+        return worker
+
+
+def test_ahead_the_next_worker_starts_before_the_running_one_is_waited_for():
+    rec = Recorder([0, 0, 0])
+    assert run_each_in_a_process(3, rec.start, ahead=True) == [0, 0, 0]
+    assert rec.log == [
+        ("start", 0), ("go", 0), ("start", 1), ("wait", 0),
+        ("go", 1), ("start", 2), ("wait", 1),
+        ("go", 2), ("wait", 2),
+    ]  # fmt: skip
+
+
+def test_ahead_a_worker_whose_turn_never_comes_is_cancelled_not_run():
+    rec = Recorder([0, 5, 0])
+    assert run_each_in_a_process(3, rec.start, ahead=True) == [0, 5]
+    assert ("go", 2) not in rec.log and rec.log[-1] == ("cancel", 2)
+
+
+def test_ahead_an_interrupted_parent_cancels_the_waiting_worker_too():
+    rec = Recorder([0, 0])
+    original = rec.start
+
+    def start(n):
+        worker = original(n)
+        if n == 0:
+            type(worker).wait = lambda self, timeout=None: (_ for _ in ()).throw(KeyboardInterrupt())
+        return worker
+
+    with pytest.raises(KeyboardInterrupt):
+        run_each_in_a_process(2, start, ahead=True)
+    assert rec.log[-1] == ("cancel", 1) and ("go", 1) not in rec.log
+
+
+CHILD = """
+import sys
+from pathlib import Path
+turn = sys.stdin.buffer.readline()
+if turn.startswith(b"go"):
+    Path(sys.argv[1]).write_text("ran")
+"""
+
+
+@pytest.mark.parametrize("given_turn", [True, False])
+def test_a_primed_process_runs_only_when_given_its_turn(tmp_path, given_turn):
+    import sys
+
+    marker = tmp_path / "ran"
+    worker = spawn_primed([sys.executable, "-c", CHILD, str(marker)])
+    if given_turn:
+        worker.go()
+        assert worker.wait(timeout=30) == 0
+    else:
+        worker.cancel()
+        assert worker.wait(timeout=30) == 0
+    assert marker.exists() == given_turn
+
+
+def test_the_trial_command_asks_a_primed_process_to_wait(tmp_path):
+    import sys
+
+    path = tmp_path / "invocation.pickle"
+    assert trial_command(path, primed=True) == [sys.executable, "-m", "qualify", "trial-process", str(path), "--primed"]
+
+
+@pytest.mark.parametrize("stdin, ran", [("go\n", True), ("", False)])
+def test_a_primed_trial_process_runs_its_trial_only_on_go(monkeypatch, stdin, ran):
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+
+    import qualify.procs.invocation as invocation
+    import qualify.procs.trials as trials
+    from qualify.cli import cli
+
+    calls = []
+    monkeypatch.setattr(invocation, "read", lambda path: "resolved")
+    monkeypatch.setattr(trials, "prime", lambda: calls.append("prime"))
+    monkeypatch.setattr(trials, "one_trial", lambda r, p: calls.append(r) or SimpleNamespace(trials=[]))
+    result = CliRunner().invoke(cli, ["trial-process", "inv", "--primed"], input=stdin)
+    assert result.exit_code == 0, result.output
+    assert calls == (["prime", "resolved"] if ran else ["prime"])
+
+
+def test_a_primed_process_that_ignores_its_cancel_is_stopped_and_reaped(monkeypatch):
+    import sys
+
+    import qualify.procs.runner as runner
+
+    monkeypatch.setattr(runner, "GRACE_S", 0.5)
+    worker = spawn_primed([sys.executable, "-c", "import time; time.sleep(60)"])
+    worker.cancel()
+    assert worker._process.returncode is not None and worker._process.returncode < 0  # SIGTERM, reaped

@@ -251,6 +251,18 @@ exec "$REAL_PYTHON" "$@"
 """
 
 
+def finish(job: subprocess.Popen, log: Path, cancel: bool) -> str:
+    """The job's output; with `cancel`, SIGTERM to the script alone, as a runner cancelling the job
+    does, once its qualify logged "started" (the job's own line, not a deadline: a loaded machine
+    only delays it, and an early exit ends the wait)."""
+    if cancel:
+        while "started" not in log.read_text() and job.poll() is None:
+            time.sleep(0.05)
+        job.send_signal(signal.SIGTERM)
+    out, _ = job.communicate(timeout=900)  # a hang guard only
+    return out
+
+
 @pytest.fixture
 def fake(tmp_path):
     python = tmp_path / "python"
@@ -274,12 +286,7 @@ def fake(tmp_path):
         job = subprocess.Popen(
             ["bash", str(SCRIPTS / "gpu-job.sh")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full
         )
-        if signal_after_start:
-            # the job's own line, not a deadline: a loaded machine only delays it (an early exit ends the wait)
-            while "started" not in log.read_text() and job.poll() is None:
-                time.sleep(0.05)
-            job.send_signal(signal.SIGTERM)  # to the script alone, as a runner cancelling the job does
-        out, _ = job.communicate(timeout=900)  # a hang guard only
+        out = finish(job, log, cancel=signal_after_start)
         return job.returncode, summary.read_text(), log.read_text().splitlines(), out
 
     return run
@@ -442,3 +449,39 @@ def test_gate_job_refuses_an_unknown_mode(tmp_path):
     env = {**os.environ, "QUALIFY_PYTHON": "/bin/false", "QUALIFY_GATE_MODE": "weekly"}
     done = subprocess.run(["bash", str(SCRIPTS / "gate-job.sh")], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 2 and "must be change or nightly" in done.stdout
+
+
+SLOW_GATE_PYTHON = """\
+#!/usr/bin/env bash
+trap 'echo terminated >> "$FAKE_LOG"; exit 130' TERM
+echo started >> "$FAKE_LOG"
+for _ in $(seq 600); do sleep 0.1; done
+exit 0
+"""
+
+
+def test_gate_job_cancelled_passes_the_signal_on(tmp_path):
+    """The gate shares gpu-job's signal forwarding (job-setup.sh): a cancelled job reaches qualify gate."""
+    python = tmp_path / "python"
+    python.write_text(SLOW_GATE_PYTHON)
+    python.chmod(0o755)
+    log = tmp_path / "log"
+    log.touch()
+    env = {**os.environ, "QUALIFY_PYTHON": str(python), "FAKE_LOG": str(log), "QUALIFY_OUT": str(tmp_path / "out")}
+    job = subprocess.Popen(
+        ["bash", str(SCRIPTS / "gate-job.sh")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    out = finish(job, log, cancel=True)
+    assert job.returncode == 130, out
+    assert log.read_text().split() == ["started", "terminated"]
+
+
+@pytest.mark.parametrize("script", ["gate-job.sh", "gpu-job.sh"])
+def test_both_jobs_refuse_an_unknown_install_extra_before_installing(tmp_path, script):
+    env = {k: v for k, v in os.environ.items() if k != "QUALIFY_PYTHON"}
+    env |= {"QUALIFY_EXTRA": "cu11", "QUALIFY_OUT": str(tmp_path / "out")}
+    env |= {"GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(["bash", str(SCRIPTS / script)], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 5, done.stdout + done.stderr
+    # the refusal comes before `python3 -m venv`: a failed install would say "pip install ... failed"
+    assert "::error title=set-up::QUALIFY_EXTRA must be cu13 or cu12" in done.stdout

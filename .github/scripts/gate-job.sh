@@ -19,30 +19,8 @@ cd "$(dirname "$0")/../.."
 
 OUT=${QUALIFY_OUT:-gate-out}
 MODE=${QUALIFY_GATE_MODE:-change}
-for dir in /usr/local/cuda/bin ${CUDA_HOME:+$CUDA_HOME/bin}; do
-  [ -d "$dir" ] && PATH="$PATH:$dir"
-done
-export PATH
-
-. .github/scripts/exit-codes.sh
-
-# a cancelled job signals this script: SIGTERM is passed on, which qualify handles as Ctrl-C
-child=0
-on_signal() { [ "$child" -ne 0 ] && kill -TERM "$child" 2>/dev/null; }
-trap on_signal INT TERM
-
-if [ -n "${QUALIFY_PYTHON:-}" ]; then
-  PY=$QUALIFY_PYTHON
-else
-  extra=${QUALIFY_EXTRA:-cu13}
-  case "$extra" in cu13|cu12) ;; *) annotate error "set-up" "QUALIFY_EXTRA must be cu13 or cu12"; record_code 5; finish ;; esac
-  python3 -m venv .venv && .venv/bin/python -m pip install -q -e ".[${extra},test]" || {
-    annotate error "set-up" "pip install -e .[${extra},test] failed"
-    record_code 5
-    finish
-  }
-  PY=.venv/bin/python
-fi
+. .github/scripts/job-setup.sh
+set_up_python
 
 args=(gate --out "$OUT")
 case "$MODE" in
@@ -59,14 +37,8 @@ case "$MODE" in
 esac
 
 echo "+ qualify ${args[*]}"
-"$PY" -m qualify "${args[@]}" &
-child=$!
-while :; do
-  wait "$child"
-  code=$?
-  kill -0 "$child" 2>/dev/null || break  # wait returned early for a trap: the gate still runs
-done
-child=0
+interruptible "$PY" -m qualify "${args[@]}"
+code=$?
 record_code "$code"
 if [ "$code" -ne 0 ]; then
   annotate error "qualify gate" "exit ${code}: $(meaning "$code")"

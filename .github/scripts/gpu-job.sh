@@ -27,42 +27,7 @@ LABEL=${QUALIFY_LABEL:-$(hostname)}
 CONFIG=.github/qualify-ci.json
 mkdir -p "$OUT"
 SUMMARY=${GITHUB_STEP_SUMMARY:-$OUT/summary.md}
-for dir in /usr/local/cuda/bin ${CUDA_HOME:+$CUDA_HOME/bin}; do
-  [ -d "$dir" ] && PATH="$PATH:$dir"
-done
-export PATH
-
-. .github/scripts/exit-codes.sh
-
-# A cancelled job: the runner signals this script, not its children, and a background child of a
-# non-interactive shell ignores SIGINT. So each long command runs in the background and is sent
-# SIGTERM, which qualify handles as Ctrl-C: the trial is kept, marked interrupted, exit 130.
-child=0
-interrupted=0
-on_signal() {
-  interrupted=1
-  [ "$child" -ne 0 ] && kill -TERM "$child" 2>/dev/null
-}
-trap on_signal INT TERM
-
-interruptible() {  # run a command so that a signal to this script reaches it; returns its code
-  "$@" &
-  child=$!
-  local code
-  while :; do
-    wait "$child"
-    code=$?
-    kill -0 "$child" 2>/dev/null || break  # wait returned early for a trap: the child still runs
-  done
-  child=0
-  [ "$interrupted" -eq 1 ] && record_code 130
-  return "$code"
-}
-
-stop_if_interrupted() {
-  [ "$interrupted" -eq 1 ] && finish
-  return 0
-}
+. .github/scripts/job-setup.sh
 
 {
   echo "## qualify on ${LABEL}"
@@ -70,18 +35,7 @@ stop_if_interrupted() {
 } >>"$SUMMARY"
 
 # -- the environment ---------------------------------------------------------------------------
-if [ -n "${QUALIFY_PYTHON:-}" ]; then
-  PY=$QUALIFY_PYTHON
-else
-  extra=${QUALIFY_EXTRA:-cu13}
-  case "$extra" in cu13|cu12) ;; *) annotate error "set-up" "QUALIFY_EXTRA must be cu13 or cu12"; record_code 5; finish ;; esac
-  python3 -m venv .venv && .venv/bin/python -m pip install -q -e ".[${extra},test]" || {
-    annotate error "set-up" "pip install -e .[${extra},test] failed"
-    record_code 5
-    finish
-  }
-  PY=.venv/bin/python
-fi
+set_up_python
 qualify() { interruptible "$PY" -m qualify "$@"; }
 
 echo "+ qualify doctor --role ci"

@@ -61,10 +61,16 @@ def copy_protocol(name: str, into: Path) -> Path:
     return into / "protocols" / name / "plan.json"
 
 
+def python_env() -> dict[str, str]:
+    """This checkout first on the path, what was there kept (the GPU kit's wheels live on it)."""
+    kept = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + kept if kept else "")}
+
+
 def fresh_python(code: str, runs: int) -> float:
     """Median wall time of `runs` fresh interpreters running `code` (one untimed run first)."""
     cmd = [sys.executable, "-c", code]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = python_env()
     subprocess.run(cmd, env=env, check=True, capture_output=True)
     times = []
     for _ in range(runs):
@@ -78,7 +84,7 @@ def measure(name: str, cold_cache: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"qualify-trial-{name}-") as scratch:
         work = Path(scratch)
         plan = copy_protocol(name, work / "repo")
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = python_env()
         if cold_cache:
             env["QUALIFY_CACHE_DIR"] = str(work / "cache")
         record = work / "record"

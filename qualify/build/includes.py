@@ -27,19 +27,17 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from qualify.cpp_lexer import INCLUDE_WORDS, lex
+from qualify.cpp_lexer import HEADER_NAME, INCLUDE_WORDS, header_name, lex
 from qualify.errors import PlanError
 from qualify.io import MAX_SOURCE_BYTES, UnreadableFile, read_limited
 
 MAX_HEADERS = 20_000
 MAX_TOTAL_BYTES = 512 * 2**20
 
-_DIRECTIVE = re.compile(r"^[ \t\f\v]*(?:#|%:|\?\?=)[ \t\f\v]*([A-Za-z_]\w*)(.*)$", re.DOTALL)
-_LITERAL = re.compile(r'^(?:"([^"\n]+)"|<([^<>\n]+)>)')
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 _DEFINE = re.compile(r"^\s*([A-Za-z_]\w*)(\([^)]*\))?(.*)$")
 _HAS_INCLUDE = re.compile(r"\b__has_include(?:_next)?\b")
-_HAS_INCLUDE_OPERAND = re.compile(r'\s*\(\s*(?:"[^"\n]+"|<[^<>\n]+>)\s*\)')
+_HAS_INCLUDE_OPERAND = re.compile(rf"\s*\(\s*(?:{HEADER_NAME.pattern})\s*\)")
 _DEFINED_BEFORE = re.compile(r"\bdefined\s*\(?\s*$")
 _IDENTIFIERS = re.compile(r"[A-Za-z_]\w*")
 # a name NVRTC and this scan could read two ways (a comment, an escape, a quote, whitespace in it)
@@ -100,35 +98,33 @@ def _has_include_problems(word: str, rest: str) -> list[str]:
     return problems
 
 
-def _literal_name(operand: str) -> tuple[str, bool] | None:
-    literal = _LITERAL.match(operand)
-    if literal is None:
-        return None
-    quoted, angled = literal.groups()
-    return (quoted if quoted is not None else angled), quoted is not None
-
-
 def scan(text: str) -> Scanned:
-    directives, includes, macro_includes, literal_defines, other, wrappers, computed = [], [], [], [], [], [], []
+    directives: list[Directive] = []
+    includes: list[tuple[int, str, bool]] = []
+    macro_includes: list[tuple[int, str]] = []
+    literal_defines: list[tuple[str, str, bool, int]] = []
+    other: list[str] = []
+    wrappers: list[str] = []
+    computed: list[tuple[int, str]] = []
     lexed = lex(text)
     computed.extend((line, why) for line, why in lexed.problems)
     for logical in lexed.lines:
         line = logical.number
-        match = _DIRECTIVE.match(logical.text)
-        if match is None:
+        parsed = logical.directive()
+        if parsed is None:
             continue
-        word, rest = match.group(1), match.group(2)
+        word, rest = parsed
         directives.append(Directive(line, word, rest))
         if word in INCLUDE_WORDS:
             operand = rest.strip(" \t\f\v")
-            named = _literal_name(operand)
+            named = header_name(operand)
             if named is not None:
                 if _AMBIGUOUS_NAME.search(named[0]):
                     computed.append(
                         (line, f"#{word} names {named[0]!r}, which holds a space, quote, backslash or comment")
                     )
                     continue
-                includes.append((line, *named))
+                includes.append((line, named[0], named[1]))
             elif _IDENT.match(operand):
                 macro_includes.append((line, operand))
             else:
@@ -136,25 +132,21 @@ def scan(text: str) -> Scanned:
             continue
         computed.extend((line, why) for why in _has_include_problems(word, rest))
         for found in _HAS_INCLUDE.finditer(rest):
-            operand = _HAS_INCLUDE_OPERAND.match(rest, found.end())
-            if operand is not None:
-                named = _literal_name(operand.group(0).strip()[1:-1].strip())
-                if named is not None and not _AMBIGUOUS_NAME.search(named[0]):
-                    includes.append((line, *named))
+            probed = _HAS_INCLUDE_OPERAND.match(rest, found.end())
+            if probed is not None:
+                quoted, angled = probed.groups()
+                name = quoted if quoted is not None else angled
+                if not _AMBIGUOUS_NAME.search(name):
+                    includes.append((line, name, quoted is not None))
         if word == "define":
-            parsed = _DEFINE.match(rest)
-            if parsed is None:
+            defined = _DEFINE.match(rest)
+            if defined is None:
                 continue
-            name, params, body = parsed.groups()
+            name, params, body = defined.groups()
             body = body.strip(" \t\f\v")
-            named = _literal_name(body)
-            if (
-                params is None
-                and named
-                and body == _LITERAL.match(body).group(0)
-                and not _AMBIGUOUS_NAME.search(named[0])
-            ):
-                literal_defines.append((name, *named, line))
+            named = header_name(body)
+            if params is None and named and body == named[2] and not _AMBIGUOUS_NAME.search(named[0]):
+                literal_defines.append((name, named[0], named[1], line))
             else:
                 other.append(name)
                 if _HAS_INCLUDE.search(body):
@@ -299,10 +291,10 @@ def resolve_headers(
     literal_defines: dict[str, set[tuple[str, bool]]] = {}
     non_literal: set[str] = set()
     for name, value in defines.items():
-        literal = _LITERAL.match(str(value).strip())
-        if literal and str(value).strip() == literal.group(0):
-            quoted, angled = literal.groups()
-            literal_defines.setdefault(name, set()).add((quoted or angled.strip(), quoted is not None))
+        named = header_name(str(value).strip())
+        if named and str(value).strip() == named[2]:
+            header, quoted, _ = named
+            literal_defines.setdefault(name, set()).add((header if quoted else header.strip(), quoted))
         else:
             non_literal.add(name)
     queue = [source]

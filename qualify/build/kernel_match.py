@@ -70,6 +70,7 @@ def kind_problems(loaded) -> list[PlanError]:
                     if problem is not None:
                         out.append(PlanError(problem, file=loaded.path, field=f"{field}[{k}]"))
                     continue
+                expected: str | None
                 if param.pointer:
                     expected = "buffer"
                 else:

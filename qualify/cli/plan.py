@@ -177,6 +177,13 @@ def plan_schema(output: Path | None) -> None:
     multiple=True,
     help="Rehearse only this case (its id, e.g. 'C=1024,N=64'; repeat for more); default: every case.",
 )
+@click.option(
+    "--device",
+    "ordinal",
+    type=click.IntRange(min=0),
+    help="On a GPU host: also run each CUDA arm once per case on this GPU, with a guard after every output "
+    "and scratch buffer, and report any write past a buffer's declared size.",
+)
 def plan_rehearse(
     plan_path: Path,
     reference_spec: str | None,
@@ -184,6 +191,7 @@ def plan_rehearse(
     reorder_ulp: int,
     seed: int,
     case_ids: tuple[str, ...],
+    ordinal: int | None,
 ) -> None:
     """On the CPU: generate PLAN's inputs, evaluate the expected outputs, apply the plan's fidelity
     gate to a simulated candidate and render the result as a rehearsal (never a record), so a
@@ -201,10 +209,21 @@ def plan_rehearse(
         reference_spec = str(loaded.path.parent / declared)
     reference = resolve_reference(reference_spec, loaded.path) if reference_spec else None
     folder = out_dir if out_dir is not None else Path(tempfile.mkdtemp(prefix=f"qualify-rehearsal-{loaded.plan.name}-"))
-    result = rehearse(loaded, reference, folder, reorder_ulp=reorder_ulp, seed=seed, only=list(case_ids) or None)
+    only = list(case_ids) or None
+    if ordinal is None:
+        result = rehearse(loaded, reference, folder, reorder_ulp=reorder_ulp, seed=seed, only=only)
+    else:
+        from qualify.run.device import CudaDevice
+
+        device = CudaDevice(ordinal)
+        try:
+            result = rehearse(loaded, reference, folder, reorder_ulp=reorder_ulp, seed=seed, only=only, device=device)
+        finally:
+            device.close()
     simulated = sum(c.simulated for c in result.cases)
     out.print(f"rehearsal (not a record): {shown(folder / 'REHEARSAL.md')}", soft_wrap=True)
     out.print(f"expected values: {shown(result.expected_from)}", soft_wrap=True)
+    out.print(f"writes past a buffer's declared size: {shown(result.buffer_bounds)}", soft_wrap=True)
     chosen = f" (chosen with --cases; the plan has {len(loaded.cases)})" if case_ids else ""
     out.print(f"cases simulated: {simulated} of {len(result.cases)}{chosen}")
     for problem in result.problems:
@@ -214,7 +233,10 @@ def plan_rehearse(
         raise PlanError(
             f"the rehearsal found {len(result.problems)} problem(s) (see {folder / 'REHEARSAL.md'}): {first}",
             file=plan_path,
-            field="acceptance.fidelity",
+            # only writes past declared sizes: the fields that declare those buffers
+            field=", ".join(dict.fromkeys(result.overrun_fields))
+            if len(result.problems) == len(result.overrun_fields)
+            else "acceptance.fidelity",
         )
     caught = sum(bool(c.caught) for c in result.controls)
     out.print(

@@ -186,13 +186,23 @@ def device_process_cmd(path: Path, ordinal: int) -> None:
 
 @click.command("trial-process", hidden=True)
 @click.argument("path", type=click.Path(path_type=Path))
-def trial_process_cmd(path: Path) -> None:
+@click.option("--primed", is_flag=True, help="import first, then wait for 'go' on stdin (EOF: exit 0, no trial)")
+def trial_process_cmd(path: Path, primed: bool) -> None:
     """One trial: exits 0 once it is kept (the parent judges the record), 130 if interrupted."""
     from qualify.procs.invocation import read
-    from qualify.procs.trials import one_trial
+    from qualify.procs.trials import one_trial, prime
 
     terminate_as_interrupt()
-    outcome = one_trial(read(path), _progress)
+    resolved = read(path)
+    if primed:
+        try:
+            prime()
+            turn = sys.stdin.buffer.readline()
+        except KeyboardInterrupt:
+            raise SystemExit(int(ExitCode.INTERRUPTED)) from None
+        if not turn.startswith(b"go"):
+            raise SystemExit(0)  # cancelled before its turn: no trial, nothing to keep
+    outcome = one_trial(resolved, _progress)
     interrupted = any(t.status == "interrupted" for t in outcome.trials)
     raise SystemExit(int(ExitCode.INTERRUPTED) if interrupted else 0)
 

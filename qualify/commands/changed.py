@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,7 +23,7 @@ from qualify.plan.digest import lock_path
 
 # History of the --json shape (bump on any incompatible change and say what changed):
 #   1 — {"changed_version", "base", "head", "protocols": [{"name", "plan", "reasons", "problem"}]}
-CHANGED_VERSION = 1
+CHANGED_VERSION: Final = 1
 
 
 class Touched(BaseModel):

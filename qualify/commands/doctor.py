@@ -16,7 +16,7 @@ Every probe of the host is a field of `Host`, so the decisions are tested on the
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,7 +33,7 @@ from qualify.run.nvml_state import NvmlState as NvmlState
 #       `cuda` line shows (any may be null: not installed, no driver)
 #   3 — adds "role" (the role asked with --role, or null) and "roles": [{"name", "serves", "does",
 #       "blocked_by"}]; "ok" and "exit_code" answer for the role asked (none asked: any role)
-DOCTOR_VERSION = 3
+DOCTOR_VERSION: Final = 3
 
 RoleName = Literal["authoring", "running", "ci"]
 

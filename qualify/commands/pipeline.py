@@ -153,6 +153,7 @@ def run_plan(
             sanitize=sanitize,
             preflight=PreflightShared(preflight, workdir) if preflight else None,
             libraries=libraries or {},
+            workdir=workdir,
         )
         with record.owned(device.info.uuid):  # one run per device per record
             for _ in range(max(wanted, 0)):

@@ -14,6 +14,7 @@ record whose ledger was lost still counts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def shown(path: Path, root: Path) -> str:
         return str(path)
 
 
-def replace_lock(loaded: LoadedPlan, extra_records: list[Path] = ()) -> tuple[Path, str | None]:
+def replace_lock(loaded: LoadedPlan, extra_records: Sequence[Path] = ()) -> tuple[Path, str | None]:
     """Rewrite the plan's lock for its current content. Returns (lock path, the old digest, or
     None when there was no lock). Refused (exit 3) once a trial ran under the old digest."""
     for folder in extra_records:  # a record named on the command line that cannot be searched

@@ -8,6 +8,11 @@ as a trial. Input controls are simulated too where a reference can evaluate the 
 result is written as REHEARSAL.md and rehearsal.json into a folder outside records/, marked as a
 rehearsal; a plan whose gate refuses the simulated candidate, or whose control the gate cannot
 see, is a plan error (exit 2), found before a trial counts.
+
+With a device (`--device N` on a GPU host, the fake device in tests) each CUDA arm also runs once
+per case with a guard after every output and scratch buffer (`qualify.run.bounds`): a launch that
+writes past a buffer's declared size is a plan error too, naming the case, the launch, the buffer
+and how many bytes past. Without one, the rehearsal says it did not check.
 """
 
 from __future__ import annotations
@@ -26,12 +31,16 @@ from qualify.evaluate.tolerance_gate import calibrate, control_outcome, judge_ca
 from qualify.evaluate.verdict import fidelity_passes
 from qualify.io import atomic_write_text
 from qualify.plan.golden import Golden, load_golden
-from qualify.plan.model import GoldenInit, InputControl
+from qualify.plan.load import load_plan
+from qualify.plan.model import ARM_SIDES, CudaArm, GoldenInit, InputControl
 from qualify.plan.resolve import ResolvedCase
 from qualify.render.rehearsal import rehearsal_markdown
 from qualify.results.rehearsal import Rehearsal, RehearsedCase, RehearsedControl
-from qualify.run import golden_stage
+from qualify.run import bounds, golden_stage
+from qualify.run.arms import compile_and_load, unload
 from qualify.run.controls import mutate
+from qualify.run.device import KernelFault
+from qualify.run.device_protocol import Device
 from qualify.run.reference import host_values, reference_outputs
 
 # 16 steps: the softmax pair's two summation orders differ by up to 1.0e-6 relative (9 to 17 f32
@@ -121,6 +130,7 @@ def rehearse(
     reorder_ulp: int = DEFAULT_REORDER_ULP,
     seed: int = 0,
     only: list[str] | None = None,
+    device: Device | None = None,
 ) -> Rehearsal:
     """Rehearse every case (or the cases `only` names) and input control, write the folder, and
     return what was found. Cases are rehearsed one at a time: one case's inputs and outputs are
@@ -148,29 +158,25 @@ def rehearse(
     cases, controls = [], []
     chosen = set(only or ())
     # the cases each control runs in, as sets: looked up once per case, not scanned
-    control_cases = [None if c.cases is None else set(c.cases) for c in plan.controls.negative]
+    control_cases: list[set[str] | None] = [None if c.cases is None else set(c.cases) for c in plan.controls.negative]
     for case in loaded.cases:
         if chosen and case.id not in chosen:
             continue
         if has_golden_inputs and golden is None:
             cases.append(RehearsedCase(case=case.id, input_sha256={}, simulated=False, passed=None))
             continue
-        inputs = golden_stage.case_inputs(plan, golden, case.id, case.arms["candidate"])
-        truth = expected.outputs(case, inputs)
-        sha = {n: _sha256(a) for n, a in inputs.items()}
-        if truth is None:
-            cases.append(RehearsedCase(case=case.id, input_sha256=sha, simulated=False, passed=None))
-            continue
-        dtypes = {b.name: b.dtype for b in _outputs(case)}
-        one = _Case(case, case_params(loaded, case), dtypes, inputs, truth)
-        judged, found = _judge_case(fid, one, one.candidate(fid, truth, reorder_ulp, seed))
-        cases.append(judged.model_copy(update={"input_sha256": sha}))
+        rehearsed, tried, found = _rehearse_case(loaded, golden, expected, case, reorder_ulp, seed, control_cases)
+        cases.append(rehearsed)
+        controls += tried
         problems += found
-        for control, runs_in in zip(plan.controls.negative, control_cases):
-            if runs_in is None or case.id in runs_in:
-                rehearsed, problem = _rehearse_control(fid, control, one, expected, reorder_ulp, seed)
-                controls.append(rehearsed)
-                problems += [problem] if problem else []
+    checked = [c for c in loaded.cases if not chosen or c.id in chosen]
+    words, fields = None, []
+    if device is not None and golden_path is not None and golden is None:
+        words = "not checked: the golden (its inputs and the plan's digest) is missing"
+    elif device is not None:
+        seen, words = _buffer_bounds(loaded, device, checked, golden)
+        problems += [o.line() if isinstance(o, bounds.Overrun) else o for o in seen]
+        fields = [_field(loaded, o) for o in seen if isinstance(o, bounds.Overrun)]
     rehearsal = Rehearsal(
         plan=plan.name,
         plan_digest=loaded.digest or "none yet (the golden is missing)",
@@ -189,11 +195,84 @@ def rehearse(
         controls=controls,
         problems=problems,
         hint=REORDER_HINT if reorder_ulp and any(c.passed is False for c in cases) else None,
+        **({"buffer_bounds": words} if words else {}),
+        overrun_fields=fields,
     )
     # written by qualify.io under --out's folder: a link planted in the folder is refused, never followed
     atomic_write_text(folder / "rehearsal.json", rehearsal.model_dump_json(indent=1) + "\n", root=folder)
     atomic_write_text(folder / "REHEARSAL.md", rehearsal_markdown(plan, rehearsal), root=folder)
     return rehearsal
+
+
+def _rehearse_case(
+    loaded: PlanView,
+    golden: Golden | None,
+    expected: _Expected,
+    case: ResolvedCase,
+    reorder_ulp: int,
+    seed: int,
+    control_cases: list[set[str] | None],
+) -> tuple[RehearsedCase, list[RehearsedControl], list[str]]:
+    """One case and its controls (`control_cases`: the cases each control runs in, None for all).
+    A function of its own so that the case's arrays (inputs, expected values, simulated outputs)
+    are released when it returns, before the next case's are made: the rehearsal holds one case
+    at a time."""
+    plan, fid = loaded.plan, loaded.plan.acceptance.fidelity
+    inputs = golden_stage.case_inputs(plan, golden, case.id, case.arms["candidate"])
+    sha = {n: _sha256(a) for n, a in inputs.items()}
+    truth = expected.outputs(case, inputs)
+    if truth is None:
+        return RehearsedCase(case=case.id, input_sha256=sha, simulated=False, passed=None), [], []
+    dtypes = {b.name: b.dtype for b in _outputs(case)}
+    one = _Case(case, case_params(loaded, case), dtypes, inputs, truth)
+    judged, problems = _judge_case(fid, one, one.candidate(fid, truth, reorder_ulp, seed))
+    controls = []
+    for control, runs_in in zip(plan.controls.negative, control_cases):
+        if runs_in is None or case.id in runs_in:
+            rehearsed, problem = _rehearse_control(fid, control, one, expected, reorder_ulp, seed)
+            controls.append(rehearsed)
+            problems += [problem] if problem else []
+    return judged.model_copy(update={"input_sha256": sha}), controls, problems
+
+
+def _field(loaded: PlanView, overrun: bounds.Overrun) -> str:
+    """The plan field that declares the buffer written past: the arm's scratch or the workload's buffer."""
+    arm = loaded.plan.arm(overrun.side)
+    own = [b.name for b in arm.scratch] if isinstance(arm, CudaArm) else []
+    if overrun.buffer in own:
+        return f"arms.{overrun.side}.scratch[{own.index(overrun.buffer)}]"
+    names = [b.name for b in loaded.plan.workload.buffers]
+    return f"workload.buffers[{names.index(overrun.buffer)}]"
+
+
+def _buffer_bounds(
+    loaded: PlanView, device: Device, cases: list[ResolvedCase], golden
+) -> tuple[list[bounds.Overrun | str], str]:
+    """Each CUDA arm (compiled for the device, loaded once) run once per case with guarded outputs
+    and scratch, the case's buffers freed before the next: each buffer written past, and a line for a
+    launch that faulted."""
+    full = load_plan(loaded.path)  # what the worker compiles: the plan's lock and repository
+    sides = [s for s in ARM_SIDES if isinstance(loaded.plan.arm(s), CudaArm)]
+    problems: list[bounds.Overrun | str] = []
+    for side in sides:
+        kernel = compile_and_load(device, full, side, cases, label=f"bounds:{side}")[1]
+        for case in cases:
+            arm = case.arms[side]
+            buffers = bounds.allocate(device, arm)
+            inputs = golden_stage.case_inputs(loaded.plan, golden, case.id, arm)
+            try:
+                found = bounds.run_guarded(device, side, kernel, case.id, arm, inputs, buffers)
+            except KernelFault as exc:  # the context is lost on a GPU: nothing more runs on it, not even a free
+                problems.append(f"{case.id}: {side}: the launch faulted ({exc.message}); nothing after it was run")
+                return problems, f"stopped at a fault: {problems[-1]}"
+            problems += found
+            bounds.free(device, buffers)
+        unload(device, kernel)
+    words = (
+        f"checked on {device.info.name}: the {' and '.join(sides) or 'no CUDA'} arm(s) run once in each of "
+        f"{len(cases)} case(s), each output and scratch buffer followed by a guard read back after every launch"
+    )
+    return problems, words
 
 
 def _judge_case(fid, one: _Case, simulated: dict[str, np.ndarray]) -> tuple[RehearsedCase, list[str]]:

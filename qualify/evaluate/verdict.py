@@ -9,6 +9,7 @@ sanitizer checks not run, an unplanned device, a gate finer than the case could 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 from qualify.evaluate.cupti_delta import traced_disagreements
 from qualify.evaluate.device_match import device_label as device_label  # its callers import it from here too
@@ -195,33 +196,29 @@ def judge_gates(plan: Plan, trials: list[Trial]) -> tuple[list[GateResult], list
     over devices together. In a free A/A trial the gates see the ratio the construction fixes
     (BY_CONSTRUCTION), not the measured one: a speed-up gate is missed and a regression bound is
     met, by construction."""
-    out, undecided = [], []
+    out: list[GateResult] = []
+    undecided: list[str] = []
     for gate in plan.acceptance.gates:
         for cid in selected_cases(gate, plan):
             for device, dtrials in by_device(trials).items():
                 cases = [(t, c) for t in dtrials for c in t.cases if c.case == cid]
                 if not cases:
                     continue
-                judged: list[tuple[int | None, float, float | None, float | None, float | None]]
+                judged: list[tuple[int | None, Evidence]]
                 if gate.every_trial:
-                    judged = [(t.index, *_evidence(t, c)) for t, c in cases]
+                    judged = [(t.index, _evidence(t, c)) for t, c in cases]
                 else:
-                    judged = [(None, *_pooled_evidence(cases))]
-                for index, ratio, lo, hi, mde in judged:
-                    outcome, value, bound = judge_gate(gate, ratio, lo, hi, mde)
-                    if outcome == "cant_tell":
-                        undecided.append(_undecided(gate, cid, device, index, value, mde, lo, hi, trials=len(cases)))
-                        continue
-                    out.append(
-                        GateResult(
-                            gate=gate.name,
-                            case=cid,
-                            trial=index,
-                            device=device,
-                            passed=outcome == "pass",
-                            value_pct=value,
-                            bound=bound,
-                        )
+                    judged = [(None, _pooled_evidence(cases))]
+                for index, (ratio, lo, hi, mde) in judged:
+                    _decide(
+                        out,
+                        undecided,
+                        gate,
+                        cid,
+                        device,
+                        index,
+                        (ratio, lo, hi, mde),
+                        lambda value: _undecided(gate, cid, device, index, value, mde, lo, hi, trials=len(cases)),
                     )
             if not gate.every_trial:
                 over, unsure = _judge_over_machines(gate, cid, trials)
@@ -236,7 +233,8 @@ def _judge_over_machines(gate: SpeedGate, cid: str, trials: list[Trial]) -> tupl
     holds only where the spread between them leaves it holding."""
     from qualify.evaluate.machines import machine_term, machines_by_model, model_label
 
-    out, undecided = [], []
+    out: list[GateResult] = []
+    undecided: list[str] = []
     for model, machines in machines_by_model(trials).items():
         per_machine = {
             label: pool([c.stats for t in mtrials for c in t.cases if c.case == cid])
@@ -250,27 +248,52 @@ def _judge_over_machines(gate: SpeedGate, cid: str, trials: list[Trial]) -> tupl
         if term is None:
             undecided.append(f"gate {gate.name} can't tell at {cid} on {label}: a machine has no interval")
             continue
-        outcome, value, bound = judge_gate(gate, term.ratio, term.ci_low, term.ci_high, term.mde_pct)
-        if outcome == "cant_tell":
-            undecided.append(
+        _decide(
+            out,
+            undecided,
+            gate,
+            cid,
+            label,
+            None,
+            (term.ratio, term.ci_low, term.ci_high, term.mde_pct),
+            lambda value: (
                 f"gate {gate.name} can't tell at {cid} on {label} (machines as replicates): needs "
                 f"{gate_bound_text(gate)}, measured change {value:+.2f}%, 95% CI "
                 f"[{(term.ci_low - 1) * 100:+.2f}%, {(term.ci_high - 1) * 100:+.2f}%], between machines "
                 f"{term.between_pct:.2f}%; the smallest change it can detect is {term.mde_pct:.2f}%"
-            )
-            continue
-        out.append(
-            GateResult(
-                gate=gate.name,
-                case=cid,
-                trial=None,
-                device=label,
-                passed=outcome == "pass",
-                value_pct=value,
-                bound=bound,
-            )
+            ),
         )
     return out, undecided
+
+
+def _decide(
+    out: list[GateResult],
+    undecided: list[str],
+    gate: SpeedGate,
+    cid: str,
+    device: str,
+    trial: int | None,
+    evidence: Evidence,
+    cant_tell: Callable[[float], str],
+) -> None:
+    """One gate on one case's evidence: a GateResult into out when the data decide it, else into
+    undecided the reason they cannot (cant_tell, given the measured change in %)."""
+    ratio, lo, hi, mde = evidence
+    outcome, value, bound = judge_gate(gate, ratio, lo, hi, mde)
+    if outcome == "cant_tell":
+        undecided.append(cant_tell(value))
+        return
+    out.append(
+        GateResult(
+            gate=gate.name,
+            case=cid,
+            trial=trial,
+            device=device,
+            passed=outcome == "pass",
+            value_pct=value,
+            bound=bound,
+        )
+    )
 
 
 def _case_problems(plan: Plan, trial: Trial, case: CaseTrial) -> list[str]:

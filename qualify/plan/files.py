@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qualify import generation
-from qualify.cpp_lexer import lex
+from qualify.cpp_lexer import HEADER_NAME, lex
 from qualify.errors import PlanError
 from qualify.io import MAX_LIBRARY_BYTES, MAX_SOURCE_BYTES, UnreadableFile, open_limited, read_limited
 from qualify.plan import python_source
@@ -32,7 +32,6 @@ _TOKENS = re.compile(
     r"|/\*.*?(?:\*/|\Z)",  # block comment (dropped; an unterminated one runs to the end)
     re.DOTALL,
 )
-_NAMES = re.compile(r'"([^"\n]+)"|<([^<>\n]+)>')
 MAX_INCLUDE_DEPTH = 32
 
 
@@ -95,7 +94,7 @@ def include_candidates(text: str) -> list[tuple[str, bool]]:
     out = []
     # the directive lines as NVRTC forms them (qualify.cpp_lexer, the include scanner's lexer too)
     for line in lex(text).lines:
-        for quoted, angled in _NAMES.findall(line.text):
+        for quoted, angled in HEADER_NAME.findall(line.text):
             out.append((quoted, True) if quoted else (angled.strip(), False))
     return out
 

@@ -32,6 +32,46 @@ class Worker(Protocol):
     def terminate(self) -> None: ...
 
 
+class Primed:
+    """A worker started ahead of its turn: it pays its interpreter and imports while the trial
+    before it runs, then waits on its stdin; `go` lets it run, `cancel` lets it exit having done
+    nothing. The imports are host work only (one core of the host, no CUDA call), so they cannot
+    touch the timed samples of the trial running beside them, which the GPU times behind a
+    blocking kernel."""
+
+    GO = b"go\n"
+
+    def __init__(self, process: subprocess.Popen):
+        self._process = process
+
+    def go(self) -> None:
+        self._send(self.GO)
+
+    def cancel(self) -> None:
+        self._send(b"")
+        try:
+            self._process.wait(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            self._process.terminate()
+            self._process.wait()
+
+    def _send(self, data: bytes) -> None:
+        stdin = self._process.stdin
+        if stdin is None or stdin.closed:
+            return
+        try:
+            stdin.write(data)
+            stdin.close()
+        except (BrokenPipeError, OSError):  # it already ended (a failed import): its exit code says so
+            pass
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self._process.wait(timeout)
+
+    def terminate(self) -> None:
+        self._process.terminate()
+
+
 def qualify_command(*args: str | Path) -> list[str]:
     """`python -m qualify …` with this interpreter: a child runs the same qualify as its parent."""
     return [sys.executable, "-m", "qualify", *map(str, args)]
@@ -46,30 +86,60 @@ def spawn(cmd: list[str], keep_fds: tuple[int, ...] = (), log: IO | None = None)
     return subprocess.Popen(cmd, pass_fds=keep_fds, stdout=log, stderr=subprocess.STDOUT)
 
 
-def run_in_turn(wanted: int, start: Callable[[int], Worker]) -> list[int]:
+def spawn_primed(cmd: list[str], keep_fds: tuple[int, ...] = ()) -> Primed:
+    """`spawn`, with the child waiting on its stdin for `Primed.go` (the command must say so)."""
+    return Primed(subprocess.Popen(cmd, pass_fds=keep_fds, stdin=subprocess.PIPE))
+
+
+def _begin(worker: Worker) -> None:
+    if isinstance(worker, Primed):
+        worker.go()
+
+
+def _drop(worker: Worker | None) -> None:
+    if isinstance(worker, Primed):
+        worker.cancel()
+    elif worker is not None:
+        worker.terminate()
+        worker.wait()
+
+
+def run_in_turn(wanted: int, start: Callable[[int], Worker], *, ahead: bool = False) -> list[int]:
     """Start one worker per wanted trial, one after the other; their exit codes in order.
 
     A worker that kept its trial (exit 0) lets the next trial start; any other code ends the run.
     An interruption of the parent while waiting (Ctrl-C, which reached the worker too, or
     SIGTERM, which did not): the worker has GRACE_S to keep the trial it was in, then it is sent
     SIGTERM, which it records as an interruption; the run ends as interrupted either way.
+
+    With `ahead`, each next worker is started while the one before it runs (a `Primed` worker
+    waits for its turn; one never given its turn is cancelled): the next trial process's start-up
+    is off the run's critical path.
     """
     codes: list[int] = []
-    for n in range(wanted):
-        worker = start(n)
-        try:
-            code = worker.wait()
-        except KeyboardInterrupt:
+    upcoming: Worker | None = start(0) if wanted > 0 else None
+    try:
+        for n in range(wanted):
+            worker = upcoming if upcoming is not None else start(n)
+            upcoming = None
+            _begin(worker)
+            if ahead and n + 1 < wanted:
+                upcoming = start(n + 1)
             try:
-                worker.wait(timeout=GRACE_S)
-            except (subprocess.TimeoutExpired, KeyboardInterrupt):
-                worker.terminate()
-                worker.wait()
-            codes.append(int(ExitCode.INTERRUPTED))
-            break
-        codes.append(code)
-        if code != KEPT:
-            break
+                code = worker.wait()
+            except KeyboardInterrupt:
+                try:
+                    worker.wait(timeout=GRACE_S)
+                except (subprocess.TimeoutExpired, KeyboardInterrupt):
+                    worker.terminate()
+                    worker.wait()
+                codes.append(int(ExitCode.INTERRUPTED))
+                break
+            codes.append(code)
+            if code != KEPT:
+                break
+    finally:
+        _drop(upcoming)
     return codes
 
 

@@ -25,7 +25,7 @@ from qualify.commands.pipeline import RunOutcome, rederive, remaining_trials, ru
 from qualify.plan.load import LoadedPlan
 from qualify.procs import invocation
 from qualify.procs.invocation import Invocation
-from qualify.procs.runner import Worker, qualify_command, run_in_turn, spawn
+from qualify.procs.runner import Primed, Worker, qualify_command, run_in_turn, spawn_primed
 from qualify.results.store import Record
 
 
@@ -39,13 +39,29 @@ class Executed:
     codes: tuple[int, ...] = ()  # each trial process's exit code, in order
 
 
-def trial_command(path: Path) -> list[str]:
-    """One trial process: `qualify trial-process INVOCATION`, which renders nothing."""
-    return qualify_command("trial-process", path)
+def trial_command(path: Path, primed: bool = False) -> list[str]:
+    """One trial process: `qualify trial-process INVOCATION`, which renders nothing; `--primed`,
+    it imports what its trial needs and then waits for its turn on stdin (runner.Primed)."""
+    return qualify_command("trial-process", path, *(("--primed",) if primed else ()))
 
 
-def start_trial(path: Path, keep_fds: tuple[int, ...]) -> Worker:
-    return spawn(trial_command(path), keep_fds)
+def start_trial(path: Path, keep_fds: tuple[int, ...]) -> Primed:
+    return spawn_primed(trial_command(path, primed=True), keep_fds)
+
+
+def prime() -> None:
+    """A primed trial process's work before its turn: the imports of its trial, host work only.
+    Nothing here calls CUDA (cuda.bindings is imported, not initialised), so the trial running
+    meanwhile on the device is not disturbed; the device is opened in `one_trial`, after the turn."""
+    import qualify.commands.pipeline  # noqa: F401
+    import qualify.run.engine  # noqa: F401
+    import qualify.run.isolation  # noqa: F401
+    import qualify.run.sanitizer  # noqa: F401
+    import qualify.run.telemetry  # noqa: F401
+    from qualify.build import nvrtc  # noqa: F401
+    from qualify.run import device
+
+    device._driver()
 
 
 def run_on_device(resolved: Invocation, start: Callable[[Path, tuple[int, ...]], Worker] = start_trial) -> Executed:
@@ -60,7 +76,7 @@ def run_on_device(resolved: Invocation, start: Callable[[Path, tuple[int, ...]],
     with record.owned(uuid) as owner, tempfile.TemporaryDirectory(prefix="qualify-trials-") as workdir:
         held = (owner,) if owner is not None else ()
         path = invocation.write(replace(resolved, workdir=Path(workdir)), Path(workdir))
-        codes = run_in_turn(wanted, lambda n: start(path, held))
+        codes = run_in_turn(wanted, lambda n: start(path, held), ahead=True)
         if record.ledger_path.exists():
             record.close_dead_trials()
     results = rederive(record, resolved.loaded)

@@ -132,9 +132,9 @@ def _plan_launch_differs(plan: Plan) -> str | None:
 def _traced_kernel_names_match(trial: Trial) -> bool | None:
     """Whether the traced calls of both arms launched kernels of the same names: False as soon as
     one traced case says otherwise, True when every case was traced and agrees, None without a trace."""
-    traced = [c for c in trial.cases if c.trace and all(c.trace.get(side) for side in ARM_SIDES)]
-    for case in traced:
-        names = [{k.name for call in case.trace[side] for k in call.kernels} for side in ARM_SIDES]
+    traced = [c.trace for c in trial.cases if c.trace and all(c.trace.get(side) for side in ARM_SIDES)]
+    for trace in traced:
+        names = [{k.name for call in trace[side] for k in call.kernels} for side in ARM_SIDES]
         if names[0] != names[1]:
             return False
     return True if traced and len(traced) == len(trial.cases) else None

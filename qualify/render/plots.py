@@ -306,7 +306,7 @@ def _order(label: str, trials: list[Trial], plan: Plan, folder: Path, digest: _D
         arrays = _load(folder, t)
         floor = floor_ns(arrays)
         x = 0
-        traces = {"base": [], "candidate": [], "aa": []}
+        traces: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {"base": [], "candidate": [], "aa": []}
         clocks, throttled, edges = [], [], []
         for c in t.cases:
             cid = c.case

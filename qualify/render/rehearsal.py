@@ -31,6 +31,7 @@ def rehearsal_markdown(plan: Plan, r: Rehearsal) -> str:
         f"- Fidelity contract: {fidelity_text(plan)}",
         f"- Expected values: {md(r.expected_from)}",
         f"- Simulated candidate: {md(r.simulation)} (seed {r.seed})",
+        f"- Writes past a buffer's declared size: {md(r.buffer_bounds)}",
         "- Not rehearsed (they need the GPU): timing and the speed gates, the sanitizer, build and callable controls",
         "",
         "## Verdict of the rehearsal",

@@ -59,7 +59,7 @@ def bounds_table(plan: Plan, results: Results) -> list[str]:
     if not f.tolerances:
         return []
     outputs = [b.name for b in plan.workload.buffers if b.role == "output"]
-    derived = {}
+    derived: dict[tuple[str, str], float] = {}
     for t in results.trials:
         for c in t.cases:
             for n in c.tolerance.counts["candidate"] if c.tolerance is not None else []:

@@ -55,3 +55,12 @@ class Rehearsal(_Model):
     controls: list[RehearsedControl]
     problems: list[str] = Field(description="what the rehearsal found wrong with the plan; empty when none")
     hint: str | None = Field(default=None, description="how to fix a bound the simulated candidate fails")
+    buffer_bounds: str = Field(
+        default="not checked: no device (`plan rehearse --device N` on a GPU host runs each CUDA arm once per case "
+        "with a guard after every output and scratch buffer)",
+        description="whether each arm's writes were held to its buffers' declared sizes, in words",
+    )
+    overrun_fields: list[str] = Field(
+        default_factory=list,
+        description="the plan field of the buffer of each write past a declared size, one per such line in `problems`",
+    )

@@ -113,9 +113,9 @@ class ArmExec:
         for name in self.outputs:
             device.poison(self.buffers[name])
 
-    def run_once(self, device: Device) -> dict[str, np.ndarray]:
+    def run_on_device(self, device: Device) -> None:
         """Poison (outputs, and the scratch of an arm's own sequence: a later launch must read
-        only what an earlier one wrote), launch once, and return every output's bytes."""
+        only what an earlier one wrote), launch once and wait: the outputs stay on the device."""
         self.poison_outputs(device)
         if self.resolved.steps:
             for b in self.resolved.buffers:
@@ -123,4 +123,8 @@ class ArmExec:
                     device.poison(self.buffers[b.name])
         self.enqueue(device)
         device.synchronize()
+
+    def run_once(self, device: Device) -> dict[str, np.ndarray]:
+        """`run_on_device`, then every output's bytes."""
+        self.run_on_device(device)
         return {name: device.download(self.buffers[name]) for name in self.outputs}

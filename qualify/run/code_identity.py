@@ -212,10 +212,11 @@ def _identity(
     diff = compare(a, b, labels=ARM_SIDES)
     lines = [d.describe() for d in diff.functions] + [f"module {m} differs" for m in diff.module]
     first = next((d for d in diff.functions if d.first_offset is not None), None)
-    if first is not None:
-        shown = [_instruction(cubins_, first.name, first.first_offset) for cubins_ in raw]
+    if first is not None and first.first_offset is not None:
+        offset = first.first_offset
+        shown = [_instruction(cubins_, first.name, offset) for cubins_ in raw]
         if all(shown):
-            lines.insert(0, f"{first.name} at {first.first_offset:#06x}: base {shown[0]} / candidate {shown[1]}")
+            lines.insert(0, f"{first.name} at {offset:#06x}: base {shown[0]} / candidate {shown[1]}")
     lines = _capped(template_pairs(a, b, diff) + lines)
     return CodeIdentity(
         status="identical" if diff.identical else "differs",

@@ -40,6 +40,13 @@ SETTLE_NS = 0
 # allocated with the helpers; slot s >= 1 follows a spacer of its own size, so each slot starts
 # after a different amount of memory.
 FLUSH_SLOTS = 4
+# The guard after an output or scratch buffer (alloc_guarded): compute-sanitizer's memcheck only
+# sees writes outside every allocation, and cuMemAlloc rounds sizes up, so a write a few bytes past
+# a buffer's declared size lands in memory the driver gave us and passes unseen. The guard is part
+# of the allocation, filled with GUARD_BYTE; any byte of it changed after a launch is a write past
+# the declared size. 4 KiB holds a whole 256-thread block of 16-byte stores one step too far.
+GUARD_BYTES = 4096
+GUARD_BYTE = 0xA5  # neither the poison (0xFF) nor zero, nor a byte of a small float or int
 
 
 def flush_spacer_bytes(slot: int) -> int:
@@ -194,6 +201,7 @@ class CudaDevice:
         self._stop = _check(driver.cuEventCreate(0), "cuEventCreate")
         self._pairs: list[tuple[object, object]] = []  # event pairs of a batch, created on first use
         self._buffers: list[DeviceBuffer] = []
+        self._guards: dict[int, int] = {}  # ptr -> guard bytes after the declared size (alloc_guarded)
         self._kernels: list[Kernel] = []
         self._host_flag = None
         self._flush_bufs: list[DeviceBuffer] = []  # slot -> flush buffer; slot 0 made with the helpers
@@ -342,6 +350,37 @@ class CudaDevice:
     def free(self, buf: DeviceBuffer) -> None:
         _check(self._driver.cuMemFree(buf.ptr), "cuMemFree")
         self._buffers.remove(buf)
+        self._guards.pop(buf.ptr, None)
+
+    def alloc_guarded(self, nbytes: int, guard: int = GUARD_BYTES) -> DeviceBuffer:
+        """A buffer of `nbytes` followed, in the same allocation, by `guard` bytes of GUARD_BYTE
+        (guard_overrun reads them back). The buffer's nbytes is the declared size only."""
+        ptr = int(_check(self._driver.cuMemAlloc(nbytes + guard), f"cuMemAlloc({nbytes + guard:,} bytes)"))
+        buf = DeviceBuffer(ptr, nbytes)
+        self._buffers.append(buf)
+        self._guards[ptr] = guard
+        _check(self._driver.cuMemsetD8Async(ptr + nbytes, GUARD_BYTE, guard, self.stream), "cuMemsetD8Async")
+        self.synchronize()
+        return buf
+
+    def guard_overrun(self, buf: DeviceBuffer) -> int:
+        """How far past its declared size a buffer was written: the offset after the last guard
+        byte that is no longer GUARD_BYTE (0: the guard is intact). The guard is filled again."""
+        guard = self._guards[buf.ptr]  # a buffer alloc_guarded did not make has none: KeyError
+        self.synchronize()
+        region = np.empty(guard, dtype=np.uint8)
+        _check(self._driver.cuMemcpyDtoH(region, buf.ptr + buf.nbytes, guard), "cuMemcpyDtoH")
+        changed = np.flatnonzero(region != GUARD_BYTE)
+        if changed.size:
+            _check(
+                self._driver.cuMemsetD8Async(buf.ptr + buf.nbytes, GUARD_BYTE, guard, self.stream), "cuMemsetD8Async"
+            )
+            self.synchronize()
+        return int(changed[-1]) + 1 if changed.size else 0
+
+    def guard_bytes(self, buf: DeviceBuffer) -> int:
+        """The guard after a buffer (0 for one alloc made)."""
+        return self._guards.get(buf.ptr, 0)
 
     def free_memory(self) -> int:
         """Bytes of device memory free now (cuMemGetInfo), for sizing allocations up front."""

@@ -26,6 +26,7 @@ from qualify.results.store import Record, now_iso
 from qualify.run import golden_stage
 from qualify.run.device import KernelFault, LaunchHang
 from qualify.run.device_protocol import Device
+from qualify.run.inputs import InputStore
 from qualify.run.library import EntryPointFailed
 from qualify.run.stages import case_setup, fidelity, timing
 from qualify.run.stages.admission import Admission, BudgetExhausted, admit, samples_per_trial
@@ -70,6 +71,8 @@ class RunOptions:
     preflight: Callable | None = None
     # shared-library arms: the builds named on `qualify compare`'s command line, by side
     libraries: dict[str, Path] = field(default_factory=dict)
+    # the run's scratch folder shared by its trial processes (inputs generated once, the preflight's outcomes)
+    workdir: Path | None = None
 
 
 class TrialRunner:
@@ -86,15 +89,18 @@ class TrialRunner:
         self.found = Evidence()
         # the plan's golden (qualify/run/golden_stage.py); None when the plan compares with base
         self.golden = golden_stage.open_golden(loaded)
-        self.inputs = InputPrefetch(self.plan, self.golden, loaded.cases)
+        store = InputStore(options.workdir) if options.workdir is not None else None
+        self.inputs = InputPrefetch(self.plan, self.golden, loaded.cases, store)
         self.tracer = Tracer(self.plan, device)
         self.control_kernels = ControlKernels(loaded, device)
+        self.controlled: frozenset[str] = frozenset()  # cases whose controls this device has run already
         self.bench = timing.Bench(self.plan, device, telemetry, self.found.samples, self.clock, options.progress)
 
     def run(self) -> Trial:
         admission = admit(self.loaded, self.device.info, self.record, self.options.exploratory, self.options.libraries)
         started_at = now_iso()
         self.bench = replace(self.bench, trial=admission.index)
+        self.controlled = controlled_cases(self.record, self.device.info.uuid)
         status = "complete"
         pending: Exception | None = None
         try:
@@ -161,16 +167,20 @@ class TrialRunner:
         )
         with watch(case.id), CaseMemory(device) as memory:
             with self.clock.stage("inputs"):
-                setup = case_setup.set_up(case, self.inputs.take(case), kernels, memory, device, placing)
+                got = self.inputs.take(case)
+                setup = case_setup.set_up(case, got.inputs, kernels, memory, device, placing, got.sha256)
             with self.clock.stage("fidelity"):
-                ref = fidelity.reference_outputs(case, setup, device)
+                ref = fidelity.reference_outputs(case, setup, memory, device)
                 found.failures.extend(ref.escaped)
                 ref.facts.placements = setup.pool.facts.to_json()
                 found.cases.append(ref.facts)
-                refs = case_setup.upload_references(setup, ref.outputs, memory, device)
-            with self.clock.stage("controls"):
-                for control in run_controls(self.loaded, self.golden, case, setup, ref, self.control_kernels, device):
-                    self._keep_control(case.id, control)
+                refs = ref.on_device
+            if case.id not in self.controlled:
+                with self.clock.stage("controls"):
+                    for control in run_controls(
+                        self.loaded, self.golden, case, setup, ref, self.control_kernels, device
+                    ):
+                        self._keep_control(case.id, control)
             gate = fidelity.gate(self.plan, self.golden, case, ref)
             if gate.tolerance is not None:
                 found.tolerance[case.id] = gate.tolerance
@@ -223,6 +233,16 @@ class TrialRunner:
             counted=self.plan.acceptance.fidelity.counted,
         )
         return write_trial(self.loaded, self.record, self.device, ending, self.found, self.tracer, self.clock)
+
+
+def controlled_cases(record: Record, device_uuid: str) -> frozenset[str]:
+    """The cases whose negative controls an earlier trial on this device has kept already.
+
+    A control asks whether the fidelity gate catches a known wrong output: the same build, the
+    same mutated inputs and the same device give the same answer in every process, so (as the
+    sanitizer's checks) the controls run in the first trial on a device that reaches a case, and
+    later trial processes spend their time on samples."""
+    return frozenset(c.case for t in record.trials() if t.provenance.device.uuid == device_uuid for c in t.controls)
 
 
 def _failure(exc: Exception, where: Where) -> Failure:

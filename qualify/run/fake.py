@@ -15,7 +15,7 @@ import numpy as np
 
 from qualify.evaluate.occupancy import REGISTER_UNIT, SHARED_UNIT, SUB_PARTITIONS
 from qualify.results.model import ArmResources, DeviceInfo, DeviceLimits, KernelActivity, TracedCall
-from qualify.run.device import FLUSH_SLOTS, MAX_BATCH, DeviceBuffer, KernelFault
+from qualify.run.device import FLUSH_SLOTS, GUARD_BYTE, GUARD_BYTES, MAX_BATCH, DeviceBuffer, KernelFault
 from qualify.run.telemetry import Reading
 
 FAKE_INFO = DeviceInfo(
@@ -137,6 +137,7 @@ class FakeDevice:
         self.live_buffers = 0
         self.free_bytes = free_bytes  # what free_memory() reports before any allocation
         self.live_bytes = 0
+        self.guards: dict[int, int] = {}  # ptr -> guard bytes (alloc_guarded)
         self.flush_slots = 1  # prepared flush buffers (CudaDevice.prepare_flush_slots)
         self._batching = False  # inside time_samples, which logs each sample's flush itself
         # label -> the kernels one traced call launches: dicts of KernelActivity's launch fields
@@ -195,6 +196,27 @@ class FakeDevice:
         self.live_buffers -= 1
         self.live_bytes -= buf.nbytes
         del self.memory.blocks[buf.ptr]  # a view at an offset is not an allocation: KeyError
+        self.guards.pop(buf.ptr, None)
+
+    def alloc_guarded(self, nbytes: int, guard: int = GUARD_BYTES) -> DeviceBuffer:
+        """CudaDevice.alloc_guarded: `guard` bytes of GUARD_BYTE after the declared size, inside
+        the one host block, so a fake kernel's write into them succeeds as on the GPU."""
+        self.live_buffers += 1
+        self.live_bytes += nbytes
+        ptr = self.memory.alloc(nbytes + guard)
+        self.memory.view(ptr + nbytes, guard)[:] = GUARD_BYTE
+        self.guards[ptr] = guard
+        return DeviceBuffer(ptr, nbytes)
+
+    def guard_overrun(self, buf: DeviceBuffer) -> int:
+        region = self.memory.view(buf.ptr + buf.nbytes, self.guards[buf.ptr])
+        changed = np.flatnonzero(region != GUARD_BYTE)
+        region[:] = GUARD_BYTE
+        self.calls.append(("guard", buf.ptr))
+        return int(changed[-1]) + 1 if changed.size else 0
+
+    def guard_bytes(self, buf: DeviceBuffer) -> int:
+        return self.guards.get(buf.ptr, 0)
 
     def free_memory(self) -> int:
         return self.free_bytes - self.live_bytes

@@ -29,11 +29,14 @@ def open_golden(loaded) -> Golden | None:
     return load_golden(loaded.plan, loaded.path, loaded.files.root, loaded.cases)
 
 
-def case_inputs(plan: Plan, golden: Golden | None, case_id: str, arm: ResolvedArm) -> dict[str, np.ndarray]:
-    """Every input of one arm and case as flat uint8 arrays, by buffer name."""
+def case_inputs(
+    plan: Plan, golden: Golden | None, case_id: str, arm: ResolvedArm, store: input_gen.InputStore | None = None
+) -> dict[str, np.ndarray]:
+    """Every input of one arm and case as flat uint8 arrays, by buffer name (seeded ones kept in
+    `store` for the run's later trial processes)."""
     specs = [s for s in plan.workload.buffers if s.role == "input"]
     seeded = [s for s in specs if not isinstance(s.init, GoldenInit)]
-    arrays = input_gen.generate_case(plan.seeds, case_id, [(s, arm.buffer(s.name)) for s in seeded])
+    arrays = input_gen.generate_case(plan.seeds, case_id, [(s, arm.buffer(s.name)) for s in seeded], store=store)
     out = {s.name: a for s, a in zip(seeded, arrays)}
     for s in specs:
         if isinstance(s.init, GoldenInit):

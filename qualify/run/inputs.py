@@ -6,12 +6,17 @@ buffer name, so adding a case or a buffer never changes the bytes of the others.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import threading
 import zlib
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
+
+from qualify import io
 
 # the bf16 pair stays importable from here: golden scripts frozen in plan locks import it so
 from qualify.dtypes import bf16_bits_to_f32, from_float64, to_bf16_bits  # noqa: F401
@@ -65,15 +70,65 @@ def _cache_key(seeds: Seeds, case_id: str, spec: Buffer, resolved: ResolvedBuffe
     return (seeds.model_dump_json(), case_id, spec.model_dump_json(), resolved.dtype, resolved.shape)
 
 
-def cached(seeds: Seeds, case_id: str, spec: Buffer, resolved: ResolvedBuffer) -> np.ndarray:
-    """generate(), remembered; the array is read-only so no caller can change what others get."""
+class InputStore:
+    """Inputs one trial process generated, kept for the later trial processes of the same run.
+
+    Each trial runs in a fresh process (qualify.procs.trials), so the in-process cache above
+    helps only within a trial; a 64 Mi-element normal input costs about a second of float64
+    generation, paid again by every trial. The store is the run's own scratch folder (created
+    0700 by the parent, removed when the run ends): the first process writes each input's bytes
+    under a digest of everything that determines them, the later ones read them back. A file of
+    the wrong size, a link or anything unreadable is ignored and the input generated again; the
+    bytes that were uploaded are hashed into every trial's `input_sha256` as before, so the
+    record shows whether every trial timed the same inputs.
+    """
+
+    BUDGET_BYTES = 4 << 30  # beyond this, further inputs are generated in each process again
+
+    def __init__(self, folder: Path, budget: int = BUDGET_BYTES):
+        self.folder = Path(folder)
+        self.budget = budget
+
+    def path(self, key: tuple) -> Path:
+        return self.folder / f"input-{hashlib.sha256(repr(key).encode()).hexdigest()[:40]}.bin"
+
+    def load(self, key: tuple, nbytes: int) -> np.ndarray | None:
+        path = self.path(key)
+        if not path.exists():
+            return None
+        try:
+            with io.open_limited(path, nbytes, root=self.folder) as f:
+                data = np.fromfile(f, dtype=np.uint8)
+        except (OSError, io.UnreadableFile, ValueError):
+            return None
+        return data if data.nbytes == nbytes else None
+
+    def save(self, key: tuple, data: np.ndarray) -> None:
+        try:
+            held = sum(e.stat().st_size for e in os.scandir(self.folder) if e.name.startswith("input-"))
+            if held + data.nbytes > self.budget:
+                return
+            io.atomic_write_bytes(self.path(key), data.data, root=self.folder, durable=False)
+        except (OSError, io.UnreadableFile):
+            return  # a store that cannot be written only costs the next process the generation
+
+
+def cached(
+    seeds: Seeds, case_id: str, spec: Buffer, resolved: ResolvedBuffer, store: InputStore | None = None
+) -> np.ndarray:
+    """generate(), remembered in this process and, with a store, for the run's later processes;
+    the array is read-only so no caller can change what others get."""
     global _cache_bytes
     key = _cache_key(seeds, case_id, spec, resolved)
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    data = generate(seeds, case_id, spec, resolved)
+    data = store.load(key, resolved.nbytes) if store is not None else None
+    if data is None:
+        data = generate(seeds, case_id, spec, resolved)
+        if store is not None:
+            store.save(key, data)
     data.flags.writeable = False
     with _cache_lock:
         replaced = _cache.get(key)  # another thread generated the same input meanwhile
@@ -91,10 +146,14 @@ SERIAL_ELEMENTS = 1 << 18
 
 
 def generate_case(
-    seeds: Seeds, case_id: str, buffers: list[tuple[Buffer, ResolvedBuffer]], workers: int = 4
+    seeds: Seeds,
+    case_id: str,
+    buffers: list[tuple[Buffer, ResolvedBuffer]],
+    workers: int = 4,
+    store: InputStore | None = None,
 ) -> list[np.ndarray]:
     """Several inputs of one case at once (numpy's generators release the GIL while they fill)."""
     if len(buffers) <= 1 or sum(resolved.elements for _, resolved in buffers) < SERIAL_ELEMENTS:
-        return [cached(seeds, case_id, spec, resolved) for spec, resolved in buffers]
+        return [cached(seeds, case_id, spec, resolved, store) for spec, resolved in buffers]
     with ThreadPoolExecutor(max_workers=min(workers, len(buffers))) as pool:
-        return list(pool.map(lambda b: cached(seeds, case_id, *b), buffers))
+        return list(pool.map(lambda b: cached(seeds, case_id, b[0], b[1], store), buffers))

@@ -5,8 +5,10 @@ So before the parent times anything, each arm runs here, case by case, exactly a
 builds it (and compute-sanitizer runs it here too). One JSON line per event on stdout:
 
     {"event": "start", "case": "T=640"}
+    {"event": "buffers", "case": "T=640", "side": "base", "buffers": [{"name", "role", "ptr", "nbytes", "guard"}]}
     {"event": "done", "case": "T=640"}
     {"event": "fault", "case": "T=640", "code": 700, "message": "..."}   (then the process exits)
+    {"event": "fault", "case": "T=640", "code": "overrun", "message": "... past the end of ..."}   (likewise)
     {"event": "error", "case": ..., "message": ...}
 
     python -m qualify.run.worker PLAN --side candidate --case T=640 [--case ...] [--library X.so]
@@ -21,8 +23,8 @@ import sys
 from qualify.errors import QualifyError
 from qualify.plan.load import load_plan
 from qualify.plan.model import ARM_SIDES, LibraryArm, PythonArm
-from qualify.run import golden_stage, python_arm
-from qualify.run.arms import ArmExec, compile_and_load
+from qualify.run import bounds, golden_stage, python_arm
+from qualify.run.arms import compile_and_load
 from qualify.run.device import CudaDevice, KernelFault
 from qualify.run.device_protocol import Device
 from qualify.run.library import EntryPointFailed, load_library
@@ -60,18 +62,16 @@ def run_cases(plan_path: str, case_ids: list[str], side: str, ordinal: int = 0, 
                 current = cid
                 emit(event="start", case=cid)
                 arm = by_id[cid].arms[side]
-                buffers = {b.name: dev.alloc(b.nbytes) for b in arm.buffers}
-                for name, data in golden_stage.case_inputs(loaded.plan, golden, cid, arm).items():
-                    dev.upload(buffers[name], data)
-                for spec in arm.buffers:  # the workload's and the arm's own scratch
-                    if spec.role != "input":
-                        dev.poison(buffers[spec.name])
-                ex = ArmExec(side, kernel, arm, buffers, [b.name for b in arm.buffers if b.role == "output"])
-                ex.bind_args()
-                ex.run_once(dev)
-                dev.check_idle()
-                for buf in buffers.values():
-                    dev.free(buf)
+                # outputs and scratch (the workload's and the arm's own) each with a guard after it
+                buffers = bounds.allocate(dev, arm)
+                # before the launch: a sanitizer's faulting address is named by the buffer it lies near
+                emit(event="buffers", case=cid, side=side, buffers=bounds.layout(dev, arm, buffers))
+                inputs = golden_stage.case_inputs(loaded.plan, golden, cid, arm)
+                overruns = bounds.run_guarded(dev, side, kernel, cid, arm, inputs, buffers)
+                bounds.free(dev, buffers)  # the context is intact: memcheck's leak check stays quiet
+                if overruns:  # the arm wrote past a buffer: as wrong as a fault, and the case goes
+                    emit(event="fault", case=cid, code="overrun", message="; ".join(o.line() for o in overruns))
+                    return 3
                 emit(event="done", case=cid)
     except KernelFault as exc:
         emit(event="fault", case=current, code=exc.code, message=exc.message)

@@ -10,6 +10,7 @@ placement a timed block draws.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from qualify.run import golden_stage
 from qualify.run.arms import ArmExec
 from qualify.run.device import DeviceBuffer
 from qualify.run.device_protocol import Device
+from qualify.run.inputs import InputStore
 from qualify.run.placement import PlacementPool, layout_rng
 
 HostInputs = Mapping[str, Mapping[str, np.ndarray]]  # side -> buffer name -> flat uint8 bytes
@@ -32,10 +34,11 @@ class InputPrefetch:
     """Each case's inputs per arm, generated in the background: the next case's while this one
     is timed (the host only waits on the GPU then)."""
 
-    def __init__(self, plan: Plan, golden: Golden | None, cases: list[ResolvedCase]):
+    def __init__(self, plan: Plan, golden: Golden | None, cases: list[ResolvedCase], store: InputStore | None = None):
         self._plan = plan
         self._golden = golden
         self._cases = cases
+        self._store = store
         self._pool = ThreadPoolExecutor(max_workers=1)  # one case ahead, at most
         self._pending: dict[str, Future] = {}
 
@@ -43,8 +46,9 @@ class InputPrefetch:
         if case.id not in self._pending:
             self._pending[case.id] = self._pool.submit(self._generate, case)
 
-    def take(self, case: ResolvedCase) -> dict[str, dict[str, np.ndarray]]:
-        """The case's inputs (waiting for them if need be), with the next case's started."""
+    def take(self, case: ResolvedCase) -> Prefetched:
+        """The case's inputs and their digests (waiting for them if need be), with the next
+        case's started."""
         self.start(case)
         following = self._cases.index(case) + 1
         if following < len(self._cases):
@@ -54,9 +58,30 @@ class InputPrefetch:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _generate(self, case: ResolvedCase) -> dict[str, dict[str, np.ndarray]]:
+    def _generate(self, case: ResolvedCase) -> Prefetched:
         plan, golden = self._plan, self._golden
-        return {side: golden_stage.case_inputs(plan, golden, case.id, case.arms[side]) for side in ARM_SIDES}
+        inputs = {
+            side: golden_stage.case_inputs(plan, golden, case.id, case.arms[side], self._store) for side in ARM_SIDES
+        }
+        return Prefetched(inputs, digests(inputs))
+
+
+@dataclass(frozen=True)
+class Prefetched:
+    inputs: dict[str, dict[str, np.ndarray]]  # side -> input name -> bytes
+    sha256: dict[str, str]  # input name -> sha256 of its bytes
+
+
+def digests(inputs: HostInputs) -> dict[str, str]:
+    """Each input's sha256, once per name (both arms upload the same bytes under one name).
+    Taken with the inputs, in the background, so the case's set-up does not wait for it: hashing
+    the 268 MB inputs of a 64 Mi-element case takes a third of a second."""
+    out: dict[str, str] = {}
+    for side in ARM_SIDES:
+        for name, data in inputs.get(side, {}).items():
+            if name not in out:
+                out[name] = hashlib.sha256(data).hexdigest()
+    return out
 
 
 class CaseMemory:
@@ -129,6 +154,7 @@ def set_up(
     memory: CaseMemory,
     device,
     placing: Placing,
+    input_digests: Mapping[str, str] | None = None,
 ) -> CaseSetup:
     """Allocate the case's pool of placements in `memory`, upload the inputs into each and bind
     each arm's arguments to the first.
@@ -141,7 +167,9 @@ def set_up(
     rng = layout_rng(placing.seed, placing.trial, case.id)
     arms_buffers = {side: case.arms[side].buffers for side in ARM_SIDES}
     host_inputs = {side: dict(inputs[side]) for side in ARM_SIDES}
-    pool = memory.adopt(PlacementPool(device, arms_buffers, host_inputs, placing.count, rng, placing.granularity))
+    pool = memory.adopt(
+        PlacementPool(device, arms_buffers, host_inputs, placing.count, rng, placing.granularity, digests=input_digests)
+    )
     arms: dict[str, ArmExec] = {}
     for side in ARM_SIDES:
         arm = case.arms[side]
@@ -149,16 +177,3 @@ def set_up(
         arms[side] = ArmExec(side, kernels[side], arm, pool.buffers(0, side), outputs)
         arms[side].bind_args()
     return CaseSetup(arms, host_inputs, dict(pool.facts.inputs_sha256), pool)
-
-
-def upload_references(
-    setup: CaseSetup, reference: Mapping[str, Mapping[str, np.ndarray]], memory: CaseMemory, device
-) -> dict[str, dict[str, DeviceBuffer]]:
-    """The reference outputs on the device, per arm, for the timed launches' check."""
-    refs: dict[str, dict[str, DeviceBuffer]] = {}
-    for side, ex in setup.arms.items():
-        refs[side] = {}
-        for n in ex.outputs:
-            refs[side][n] = memory.alloc(reference[side][n].nbytes)
-            device.upload(refs[side][n], reference[side][n])
-    return refs

@@ -19,8 +19,9 @@ from qualify.results.model import Failure
 from qualify.results.tolerance import CaseTolerance
 from qualify.run import golden_stage
 from qualify.run.arms import ArmExec
+from qualify.run.device import DeviceBuffer
 from qualify.run.device_protocol import Device
-from qualify.run.stages.case_setup import CaseSetup
+from qualify.run.stages.case_setup import CaseMemory, CaseSetup
 from qualify.run.stages.where import watch
 
 # A device-wide sync right after the stream's stop event returns in microseconds; a wait beyond
@@ -55,6 +56,7 @@ class Reference:
     outputs: Outputs  # each arm's first run, the bytes every later run is compared with
     dtypes: Mapping[str, str]  # buffer name -> dtype
     escaped: tuple[Failure, ...]  # arms whose work outlived qualify's stream
+    on_device: Mapping[str, Mapping[str, DeviceBuffer]]  # side -> output -> the first run's bytes, on the device
 
 
 @dataclass(frozen=True)
@@ -64,20 +66,27 @@ class Gate:
     failures: tuple[Failure, ...]
 
 
-def reference_outputs(case: ResolvedCase, setup: CaseSetup, device: Device) -> Reference:
-    """Resources, reference outputs, determinism, parity and the stream-escape check of a case."""
+def reference_outputs(case: ResolvedCase, setup: CaseSetup, memory: CaseMemory, device: Device) -> Reference:
+    """Resources, reference outputs, determinism, parity and the stream-escape check of a case.
+
+    The first run's outputs are read back (parity, the golden and the controls judge them on the
+    host) and copied on the device, where the second run is compared with them and every timed
+    launch later is: a second read-back of hundreds of MB would cost more than the kernel."""
     execs = setup.arms
     resources = {
         side: device.resources(ex.kernel, ex.resolved.launch.threads_per_block, ex.resolved.launch.shared_bytes)
         for side, ex in execs.items()
         if ex.resolved.launch is not None
     }
-    reference, deterministic = {}, {}
+    reference, deterministic, on_device = {}, {}, {}
     for side, ex in execs.items():
         with watch(case.id, side):
             reference[side] = ex.run_once(device)
-            again = ex.run_once(device)
-        deterministic[side] = all(np.array_equal(reference[side][n], again[n]) for n in ex.outputs)
+            on_device[side] = {n: memory.alloc(ex.buffers[n].nbytes) for n in ex.outputs}
+            for n in ex.outputs:
+                device.copy(on_device[side][n], ex.buffers[n])
+            ex.run_on_device(device)
+            deterministic[side] = not any(device.differs(ex.buffers[n], on_device[side][n]) for n in ex.outputs)
     dtypes = {b.name: b.dtype for b in case.arms["base"].buffers}
     outputs = execs["base"].outputs
     parity = [compare(n, dtypes[n], reference["base"][n], reference["candidate"][n]) for n in outputs]
@@ -90,7 +99,7 @@ def reference_outputs(case: ResolvedCase, setup: CaseSetup, device: Device) -> R
         if waited > ESCAPE_MIN_NS
     )
     facts = CaseFacts(case.id, setup.input_sha256, resources, parity, deterministic, escape_ns)
-    return Reference(facts, reference, dtypes, escaped)
+    return Reference(facts, reference, dtypes, escaped, on_device)
 
 
 def escape_message(waited_ns: float, entry_point: bool) -> str:
