@@ -137,8 +137,9 @@ def rehearse(
     what the rehearsal holds at once."""
     folder = check_folder(out)
     known = [c.id for c in loaded.cases]
+    known_set = set(known)  # membership per named case, not a scan of every case
     for cid in only or []:
-        if cid not in known:
+        if cid not in known_set:
             raise UsageError(f"undeclared case {cid!r} (cases: {', '.join(known)})", field="--cases")
     check_host_budget(loaded, "plan rehearse")
     plan, fid = loaded.plan, loaded.plan.acceptance.fidelity
@@ -155,17 +156,20 @@ def rehearse(
     has_golden_inputs = any(isinstance(b.init, GoldenInit) for b in plan.workload.buffers)
     expected = _Expected(loaded, golden, reference)
     cases, controls = [], []
+    chosen = set(only or ())
+    # the cases each control runs in, as sets: looked up once per case, not scanned
+    control_cases: list[set[str] | None] = [None if c.cases is None else set(c.cases) for c in plan.controls.negative]
     for case in loaded.cases:
-        if only and case.id not in only:
+        if chosen and case.id not in chosen:
             continue
         if has_golden_inputs and golden is None:
             cases.append(RehearsedCase(case=case.id, input_sha256={}, simulated=False, passed=None))
             continue
-        rehearsed, tried, found = _rehearse_case(loaded, golden, expected, case, reorder_ulp, seed)
+        rehearsed, tried, found = _rehearse_case(loaded, golden, expected, case, reorder_ulp, seed, control_cases)
         cases.append(rehearsed)
         controls += tried
         problems += found
-    checked = [c for c in loaded.cases if not only or c.id in only]
+    checked = [c for c in loaded.cases if not chosen or c.id in chosen]
     words, fields = None, []
     if device is not None and golden_path is not None and golden is None:
         words = "not checked: the golden (its inputs and the plan's digest) is missing"
@@ -201,11 +205,18 @@ def rehearse(
 
 
 def _rehearse_case(
-    loaded: PlanView, golden: Golden | None, expected: _Expected, case: ResolvedCase, reorder_ulp: int, seed: int
+    loaded: PlanView,
+    golden: Golden | None,
+    expected: _Expected,
+    case: ResolvedCase,
+    reorder_ulp: int,
+    seed: int,
+    control_cases: list[set[str] | None],
 ) -> tuple[RehearsedCase, list[RehearsedControl], list[str]]:
-    """One case and its controls. A function of its own so that the case's arrays (inputs, expected
-    values, simulated outputs) are released when it returns, before the next case's are made: the
-    rehearsal holds one case at a time."""
+    """One case and its controls (`control_cases`: the cases each control runs in, None for all).
+    A function of its own so that the case's arrays (inputs, expected values, simulated outputs)
+    are released when it returns, before the next case's are made: the rehearsal holds one case
+    at a time."""
     plan, fid = loaded.plan, loaded.plan.acceptance.fidelity
     inputs = golden_stage.case_inputs(plan, golden, case.id, case.arms["candidate"])
     sha = {n: _sha256(a) for n, a in inputs.items()}
@@ -216,8 +227,8 @@ def _rehearse_case(
     one = _Case(case, case_params(loaded, case), dtypes, inputs, truth)
     judged, problems = _judge_case(fid, one, one.candidate(fid, truth, reorder_ulp, seed))
     controls = []
-    for control in plan.controls.negative:
-        if control.cases is None or case.id in control.cases:
+    for control, runs_in in zip(plan.controls.negative, control_cases):
+        if runs_in is None or case.id in runs_in:
             rehearsed, problem = _rehearse_control(fid, control, one, expected, reorder_ulp, seed)
             controls.append(rehearsed)
             problems += [problem] if problem else []

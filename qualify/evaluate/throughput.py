@@ -78,8 +78,12 @@ def case_rates(plan: Plan, groups: dict[str, list[Trial]]) -> list[CaseRate]:
             continue
         device = complete[0].provenance.device
         peak = peak_bandwidth(device)
+        by_case: dict[str, list] = {}  # each case's rows, in trial order: gathered once, not per case
+        for t in complete:
+            for c in t.cases:
+                by_case.setdefault(c.case, []).append(c)
         for case in resolved:
-            rows = [c for t in complete for c in t.cases if c.case == case.id]
+            rows = by_case.get(case.id, [])
             if not rows:
                 continue
             arms: dict[str, ArmRate] = {}

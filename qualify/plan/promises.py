@@ -69,12 +69,14 @@ def promise_problems(plan: Plan, cases: list[ResolvedCase], path: Path) -> list[
         field = f"controls.negative[{i}]"
         if control.cases == []:
             fail(f"{field}.cases", "an empty list selects no case: the control would never run")
-        applies = known if control.cases is None else [c for c in known if c in control.cases]
+        named = None if control.cases is None else set(control.cases)
+        applies = known if named is None else [c for c in known if c in named]
         for j, entry in enumerate(control.expect):
             _selection(entry, plan, known, applies, f"{field}.expect[{j}]", fail)
             _outputs(entry.outputs, outputs, f"{field}.expect[{j}]", fail)
         if isinstance(control, InputControl):
-            _mutation(control, [c for c in cases if c.id in applies], f"{field}.mutation", fail)
+            runs_in = [c for c in cases if named is None or c.id in named]
+            _mutation(control, runs_in, f"{field}.mutation", fail)
     if fid.calibration is not None:
         _calibration(fid.calibration.elements, cases, outputs, fail)
     if fid.reference is not None:
@@ -93,10 +95,11 @@ def _selection(sel: CaseSelector, plan: Plan, known: list[str], applies: list[st
     if sel.cases is not None:
         if not sel.cases:
             fail(f"{field}.cases", "an empty list selects no case")
+        known_set, applies_set = set(known), set(applies)  # membership per named case, not a list scan
         for j, cid in enumerate(sel.cases):
-            if cid not in known:
+            if cid not in known_set:
                 fail(f"{field}.cases[{j}]", f"undeclared case {cid!r} (cases: {', '.join(known)})")
-            elif cid not in applies:
+            elif cid not in applies_set:
                 fail(f"{field}.cases[{j}]", f"case {cid!r} is not one the control runs in ({', '.join(applies)})")
     if sel.where is not None:
         try:

@@ -109,8 +109,9 @@ def device_plots(results: Results) -> dict[str, list[PlotFile]]:
 
 def _case_order(plan: Plan, trials: list[Trial]) -> list[str]:
     planned = [case_id(c) for c in plan.workload.cases]
-    seen = list(dict.fromkeys(c.case for t in trials for c in t.cases))
-    return [c for c in planned if c in seen] + [c for c in seen if c not in planned]
+    seen = dict.fromkeys(c.case for t in trials for c in t.cases)  # ordered, and looked up in O(1)
+    known = set(planned)
+    return [c for c in planned if c in seen] + [c for c in seen if c not in known]
 
 
 def taken_order(arrays: dict[str, np.ndarray], cid: str, pair, values: dict[str, np.ndarray]):
@@ -256,7 +257,8 @@ def _samples(label: str, trials: list[Trial], plan: Plan, folder: Path, digest: 
         2.8 * cols + 0.4, 2.1 * rows + 0.5, left=0.45, right=0.15, top=0.55, bottom=0.5, hspace=0.75, wspace=0.3
     )
     axes = fig.subplots(rows, cols, squeeze=False)
-    loaded = [(t, _load(folder, t)) for t in trials]
+    # each trial's case ids as a set: looked up per case, not scanned (a scan is quadratic in cases)
+    loaded = [({c.case for c in t.cases}, _load(folder, t)) for t in trials]
     iterations = plan.schedule.iterations_per_sample
     for i, cid in enumerate(cases):
         ax = axes[i // cols][i % cols]
@@ -264,8 +266,8 @@ def _samples(label: str, trials: list[Trial], plan: Plan, folder: Path, digest: 
         for side in ARM_SIDES:
             parts = [
                 series_ns(a, cid, side, floor_ns(a), iterations) / 1e3
-                for t, a in loaded
-                if any(c.case == cid for c in t.cases) and key(cid, side, "ns") in a
+                for measured, a in loaded
+                if cid in measured and key(cid, side, "ns") in a
             ]
             per_arm[side] = np.concatenate(parts) if parts else np.empty(0)
         both = np.concatenate(list(per_arm.values()))

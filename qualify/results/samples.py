@@ -39,6 +39,13 @@ class TrialSamples:
 
     def __init__(self) -> None:
         self._lists: dict[str, list[float | int]] = {}
+        self._case_keys: dict[str, list[str]] = {}  # case -> its keys in _lists ("" -> the trial-wide ones)
+
+    def _list(self, name: str) -> list[float | int]:
+        if name not in self._lists:
+            self._lists[name] = []
+            self._case_keys.setdefault(name.rsplit("/", 2)[0] if "/" in name else "", []).append(name)
+        return self._lists[name]
 
     def add(
         self,
@@ -67,22 +74,27 @@ class TrialSamples:
             ("throttle", throttle),
             ("temp_c", temp_c),
         ):
-            self._lists.setdefault(key(case, series, field), []).append(sample)
+            self._list(key(case, series, field)).append(sample)
         for field, value in optional.items():
             if value is not None:
-                self._lists.setdefault(key(case, series, field), []).append(value)
+                self._list(key(case, series, field)).append(value)
 
     def add_warmup(self, case: str, series: str, ns: float) -> None:
-        self._lists.setdefault(key(case, series, "warmup_ns"), []).append(ns)
+        self._list(key(case, series, "warmup_ns")).append(ns)
 
     def add_floor(self, ns: float) -> None:
-        self._lists.setdefault("floor_ns", []).append(ns)
+        self._list("floor_ns").append(ns)
 
-    def arrays(self) -> dict[str, np.ndarray]:
+    def arrays(self, case: str | None = None) -> dict[str, np.ndarray]:
+        """Every array; with `case`, that case's and the trial-wide ones (floor_ns) alone: what the
+        stop rule reads after each block, without converting every other case's lists again (which
+        made a trial quadratic in its cases)."""
         dtypes = {"block": np.int32, "throttle": np.uint64, "placement": np.int32, "half": np.int32}
-        return {
-            k: np.asarray(v, dtype=dtypes.get(k.rsplit("/", 1)[-1], np.float64)) for k, v in sorted(self._lists.items())
-        }
+        items = self._lists.items()
+        if case is not None:
+            keys = self._case_keys.get(case, []) + self._case_keys.get("", [])
+            items = [(k, self._lists[k]) for k in keys]
+        return {k: np.asarray(v, dtype=dtypes.get(k.rsplit("/", 1)[-1], np.float64)) for k, v in sorted(items)}
 
 
 def save(path: Path, arrays: dict[str, np.ndarray], *, root: Path | None = None) -> bytes:

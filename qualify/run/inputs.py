@@ -53,6 +53,17 @@ def generate(seeds: Seeds, case_id: str, spec: Buffer, resolved: ResolvedBuffer)
 CACHE_BYTES = 2 << 30
 _cache: OrderedDict[tuple, np.ndarray] = OrderedDict()
 _cache_lock = threading.Lock()
+# the bytes _cache holds, kept as entries come and go: summing the entries at every insert made a
+# rehearsal of many small cases quadratic (every case's inputs stay cached under the bound)
+_cache_bytes = 0
+
+
+def clear_cache() -> None:
+    """Forget every input generated so far (a benchmark's sizes each start from nothing)."""
+    global _cache_bytes
+    with _cache_lock:
+        _cache.clear()
+        _cache_bytes = 0
 
 
 def _cache_key(seeds: Seeds, case_id: str, spec: Buffer, resolved: ResolvedBuffer) -> tuple:
@@ -107,6 +118,7 @@ def cached(
 ) -> np.ndarray:
     """generate(), remembered in this process and, with a store, for the run's later processes;
     the array is read-only so no caller can change what others get."""
+    global _cache_bytes
     key = _cache_key(seeds, case_id, spec, resolved)
     with _cache_lock:
         if key in _cache:
@@ -119,10 +131,18 @@ def cached(
             store.save(key, data)
     data.flags.writeable = False
     with _cache_lock:
+        replaced = _cache.get(key)  # another thread generated the same input meanwhile
+        _cache_bytes -= 0 if replaced is None else replaced.nbytes
         _cache[key] = data
-        while sum(a.nbytes for a in _cache.values()) > CACHE_BYTES and len(_cache) > 1:
-            _cache.popitem(last=False)
+        _cache_bytes += data.nbytes
+        while _cache_bytes > CACHE_BYTES and len(_cache) > 1:
+            _cache_bytes -= _cache.popitem(last=False)[1].nbytes
     return data
+
+
+# Below this many elements in all, a case's inputs are generated one after another: starting a pool
+# of threads costs more than filling them (a rehearsal of many small cases started one per case).
+SERIAL_ELEMENTS = 1 << 18
 
 
 def generate_case(
@@ -133,7 +153,7 @@ def generate_case(
     store: InputStore | None = None,
 ) -> list[np.ndarray]:
     """Several inputs of one case at once (numpy's generators release the GIL while they fill)."""
-    if len(buffers) <= 1:
+    if len(buffers) <= 1 or sum(resolved.elements for _, resolved in buffers) < SERIAL_ELEMENTS:
         return [cached(seeds, case_id, spec, resolved, store) for spec, resolved in buffers]
     with ThreadPoolExecutor(max_workers=min(workers, len(buffers))) as pool:
         return list(pool.map(lambda b: cached(seeds, case_id, b[0], b[1], store), buffers))

@@ -109,7 +109,7 @@ def time_pair(
     sched, dev, plan = bench.plan.schedule, bench.device, bench.plan
     cold = sched.cache == "cold"
     iterations = sched.iterations_per_sample
-    batch = batch_size(bench.samples.arrays(), case.id, sched.samples_per_block, iterations)
+    batch = batch_size(bench.samples.arrays(case.id), case.id, sched.samples_per_block, iterations)
     started = bench.clock.elapsed()
     draws = block_plan(plan.seeds.base, bench.trial, case.id, sched.blocks, setup.placements, bench.flush_slots)
     for draw in draws:
@@ -151,7 +151,7 @@ def time_pair(
             message = f"wall-time budget of {plan.budget.max_wall_seconds:g} s spent"
             return Failure(kind="budget", case=case.id, message=message)
         elapsed_s = bench.clock.elapsed() - started
-        reason = stop_reason(bench.samples.arrays(), case.id, pair, block + 1, plan, elapsed_s=elapsed_s)
+        reason = stop_reason(bench.samples.arrays(case.id), case.id, pair, block + 1, plan, elapsed_s=elapsed_s)
         if reason is not None:
             facts.stopped["aa" if pair == AA else "comparison"] = reason
             break
