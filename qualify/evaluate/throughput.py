@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from qualify.plan.model import ARM_SIDES, Plan, Side
 from qualify.plan.resolve import resolve_cases
-from qualify.results.model import DeviceInfo, Trial
+from qualify.results.model import CaseTrial, DeviceInfo, Trial
 
 TRANSFERS_PER_CLOCK = 2  # DDR, GDDR and HBM move data on both clock edges
 
@@ -78,7 +78,7 @@ def case_rates(plan: Plan, groups: dict[str, list[Trial]]) -> list[CaseRate]:
             continue
         device = complete[0].provenance.device
         peak = peak_bandwidth(device)
-        by_case: dict[str, list] = {}  # each case's rows, in trial order: gathered once, not per case
+        by_case: dict[str, list[CaseTrial]] = {}  # each case's rows, in trial order: gathered once, not per case
         for t in complete:
             for c in t.cases:
                 by_case.setdefault(c.case, []).append(c)

@@ -90,7 +90,7 @@ class TrialSamples:
         stop rule reads after each block, without converting every other case's lists again (which
         made a trial quadratic in its cases)."""
         dtypes = {"block": np.int32, "throttle": np.uint64, "placement": np.int32, "half": np.int32}
-        items = self._lists.items()
+        items: list[tuple[str, list[float | int]]] = list(self._lists.items())
         if case is not None:
             keys = self._case_keys.get(case, []) + self._case_keys.get("", [])
             items = [(k, self._lists[k]) for k in keys]

@@ -60,7 +60,7 @@ class InputPrefetch:
 
     def _generate(self, case: ResolvedCase) -> Prefetched:
         plan, golden = self._plan, self._golden
-        inputs = {
+        inputs: dict[str, dict[str, np.ndarray]] = {
             side: golden_stage.case_inputs(plan, golden, case.id, case.arms[side], self._store) for side in ARM_SIDES
         }
         return Prefetched(inputs, digests(inputs))
