@@ -95,3 +95,12 @@ def test_trials_sharing_a_workdir_time_the_same_inputs(tmp_path, monkeypatch):
     second = run_trial(loaded, fake(), tmp_path, workdir=work)
     assert [c.input_sha256 for c in first.cases] == [c.input_sha256 for c in second.cases]
     assert all(c.input_sha256 for c in first.cases)
+
+
+def test_the_budget_counts_what_earlier_processes_stored(tmp_path):
+    first = inputs.InputStore(tmp_path, budget=RESOLVED.nbytes + 100)
+    inputs.cached(SEEDS, "N=4096", SPEC, RESOLVED, first)
+    later = inputs.InputStore(tmp_path, budget=RESOLVED.nbytes + 100)  # a later process's store
+    inputs._cache.clear()
+    inputs.cached(SEEDS, "N=4096b", SPEC, RESOLVED, later)
+    assert len(list(tmp_path.glob("input-*.bin"))) == 1

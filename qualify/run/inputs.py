@@ -88,6 +88,7 @@ class InputStore:
     def __init__(self, folder: Path, budget: int = BUDGET_BYTES):
         self.folder = Path(folder)
         self.budget = budget
+        self._held: int | None = None  # bytes stored: counted once (earlier processes'), then kept
 
     def path(self, key: tuple) -> Path:
         return self.folder / f"input-{hashlib.sha256(repr(key).encode()).hexdigest()[:40]}.bin"
@@ -105,10 +106,12 @@ class InputStore:
 
     def save(self, key: tuple, data: np.ndarray) -> None:
         try:
-            held = sum(e.stat().st_size for e in os.scandir(self.folder) if e.name.startswith("input-"))
-            if held + data.nbytes > self.budget:
+            if self._held is None:  # one scan per process, not per input: a plan may have 100k cases
+                self._held = sum(e.stat().st_size for e in os.scandir(self.folder) if e.name.startswith("input-"))
+            if self._held + data.nbytes > self.budget:
                 return
             io.atomic_write_bytes(self.path(key), data.data, root=self.folder, durable=False)
+            self._held += data.nbytes
         except (OSError, io.UnreadableFile):
             return  # a store that cannot be written only costs the next process the generation
 
