@@ -213,3 +213,19 @@ def test_a_3_gib_sparse_library_is_mapped_not_read(tmp_path):
         "library check: the library exports no function 'scale'",
         "code identity: identical",
     ]
+
+
+def test_an_lz4_entry_declaring_more_than_its_block_can_hold_is_refused_before_allocating(monkeypatch):
+    """The decoder allocates the declared size first: a 3-byte block declaring 1 MB is refused
+    without calling it; the most compressible real block still decodes."""
+    import lz4.block
+
+    called = []
+    real = lz4.block.decompress
+    monkeypatch.setattr(lz4.block, "decompress", lambda *a, **k: called.append(1) or real(*a, **k))
+    with pytest.raises(FatbinProblem, match="of 3 bytes cannot decode to the 1000000 bytes"):
+        lz4_block(bytes([0x20]) + b"bc", 1_000_000)
+    assert called == []
+    zeros = bytes(1 << 20)
+    block = lz4.block.compress(zeros, store_size=False)  # about 4 KB: within 255 bytes per byte
+    assert lz4_block(block, len(zeros)) == zeros

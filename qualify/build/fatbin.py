@@ -173,6 +173,9 @@ def _decode(data: memoryview, h: Header) -> Entry:
     return Entry(kind=h.kind, arch=h.arch, flags=h.flags, compression=h.compression, payload=payload)
 
 
+LZ4_MAX_RATIO = 255
+
+
 def lz4_block(src, size: int) -> bytes:
     """Decode one LZ4 block (no frame) that must yield exactly `size` bytes, with the `lz4`
     package's C decoder (bounded: it never writes past `size`)."""
@@ -182,6 +185,11 @@ def lz4_block(src, size: int) -> bytes:
         raise FatbinProblem(
             "the library's device code is LZ4-compressed; reading it needs the lz4 package (pip install lz4)"
         ) from None
+    # An LZ4 block cannot decode to more than about 255 bytes per byte it holds (a match's length
+    # grows by at most 255 per byte), and the decoder allocates the declared size before it reads
+    # a byte: a declaration beyond that is refused, not allocated.
+    if size > LZ4_MAX_RATIO * len(src) + 64:
+        raise FatbinProblem(f"an LZ4 block of {len(src)} bytes cannot decode to the {size} bytes its entry declares")
     try:
         out = lz4.block.decompress(bytes(src), uncompressed_size=size)
     except lz4.block.LZ4BlockError:
