@@ -355,3 +355,32 @@ def test_a_warm_cache_case_is_held_to_dram_by_the_arm_that_moves_more_bytes():
     assert small.dram_bound and small.fraction("candidate") > 1.0
     flagged = [r for r in verdict(hot, with_peak(results)).reasons if IMPOSSIBLE in r]
     assert any(r.startswith("N=1048576 (candidate)") for r in flagged)
+
+
+def test_without_a_trace_each_arm_is_read_from_its_resources_and_the_plans_geometry():
+    """An untraced trial: the shapes come from the trial's resources and the resolved launch; an
+    arm with no resources or no launch (an entry point) gives no shape."""
+    from qualify.evaluate.why import shapes, why_line
+    from qualify.plan.resolve import resolve_cases
+
+    results, plan = record("vecload")
+    case = results.trials[0].cases[0].model_copy(update={"kernels": None})
+    resolved = next(r for r in resolve_cases(plan) if r.id == case.case)
+    got = shapes(case, resolved)
+    assert set(got) == {"base", "candidate"}
+    assert [(k.ctas, k.blocks_per_sm, k.warps_per_sm) for k in got["base"]] == [(4096, 8, 64)]
+    assert got["candidate"][0].ctas == 1024
+    assert why_line(case, resolved, 132, None).startswith("4,096 → 1,024 CTAs on 132 SMs; ")
+    no_base = case.model_copy(update={"resources": {"candidate": case.resources["candidate"]}})
+    assert set(shapes(no_base, resolved)) == {"candidate"}
+    assert shapes(case, None) == {}  # no plan geometry: nothing to say
+
+
+def test_no_kernel_moved_most_when_no_change_was_timed():
+    from qualify.evaluate.why import _moved_most
+
+    results, _ = record("vecload")
+    timed = results.trials[0].cases[0].kernels.attribution
+    untimed = [c.model_copy(update={"base_ns": None}) for c in timed]
+    assert _moved_most(untimed) is None and _moved_most([]) is None
+    assert _moved_most(timed) is not None
