@@ -18,13 +18,15 @@ RESOLVED = ResolvedBuffer("x", "f32", (4096,), "input")
 
 
 @pytest.fixture(autouse=True)
-def fresh_process_cache(monkeypatch):
+def fresh_process_cache():
     """Each test starts as a fresh trial process does: nothing generated in this process yet."""
-    monkeypatch.setattr(inputs, "_cache", type(inputs._cache)())
+    inputs.clear_cache()
+    yield
+    inputs.clear_cache()
 
 
 def _new_process(monkeypatch):
-    monkeypatch.setattr(inputs, "_cache", type(inputs._cache)())
+    inputs.clear_cache()
 
 
 def test_a_later_process_reads_the_inputs_the_first_one_generated(tmp_path, monkeypatch):
@@ -101,6 +103,6 @@ def test_the_budget_counts_what_earlier_processes_stored(tmp_path):
     first = inputs.InputStore(tmp_path, budget=RESOLVED.nbytes + 100)
     inputs.cached(SEEDS, "N=4096", SPEC, RESOLVED, first)
     later = inputs.InputStore(tmp_path, budget=RESOLVED.nbytes + 100)  # a later process's store
-    inputs._cache.clear()
+    inputs.clear_cache()
     inputs.cached(SEEDS, "N=4096b", SPEC, RESOLVED, later)
     assert len(list(tmp_path.glob("input-*.bin"))) == 1

@@ -78,10 +78,7 @@ def structure_problems(plan: Plan, file: str | None = None) -> list[PlanError]:
             )
 
     def buffers(fail: Fail) -> None:
-        repeat = _first_repeat([b.name for b in wl.buffers])
-        if repeat is not None:
-            j = repeat[1]
-            raise fail(f"workload.buffers[{j}].name", f"buffer {wl.buffers[j].name!r} is declared twice")
+        _refuse_repeated_name([b.name for b in wl.buffers], "workload.buffers", "buffer", fail)
         if not any(b.role == "output" for b in wl.buffers):
             raise fail("workload.buffers", "no buffer has role 'output': there is nothing to compare")
 
@@ -117,10 +114,7 @@ def selector_problems(plan: Plan, file: str | None = None) -> list[PlanError]:
     roles: Roles = {b.name: b.role for b in wl.buffers}
 
     def gates(fail: Fail) -> None:
-        repeat = _first_repeat([g.name for g in plan.acceptance.gates])
-        if repeat is not None:
-            j = repeat[1]
-            raise fail(f"acceptance.gates[{j}].name", f"gate {plan.acceptance.gates[j].name!r} is declared twice")
+        _refuse_repeated_name([g.name for g in plan.acceptance.gates], "acceptance.gates", "gate", fail)
         for i, gate in enumerate(plan.acceptance.gates):
             _check_selector(gate, plan, known_cases, f"acceptance.gates[{i}]", fail)
         for i, rule in enumerate(plan.gate.cases):
@@ -131,10 +125,7 @@ def selector_problems(plan: Plan, file: str | None = None) -> list[PlanError]:
             _check_case_ids(check.cases, known_cases, f"acceptance.sanitizer[{i}].cases", fail)
 
     def controls(fail: Fail) -> None:
-        repeat = _first_repeat([c.name for c in plan.controls.negative])
-        if repeat is not None:
-            j = repeat[1]
-            raise fail(f"controls.negative[{j}].name", f"control {plan.controls.negative[j].name!r} is declared twice")
+        _refuse_repeated_name([c.name for c in plan.controls.negative], "controls.negative", "control", fail)
         for i, control in enumerate(plan.controls.negative):
             field = f"controls.negative[{i}]"
             if control.cases is not None:
@@ -180,6 +171,14 @@ def _check_tolerances(plan: Plan, known: set[str], roles: Roles, fail: Fail) -> 
                     f"acceptance.fidelity.exact[{i}].outputs[{j}]",
                     f"{name!r} is not an output buffer (outputs: {outputs})",
                 )
+
+
+def _refuse_repeated_name(names: list[str], field: str, what: str, fail: Fail) -> None:
+    """A name declared twice is refused at its second declaration's `name` field."""
+    repeat = _first_repeat(names)
+    if repeat is not None:
+        j = repeat[1]
+        raise fail(f"{field}[{j}].name", f"{what} {names[j]!r} is declared twice")
 
 
 def _first_repeat(items: Sequence[Hashable]) -> tuple[int, int] | None:
