@@ -33,6 +33,18 @@ def _set(path: str, value):
     return mutate
 
 
+def _twice(path: str):
+    """The list's first entry declared again after it (the same name, the same everything)."""
+
+    def mutate(plan):
+        node = plan
+        for key in path.split("/"):
+            node = node[key]
+        node.append(dict(node[0]))
+
+    return mutate
+
+
 def _drop(path: str):
     def mutate(plan):
         node = plan
@@ -143,6 +155,8 @@ CASES = [
     ("unknown-dtype", _set("workload/buffers/0/dtype", "f8"), "workload.buffers[0].dtype", "f8"),
     ("input-without-init", _drop("workload/buffers/0/init"), "workload.buffers[0]", "needs init"),
     ("duplicate-buffer", _set("workload/buffers/1/name", "x"), "workload.buffers[1].name", "declared twice"),
+    ("duplicate-gate", _twice("acceptance/gates"), "acceptance.gates[1].name", "gate 'faster' is declared twice"),
+    ("duplicate-control", _twice("controls/negative"), "controls.negative[1].name", "control 'flip' is declared twice"),
     ("block-too-large", _set("workload/params/THREADS", 2048), "workload.launch.block", "exceed 1024"),
     ("absurd-allocation", _set("workload/buffers/2/shape", ["N", "N", "N"]), "workload.buffers[2].shape", "exceeds"),
     ("overflow", _set("workload/buffers/2/shape", ["N ** 64"]), "workload.buffers[2].shape[0]", "exceeds"),
