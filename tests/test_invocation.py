@@ -290,7 +290,7 @@ def test_one_trial_hands_the_sanitizer_and_the_preflight_their_arguments_in_orde
     assert given["trials"] == 1 and given["render"] is False and given["bound"] is True
 
 
-def test_the_trial_processes_hold_the_records_ownership_and_the_run_says_what_they_did(tmp_path, gpu_free):
+def test_the_trial_processes_hold_the_records_ownership_and_the_run_says_what_they_did(tmp_path, gpu_free, monkeypatch):
     """run_on_device: each trial process inherits the descriptor that owns the device's trials
     in the record, and the outcome names the folder, the new trials and the re-derived results."""
     from qualify.procs import trials
@@ -304,7 +304,13 @@ def test_the_trial_processes_hold_the_records_ownership_and_the_run_says_what_th
         kept.append(keep_fds)
         return Primed(subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE))
 
+    closed = []
+    real_close = Record.close_dead_trials
+    monkeypatch.setattr(Record, "close_dead_trials", lambda self: closed.append(1) or real_close(self))
+    (tmp_path / "rec").mkdir()
+    (tmp_path / "rec" / "ledger.jsonl").write_text("")  # a ledger there: a dead trial process's open trial is closed
     executed = trials.run_on_device(resolved, start)
+    assert closed == [1]
     assert len(kept) == 2 and all(len(fds) == 1 and isinstance(fds[0], int) for fds in kept)
     assert executed.folder == tmp_path / "rec" and executed.codes == (0, 0)
     assert executed.outcome.trials == [] and executed.outcome.results is None  # the stand-ins kept no trial

@@ -316,3 +316,18 @@ def test_a_primed_process_that_ignores_its_cancel_is_stopped_and_reaped(monkeypa
     worker = spawn_primed([sys.executable, "-c", "import time; time.sleep(60)"])
     worker.cancel()
     assert worker._process.returncode is not None and worker._process.returncode < 0  # SIGTERM, reaped
+
+
+def test_a_run_starts_each_trial_process_primed_and_keeps_what_it_did_frozen(monkeypatch, tmp_path):
+    import dataclasses
+
+    from qualify.procs import trials
+
+    started = []
+    monkeypatch.setattr(trials, "spawn_primed", lambda cmd, keep_fds=(): started.append((cmd, keep_fds)) or "w")
+    assert trials.start_trial(tmp_path / "invocation.json", (7,)) == "w"
+    assert started == [(trials.trial_command(tmp_path / "invocation.json", primed=True), (7,))]
+    assert started[0][0][-1] == "--primed"  # it waits for its turn: run_in_turn starts it ahead
+    done = trials.Executed(loaded=None, folder=tmp_path, outcome=None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        done.folder = tmp_path / "elsewhere"
