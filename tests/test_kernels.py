@@ -113,3 +113,57 @@ def test_the_band_is_the_one_the_record_states():
     from qualify.evaluate.kernels import BAND_TEXT
 
     assert BAND_TEXT == "same: within ±2 % or ±0.3 µs of base"
+
+
+# --- traced_launches_match: the trace as witness that the arms launch alike ----------------------
+
+
+@pytest.fixture
+def same_code_trial(tmp_path):
+    """A fake-device trial whose arms launch the same kernel the same way (traced both sides)."""
+    from test_code_identity import SAME_AS_BASE, plan_for, trial_of
+
+    _, trial = trial_of(tmp_path, plan_for(SAME_AS_BASE))
+    return trial
+
+
+def _with(case, **update):
+    return case.model_copy(update=update)
+
+
+def test_matching_traces_match_and_no_cases_or_a_missing_side_is_no_evidence(same_code_trial):
+    from qualify.evaluate.kernels import traced_launches_match
+
+    cases = same_code_trial.cases
+    assert cases and all(c.trace for c in cases)
+    assert traced_launches_match(cases) is True
+    assert traced_launches_match([]) is None
+    one_side = _with(cases[0], trace={"base": cases[0].trace["base"]})
+    assert traced_launches_match([one_side, *cases[1:]]) is None
+    empty_side = _with(cases[0], trace={"base": cases[0].trace["base"], "candidate": []})
+    assert traced_launches_match([*cases[1:], empty_side]) is None
+    assert traced_launches_match([_with(cases[0], trace=None)]) is None
+
+
+def test_outputs_that_differ_or_launches_that_differ_do_not_match(same_code_trial):
+    from qualify.evaluate.kernels import traced_launches_match
+
+    case = same_code_trial.cases[0]
+    unequal = [p.model_copy(update={"equal": False}) for p in case.parity]
+    assert traced_launches_match([_with(case, parity=unequal)]) is False
+
+    def regrid(call, x):
+        return call.model_copy(update={"kernels": [k.model_copy(update={"grid": (x, 1, 1)}) for k in call.kernels]})
+
+    base = case.trace["base"]
+    other = {"base": base, "candidate": [regrid(c, 7) for c in case.trace["candidate"]]}
+    assert traced_launches_match([_with(case, trace=other)]) is False
+    # one arm's own calls disagreeing among themselves is no match either, even if both arms agree
+    wobbly = [regrid(c, 7 + i) for i, c in enumerate(base)]
+    assert len(base) > 1
+    assert traced_launches_match([_with(case, trace={"base": wobbly, "candidate": wobbly})]) is False
+
+
+def test_a_base_kernel_of_one_nanosecond_still_has_a_relative_change():
+    (change,) = attribute([row("k", 1)], [row("k", 1 + SAME_NS + 1)])
+    assert change.outcome == "slower" and change.change_pct == pytest.approx((SAME_NS + 1) * 100.0)
