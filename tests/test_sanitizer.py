@@ -111,3 +111,90 @@ def test_engine_runs_declared_checks_once_per_device(tmp_path):
     v = verdict(loaded.plan, [first, second])
     assert v.status == "not_qualified"
     assert any("memcheck at N=4096 (candidate)" in r for r in v.reasons)
+
+
+# --- when the checks run: beside the preflight and the build, done before anything is timed -------
+
+
+def _sanitized_plan(tmp_path, **stop):
+    from test_engine import frozen, small_plan
+
+    plan = small_plan()
+    plan["acceptance"]["sanitizer"] = [{"tool": "memcheck", "cases": ["N=1024", "N=4096"]}]
+    if stop:
+        plan["stop"] = {**plan.get("stop", {}), **stop}
+    return frozen(tmp_path, plan)
+
+
+def test_every_check_ends_before_the_first_timed_sample_and_overlaps_the_preflight(tmp_path):
+    import threading
+
+    from test_engine import fake
+
+    from qualify.run.engine import RunOptions, TrialRunner
+    from qualify.run.fake import FakeTelemetry
+
+    loaded = _sanitized_plan(tmp_path)
+    device = fake()
+    running = threading.Event()
+    seen = []
+
+    def sanitize(tool, case, side, timeout):
+        running.set()
+        seen.append(sum(1 for c in device.calls if c[0] == "sample"))
+        return sanitizer_output.parse(tool, case, side, 0, CLEAN, 0.1)
+
+    def preflight(side, ids):
+        # the preflight does not end until a check has started: checks that waited for it never would
+        assert running.wait(10), "no sanitizer check started while the preflight ran"
+        return []
+
+    opts = RunOptions(record_dir=tmp_path / "record", sanitize=sanitize, preflight=preflight)
+    trial = TrialRunner(loaded, device, FakeTelemetry(), opts).run()
+    assert trial.status == "complete", trial.failures
+    assert len(trial.sanitizer) == 4 and {r.status for r in trial.sanitizer} == {"clean"}
+    assert seen == [0, 0, 0, 0]  # no sample had been timed when any check ran
+    assert any(c[0] == "sample" for c in device.calls)
+
+
+def test_a_missing_sanitizer_keeps_the_timed_trial_then_exits_6(tmp_path):
+    from test_engine import fake
+
+    from qualify.results.store import Record
+    from qualify.run.engine import RunOptions, TrialRunner
+    from qualify.run.fake import FakeTelemetry
+
+    loaded = _sanitized_plan(tmp_path)
+
+    def sanitize(tool, case, side, timeout):
+        raise ToolError("compute-sanitizer not found")
+
+    opts = RunOptions(record_dir=tmp_path / "record", sanitize=sanitize)
+    with pytest.raises(ToolError) as exc:
+        TrialRunner(loaded, fake(), FakeTelemetry(), opts).run()
+    assert exc.value.exit_code == 6
+    (kept,) = Record(tmp_path / "record").trials()
+    assert kept.status == "complete" and {c.case for c in kept.cases} == {"N=1024", "N=4096"}
+    assert all(c.timing for c in kept.cases)  # the samples were taken before the tool was reported
+
+
+def test_fail_fast_starts_no_check_after_a_finding(tmp_path, monkeypatch):
+    from test_engine import fake
+
+    import qualify.run.stages.sanitize as stage
+    from qualify.run.engine import RunOptions, TrialRunner
+    from qualify.run.fake import FakeTelemetry
+
+    monkeypatch.setattr(stage, "SANITIZER_WORKERS", 1)  # one at a time: the order is the plan's
+    loaded = _sanitized_plan(tmp_path, fail_fast=["fidelity", "fault", "sanitizer"])
+    calls = []
+
+    def sanitize(tool, case, side, timeout):
+        calls.append((case, side))
+        out = OOB if len(calls) == 1 else CLEAN
+        return sanitizer_output.parse(tool, case, side, 0, out, 0.1)
+
+    opts = RunOptions(record_dir=tmp_path / "record", sanitize=sanitize)
+    trial = TrialRunner(loaded, fake(), FakeTelemetry(), opts).run()
+    assert [r.status for r in trial.sanitizer][:1] == ["findings"]
+    assert len(calls) < 4, calls  # the checks queued behind the finding never started

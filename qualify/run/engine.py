@@ -1,9 +1,9 @@
 """One trial of a plan on one device: the sequencer of the stages in `qualify/run/stages/`.
 
 `TrialRunner.run` is the one place the order of a trial is written: admission, then build and
-load (with the isolated preflight alongside), the floor, then each case through set-up,
-fidelity, controls, the fidelity gate, timing and trace, then the sanitizer, and the trial file
-last, however the trial ended — complete, failed or interrupted — so evidence already gathered is
+load (with the isolated preflight and the sanitizer's checks alongside, all done before anything is
+timed), the floor, then each case through set-up, fidelity, controls, the fidelity gate, timing and
+trace, and the trial file last, however the trial ended — complete, failed or interrupted — so evidence already gathered is
 never lost. The stages return what they found; this module keeps it in the trial's `Evidence`
 and turns a located fault into the trial's failure.
 """
@@ -37,7 +37,7 @@ from qualify.run.stages.controls import ControlFound, ControlKernels, run_contro
 from qualify.run.stages.fidelity import ESCAPE_MIN_NS
 from qualify.run.stages.finish import Ending, Evidence, trial_cost, write_trial
 from qualify.run.stages.preflight import run_preflight
-from qualify.run.stages.sanitize import SANITIZER_WORKERS, sanitize
+from qualify.run.stages.sanitize import SANITIZER_WORKERS, SanitizerChecks
 from qualify.run.stages.timing import BATCH_MIN_NS, FLOOR_SAMPLES, batch_size
 from qualify.run.stages.trace import Tracer
 from qualify.run.stages.where import Located, Where, watch
@@ -95,6 +95,9 @@ class TrialRunner:
         self.control_kernels = ControlKernels(loaded, device)
         self.controlled: frozenset[str] = frozenset()  # cases whose controls this device has run already
         self.bench = timing.Bench(self.plan, device, telemetry, self.found.samples, self.clock, options.progress)
+        # a missing compute-sanitizer found before the timing is reported after it, as it always was:
+        # the trial's samples are kept first (exit 6 then)
+        self.missing_tool: ToolError | None = None
 
     def run(self) -> Trial:
         admission = admit(self.loaded, self.device.info, self.record, self.options.exploratory, self.options.libraries)
@@ -117,9 +120,8 @@ class TrialRunner:
                     if not self._run_case(case, kernels, admission.index):
                         status = "failed"
                         break
-                if status == "complete":
-                    with self.clock.stage("sanitizer"):
-                        self._sanitize()
+                if status == "complete" and self.missing_tool is not None:
+                    raise self.missing_tool
         except KeyboardInterrupt:
             status = "interrupted"
             self.found.failures.append(Failure(kind="interrupted", message="interrupted (SIGINT or SIGTERM)"))
@@ -139,22 +141,39 @@ class TrialRunner:
     def _build_and_preflight(self) -> tuple[Mapping[str, object], frozenset[str]]:
         """Both arms loaded, and the cases the isolated workers found faulting (left out here).
 
-        The workers run while this process builds and generates the first inputs; nothing is
-        timed before they are done."""
+        The preflight's workers and the sanitizer's checks run while this process builds and
+        generates the first inputs; nothing is timed before they are all done."""
         if self.loaded.cases:
             self.inputs.start(self.loaded.cases[0])
         opts = self.options
-        with ThreadPoolExecutor(max_workers=1) as side_pool:
-            preflight = side_pool.submit(run_preflight, self.loaded, opts.preflight, opts.progress, self.found.failures)
-            with self.clock.stage("build"):
-                built = build_and_load(
-                    self.loaded, self.device, opts.libraries, self.found.libraries, self.found.python
+        checks = SanitizerChecks(self.plan, self.record, self.device.info.uuid, opts.sanitize)
+        try:
+            with ThreadPoolExecutor(max_workers=1) as side_pool:
+                preflight = side_pool.submit(
+                    run_preflight, self.loaded, opts.preflight, opts.progress, self.found.failures
                 )
-                self.found.code = built.code
-                self.tracer.check_available()
-            with self.clock.stage("preflight"):
-                bad = preflight.result()
+                with self.clock.stage("build"):
+                    built = build_and_load(
+                        self.loaded, self.device, opts.libraries, self.found.libraries, self.found.python
+                    )
+                    self.found.code = built.code
+                    self.tracer.check_available()
+                with self.clock.stage("preflight"):
+                    bad = preflight.result()
+            with self.clock.stage("sanitizer"):
+                self._collect(checks)
+        finally:
+            checks.close()
         return built.kernels, bad
+
+    def _collect(self, checks: SanitizerChecks) -> None:
+        try:
+            for result in checks.results(self.options.progress):
+                self.found.sanitizer.append(result)  # each kept as it comes: a later check's error loses none
+        except Located as located:
+            if not isinstance(located.cause, ToolError):
+                raise
+            self.missing_tool = located.cause
 
     def _run_case(self, case: ResolvedCase, kernels: Mapping[str, object], trial: int) -> bool:
         """One case through its stages; False stops the trial (fail-fast or budget)."""
@@ -207,11 +226,6 @@ class TrialRunner:
         if control.problem:
             self.found.failures.append(Failure(kind="fidelity", case=case_id, message=control.problem))
         self.found.controls.append(control.result)
-
-    def _sanitize(self) -> None:
-        uuid = self.device.info.uuid
-        for result in sanitize(self.plan, self.record, uuid, self.options.sanitize, self.options.progress):
-            self.found.sanitizer.append(result)
 
     def _finish(self, admission: Admission, started_at: str, status: str) -> Trial:
         self.inputs.close()

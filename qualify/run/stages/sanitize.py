@@ -1,10 +1,16 @@
 """Sanitizer: the plan's compute-sanitizer checks, once per device (the first trial that gets
-there), after all timing."""
+there), started with the trial and done before its first timed sample.
+
+Each check is a process of its own under compute-sanitizer and none is timed, so they run beside
+the isolated preflight and the build (`engine.TrialRunner._build_and_preflight`) instead of after
+the timing: in the first trial of a run they cost what the longer of the two costs, not their
+sum. Nothing is timed while one still runs: the engine collects every result before the floor.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from qualify.plan.model import ARM_SIDES, Plan
 from qualify.results.model import SanitizerResult
@@ -13,32 +19,45 @@ from qualify.run.stages.where import watch
 
 SANITIZER_WORKERS = 4
 
+Job = tuple[str, str, str, float]  # tool, case, side, timeout in seconds
 
-def sanitize(
-    plan: Plan, record: Record, device_uuid: str, check: Callable | None, progress: Callable[[int, str], None]
-) -> Iterator[SanitizerResult]:
-    """Each check's result, in the plan's order, as soon as it is known.
 
-    The checks run SANITIZER_WORKERS at a time: each is a process of its own and none is timed.
-    With fail-fast on "sanitizer", checks not yet started when one finds something are not started.
+class SanitizerChecks:
+    """The checks this trial owes, started at construction, SANITIZER_WORKERS at a time.
+
+    With fail-fast on "sanitizer", checks not yet started when one finds something are not
+    started. `close()` (always called: the engine's `finally`) starts no new check and waits for
+    the running ones, so no sanitizer process outlives the trial that started it.
     """
-    checks = plan.acceptance.sanitizer
-    if not checks or check is None:
-        return
-    if any(t.sanitizer for t in record.trials() if t.provenance.device.uuid == device_uuid):
-        return
-    fail_fast = "sanitizer" in plan.stop.fail_fast
-    jobs = [(c.tool, cid, side, c.timeout_seconds) for c in checks for cid in c.cases for side in ARM_SIDES]
-    stop = False
 
-    def one(job):
-        if stop:
+    def __init__(self, plan: Plan, record: Record, device_uuid: str, check: Callable | None):
+        checks = plan.acceptance.sanitizer
+        owed = bool(checks) and check is not None
+        if owed and any(t.sanitizer for t in record.trials() if t.provenance.device.uuid == device_uuid):
+            owed = False  # an earlier trial on this device ran them
+        self._fail_fast = "sanitizer" in plan.stop.fail_fast
+        self._stop = False
+        self._check = check
+        self.jobs: list[Job] = (
+            [(c.tool, cid, side, c.timeout_seconds) for c in checks for cid in c.cases for side in ARM_SIDES]
+            if owed
+            else []
+        )
+        self._pool = ThreadPoolExecutor(max_workers=SANITIZER_WORKERS) if self.jobs else None
+        self._futures: list[Future] = [self._pool.submit(self._one, job) for job in self.jobs] if self._pool else []
+
+    def _one(self, job: Job) -> SanitizerResult | None:
+        if self._stop:
             return None
-        return check(*job)
+        assert self._check is not None
+        result = self._check(*job)
+        if result is not None and result.status != "clean" and self._fail_fast:
+            self._stop = True  # here, not where results are read: they are read after the preflight
+        return result
 
-    with ThreadPoolExecutor(max_workers=SANITIZER_WORKERS) as pool:
-        futures = [pool.submit(one, job) for job in jobs]
-        for job, future in zip(jobs, futures):
+    def results(self, progress: Callable[[int, str], None]) -> Iterator[SanitizerResult]:
+        """Each check's result, in the plan's order, as soon as it is known."""
+        for job, future in zip(self.jobs, self._futures):
             tool, case, side, _ = job
             with watch(case, side):
                 result = future.result()
@@ -46,5 +65,8 @@ def sanitize(
                     continue
                 yield result
                 progress(0, f"{tool} {case} {side}: {result.status}")
-            if result.status != "clean" and fail_fast:
-                stop = True
+
+    def close(self) -> None:
+        self._stop = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
