@@ -331,3 +331,63 @@ def test_a_run_starts_each_trial_process_primed_and_keeps_what_it_did_frozen(mon
     done = trials.Executed(loaded=None, folder=tmp_path, outcome=None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         done.folder = tmp_path / "elsewhere"
+
+
+def test_the_renderer_warms_while_the_trial_processes_run_and_before_the_record_is_derived(monkeypatch, tmp_path):
+    """The parent's head start: begun before the first trial process ends, finished before the
+    record is re-derived (rendering never races its own imports)."""
+    import threading
+    from types import SimpleNamespace
+
+    from qualify.procs import trials
+
+    began, finished, order = threading.Event(), threading.Event(), []
+
+    def warm():
+        began.set()
+        order.append("warm")
+        finished.set()
+
+    def in_turn(wanted, start, ahead):
+        assert began.wait(10), "the renderer was not warming while the trials ran"
+        order.append("trials")
+        return [0]
+
+    def rederive(record, loaded):
+        assert finished.is_set()
+        order.append("rederive")
+
+    monkeypatch.setattr(trials, "warm_renderer", warm)
+    monkeypatch.setattr(trials, "run_in_turn", in_turn)
+    monkeypatch.setattr(trials, "rederive", rederive)
+    monkeypatch.setattr(trials, "remaining_trials", lambda *a: (1, None))
+    monkeypatch.setattr(trials.invocation, "write", lambda resolved, folder: folder / "invocation.json")
+    resolved = SimpleNamespace(folder=tmp_path / "record", device=lambda: (0, "GPU-x"), loaded=None, trials=None)
+    monkeypatch.setattr(trials, "replace", lambda r, **kw: r)
+    executed = trials.run_on_device(resolved, start=lambda path, held: None)
+    assert order == ["warm", "trials", "rederive"] and executed.codes == (0,)
+
+
+def test_a_renderer_that_cannot_warm_leaves_the_run_to_report_it_where_it_renders(monkeypatch):
+    from qualify.procs import trials
+
+    def broken():
+        raise ImportError("no matplotlib")
+
+    trials._quietly(broken)  # no exception: the re-derivation imports it again and reports it
+    with pytest.raises(KeyboardInterrupt):
+        trials._quietly(lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+
+def test_warming_the_plots_loads_matplotlib_and_draws_nothing(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from qualify.render import plots; plots.warm(); "
+        "print(all(m in sys.modules for m in ('matplotlib.figure', 'matplotlib.backends.backend_svg', "
+        "'matplotlib.font_manager')))"
+    )
+    monkeypatch.chdir(tmp_path)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "True" and list(tmp_path.iterdir()) == []

@@ -17,6 +17,7 @@ the end.
 from __future__ import annotations
 
 import tempfile
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -64,10 +65,23 @@ def prime() -> None:
     device._driver()
 
 
+def warm_renderer() -> None:
+    """What re-deriving the record needs that a trial does not: the record's modules and
+    matplotlib with its font list, about a second of imports on the GPU host. The parent does it
+    on a thread while its first trial process builds, preflights and sanitizes (seconds in which
+    nothing is timed), instead of after the last trial, where it delayed every verdict."""
+    from qualify.record import assemble  # noqa: F401
+    from qualify.render import plots
+
+    plots.warm()
+
+
 def run_on_device(resolved: Invocation, start: Callable[[Path, tuple[int, ...]], Worker] = start_trial) -> Executed:
     """`run` and `compare` on the invocation's device: each trial still planned in a process of
     its own (`start(invocation file, descriptors it keeps)`), then the record re-derived."""
     folder, (_, uuid) = resolved.folder, resolved.device()
+    warming = threading.Thread(target=_quietly, args=(warm_renderer,), name="qualify-warm-renderer", daemon=True)
+    warming.start()
     record = Record(folder)
     wanted, skipped = remaining_trials(resolved.loaded, record, uuid, resolved.trials)
     before = {t.index for t in record.trials()}
@@ -79,9 +93,18 @@ def run_on_device(resolved: Invocation, start: Callable[[Path, tuple[int, ...]],
         codes = run_in_turn(wanted, lambda n: start(path, held), ahead=True)
         if record.ledger_path.exists():
             record.close_dead_trials()
+    warming.join()
     results = rederive(record, resolved.loaded)
     done = [t for t in record.trials() if t.index not in before]
     return Executed(resolved.loaded, folder, RunOutcome(done, results, skipped), tuple(codes))
+
+
+def _quietly(work: Callable[[], None]) -> None:
+    """A head start only: whatever fails here fails again, and is reported, where it is needed."""
+    try:
+        work()
+    except Exception:  # noqa: BLE001 (re-raised by the re-derivation's own import, with its exit code)
+        pass
 
 
 def one_trial(resolved: Invocation, progress: Callable) -> RunOutcome:
