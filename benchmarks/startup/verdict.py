@@ -94,13 +94,63 @@ def end_to_end(tmp: Path) -> dict:
 
 
 def pooled_case(record: Path) -> dict:
+    """The run's pooled interval as qualify recorded it, and each complete trial's moments (the
+    block log-ratios' mean, SD and count), so other estimators can be judged on the same runs."""
     results = json.loads((record / "results.json").read_text())
     (_, pooled), *_ = results["pooled"].items()
     (case,) = pooled.values()
-    return {k: case[k] for k in ("ratio", "ci_low", "ci_high", "case_class", "trials")}
+    moments = [
+        {k: c["stats"][k] for k in ("log_mean", "log_sd", "blocks")}
+        for t in results["trials"]
+        if t["status"] == "complete"
+        for c in t["cases"]
+    ]
+    return {k: case[k] for k in ("ratio", "ci_low", "ci_high", "case_class", "trials")} | {"moments": moments}
 
 
-def measure(runs: int, trials: int, skip_nvbench: bool) -> dict:
+# -- the between-process part, two ways (pure; tests/test_verdict_bench.py) ---------------------
+
+
+def interval(moments: list[dict], method: str) -> tuple[float, float, float]:
+    """(ratio, low, high) of the pooled 95 % interval over trials' moments.
+
+    "satterthwaite": qualify.evaluate.pooled.pool (between = spread − within, floored at 0,
+    Welch–Satterthwaite df). "knapp-hartung": the same centre, se² = max(spread, within) / k and
+    t with k − 1 degrees of freedom (the trial means are the replicates; the floor at the within
+    part is Röver, Knapp and Friede's modification)."""
+    from qualify.evaluate.pooled import satterthwaite_df
+    from qualify.evaluate.stats import t_quantile
+
+    k = len(moments)
+    mean = math.fsum(m["log_mean"] for m in moments) / k
+    within = math.fsum(m["log_sd"] ** 2 / m["blocks"] for m in moments) / k
+    spread = math.fsum((m["log_mean"] - mean) ** 2 for m in moments) / (k - 1)
+    if method == "satterthwaite":
+        between = max(0.0, spread - within)
+        se = math.sqrt((between + within) / k)
+        df = satterthwaite_df(between, within, k, sum(m["blocks"] - 1 for m in moments))
+    elif method == "knapp-hartung":
+        se, df = math.sqrt(max(spread, within) / k), float(k - 1)
+    else:
+        raise ValueError(method)
+    t = t_quantile(0.975, df)
+    return math.exp(mean), math.exp(mean - t * se), math.exp(mean + t * se)
+
+
+def coverage(runs: list[list[dict]], method: str, trials: int) -> tuple[int, int, float, float]:
+    """Over runs (each a list of trial moments, the first `trials` used): (runs whose interval
+    holds the mean of all runs' centres, runs, that mean's change in %, the median half-width in
+    points)."""
+    used = [r[:trials] for r in runs if len(r) >= trials]
+    found = [interval(r, method) for r in used]
+    centre = math.exp(statistics.fmean(math.log(r) for r, _, _ in found))
+    held = sum(lo <= centre <= hi for _, lo, hi in found)
+    half = statistics.median(50.0 * (hi - lo) for _, lo, hi in found)
+    return held, len(found), 100.0 * (centre - 1.0), half
+
+
+def measure(runs: int, trials: int, skip_nvbench: bool, save=lambda doc: None) -> dict:
+    """Every part in turn; `save(doc)` after each, so a call cut short keeps what it measured."""
     from qualify.run.device import CudaDevice
 
     dev = CudaDevice(0)
@@ -111,6 +161,7 @@ def measure(runs: int, trials: int, skip_nvbench: bool) -> dict:
         tmp = Path(tmp_name)
         margin.log("end to end: qualify run protocols/vecload/plan.json")
         doc["end_to_end"] = end_to_end(tmp)
+        save(doc)
         plan = one_case_plan("vecload-1mi-verdict", trials)
         margin.log(f"{runs} independent runs of the 1 Mi plan, {trials} trial processes each")
         doc["runs"] = []
@@ -120,6 +171,7 @@ def measure(runs: int, trials: int, skip_nvbench: bool) -> dict:
             margin.qualify("run", str(plan), "--record", str(record))
             row = pooled_case(record) | {"wall_s": time.perf_counter() - started}
             doc["runs"].append(row)
+            save(doc)
             margin.log(f"run {i + 1}: {row}")
         if not skip_nvbench:
             margin.log("NVBench on the same pair")
@@ -130,7 +182,7 @@ def measure(runs: int, trials: int, skip_nvbench: bool) -> dict:
 
 
 def table(doc: dict) -> list[str]:
-    e2e = doc["end_to_end"]
+    e2e = doc.get("end_to_end") or {"wall_s": float("nan"), "exit": None, "verdict": "not run", "trials": []}
     lines = [
         f"{doc['measured_at']} on {doc['device']['name']} ({doc['device']['uuid'][:12]})",
         "",
@@ -147,7 +199,9 @@ def table(doc: dict) -> list[str]:
             + ", ".join(f"{k} {v:.2f}" for k, v in top)
             + " |"
         )
-    runs = doc["runs"]
+    runs = doc.get("runs") or []
+    if not runs:
+        return lines + ["", "no independent run finished"]
     mean_log = statistics.fmean(math.log(r["ratio"]) for r in runs)
     mean = math.exp(mean_log)
     covered = sum(r["ci_low"] <= mean <= r["ci_high"] for r in runs)
@@ -171,6 +225,20 @@ def table(doc: dict) -> list[str]:
         f"SD of the runs' Δ {100 * statistics.stdev(math.log(r['ratio']) for r in runs):.2f} points; "
         f"median wall to a verdict {statistics.median(walls):.1f} s",
     ]
+    per_run = [r["moments"] for r in runs if r.get("moments")]
+    if per_run:
+        most = min(len(r) for r in per_run)
+        lines += [
+            "",
+            "The same runs' trials, pooled two ways (the first k trial processes of each run):",
+            "",
+            "| k | estimator | runs covering the mean of all runs | mean Δ (%) | median half-width (points) |",
+            "|---:|---|---:|---:|---:|",
+        ]
+        for k in sorted({2, most}):
+            for method in ("satterthwaite", "knapp-hartung"):
+                held, n, centre, half = coverage(per_run, method, k)
+                lines.append(f"| {k} | {method} | {held} of {n} | {centre:+.2f} | {half:.2f} |")
     nv = doc.get("nvbench")
     if nv:
         lines += [
@@ -196,9 +264,13 @@ def main() -> int:
         for path in args.render:
             print("\n".join(table(json.loads(path.read_text()))) + "\n")
         return 0
-    doc = measure(args.runs, args.trials, args.skip_nvbench)
-    if args.out:
-        args.out.write_text(json.dumps(doc, indent=1))
+
+    def save(doc: dict) -> None:
+        if args.out:
+            args.out.write_text(json.dumps(doc, indent=1))
+
+    doc = measure(args.runs, args.trials, args.skip_nvbench, save)
+    save(doc)
     print("\n".join(table(doc)))
     return 0
 
