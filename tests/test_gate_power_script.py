@@ -62,3 +62,17 @@ def test_an_arm_named_is_the_only_one_calibrated_and_counted():
     assert power.mean_delta(doc) == pytest.approx(0.2)
     assert list(power.counts([doc], "base")) == [("vecload", "base", "N=1")]
     assert len(power.counts([doc])) == 2
+
+
+def test_a_skipped_noop_is_not_run_not_met_and_power_needs_nine_of_ten():
+    from collections import Counter
+
+    nine = {("vecload", "base", "N=1"): Counter(slower=9, cant_tell=1)}
+    seven = {("vecload", "base", "N=1"): Counter(slower=7, cant_tell=3)}
+    quiet = {("vecload", "base", "N=1"): Counter(unchanged=10)}
+    loud = {("vecload", "base", "N=1"): Counter(unchanged=9, faster=1)}
+    assert power.targets({}, nine, 10, skip_noop=True) == (None, True)
+    assert power.targets({}, seven, 10, skip_noop=True) == (None, False)
+    assert power.targets(quiet, nine, 10, skip_noop=False) == (True, True)
+    assert power.targets(loud, nine, 10, skip_noop=False) == (False, True)
+    assert power.targets({}, {}, 10, skip_noop=False) == (False, False)  # nothing measured meets nothing
