@@ -92,3 +92,52 @@ def test_the_table_compares_both_estimators_on_the_runs_and_survives_a_call_cut_
         for method in ("satterthwaite", "knapp-hartung"):
             assert f"| {k} | {method} | " in text
     assert "no independent run finished" in "\n".join(bench.table({**doc, "runs": []}))
+
+
+def test_nvbench_summary_reads_means_and_the_medians_of_its_raw_samples(tmp_path):
+    import json
+    import struct
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks" / "timer"))
+    import margin
+
+    def state(label: str, mean_s: float, samples: list[float], name: str) -> dict:
+        (tmp_path / "nvbench.json-bin").mkdir(exist_ok=True)
+        (tmp_path / "nvbench.json-bin" / name).write_bytes(struct.pack(f"<{len(samples)}f", *samples))
+        return {
+            "axis_values": [{"name": "arm", "type": "string", "value": label}],
+            "summaries": [
+                {"tag": "nv/cold/time/gpu/mean", "data": [{"name": "value", "value": str(mean_s)}]},
+                {"tag": "nv/cold/sample_size", "data": [{"name": "value", "value": str(len(samples))}]},
+                {
+                    "tag": margin.SAMPLES_TAG,
+                    "data": [
+                        {"name": "filename", "value": f"nvbench.json-bin/{name}"},
+                        {"name": "size", "value": str(len(samples))},
+                    ],
+                },
+            ],
+        }
+
+    # the base arm's rare slow samples pull its mean up; its median stays put
+    base = [5.0e-6] * 9 + [50.0e-6]
+    cand = [4.9e-6] * 10
+    doc = {
+        "benchmarks": [
+            {
+                "states": [
+                    state("N=1|base", sum(base) / len(base), base, "0.bin"),
+                    state("N=1|candidate", sum(cand) / len(cand), cand, "1.bin"),
+                ]
+            }
+        ]
+    }
+    (tmp_path / "nvbench.json").write_text(json.dumps(doc))
+    got = margin.nvbench_summary(tmp_path / "nvbench.json")["N=1"]
+    assert got["ratio"] == pytest.approx((4.9e-6) / (sum(base) / 10))
+    assert got["ratio_median"] == pytest.approx(4.9 / 5.0, rel=1e-6)
+    assert got["base"]["samples"] == 10
+    (tmp_path / "nvbench.json-bin" / "1.bin").write_bytes(b"\0" * 12)  # a truncated sidecar
+    with pytest.raises(RuntimeError, match="3 float32s|12 bytes"):
+        margin.nvbench_summary(tmp_path / "nvbench.json")

@@ -286,7 +286,14 @@ def table(doc: dict) -> list[str]:
     if nv:
         lines += [
             "",
-            f"NVBench (cuda-bench, cold, its defaults) on the same pair: Δ {100 * (nv['ratio'] - 1):+.2f} %, "
+            f"NVBench (cuda-bench, cold, its defaults) on the same pair: Δ {100 * (nv['ratio'] - 1):+.2f} % "
+            "of its means"
+            + (
+                f" ({100 * (nv['ratio_median'] - 1):+.2f} % of the medians of its raw samples)"
+                if nv.get("ratio_median")
+                else ""
+            )
+            + ", "
             f"noise base {nv['base'].get('noise_pct', float('nan')):.2f} % / candidate "
             f"{nv['candidate'].get('noise_pct', float('nan')):.2f} % (relative SD of its samples), "
             f"{nv['base'].get('samples')} + {nv['candidate'].get('samples')} samples, {nv['wall_s']:.1f} s wall "

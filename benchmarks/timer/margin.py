@@ -34,6 +34,7 @@ import json
 import os
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -282,17 +283,30 @@ def nvbench_target(plan: str, out_json: str) -> None:
 
 def nvbench_deltas(plan: Path) -> dict[str, dict]:
     with tempfile.TemporaryDirectory() as tmp:
-        out_json = str(Path(tmp) / "nvbench.json")
+        out_json = Path(tmp) / "nvbench.json"
         started = time.perf_counter()
         done = subprocess.run(
-            [sys.executable, __file__, "--nvbench-target", str(plan), out_json],
+            [sys.executable, __file__, "--nvbench-target", str(plan), str(out_json)],
             capture_output=True, text=True, timeout=580, cwd=tmp,
         )  # fmt: skip
         wall = time.perf_counter() - started
         if done.returncode != 0:
             raise RuntimeError(f"NVBench failed ({done.returncode}): {(done.stdout + done.stderr)[-3000:]}")
-        doc = json.loads(Path(out_json).read_text())
-    means: dict[tuple[str, str], dict] = {}
+        out = nvbench_summary(out_json)
+    out["_wall_s"] = wall
+    return out
+
+
+SAMPLES_TAG = "nv/json/bin:nv/cold/sample_times"
+
+
+def nvbench_summary(out_json: Path) -> dict[str, dict]:
+    """Per case, NVBench's cold means (what its own reports and compare use) and, from its raw
+    samples, their medians (what qualify's blocks use): `ratio` is candidate over base of the
+    means, `ratio_median` of the medians. The samples are the `--jsonbin` sidecars: float32
+    seconds, little-endian, named in the state's SAMPLES_TAG summary relative to the JSON file."""
+    doc = json.loads(out_json.read_text())
+    found: dict[tuple[str, str], dict] = {}
     for benchmark in doc.get("benchmarks", []):
         for st in benchmark.get("states", []):
             label = next(
@@ -301,7 +315,7 @@ def nvbench_deltas(plan: Path) -> dict[str, dict]:
                 if a.get("name") == "arm"
             )
             cid, side = label.split("|")
-            row = {}
+            row: dict = {}
             for summ in st.get("summaries", []):
                 data = {d["name"]: d.get("value") for d in summ.get("data", [])}
                 if summ.get("tag") == "nv/cold/time/gpu/mean":
@@ -310,13 +324,24 @@ def nvbench_deltas(plan: Path) -> dict[str, dict]:
                     row["noise_pct"] = float(data["value"]) * 100
                 elif summ.get("tag") == "nv/cold/sample_size":
                     row["samples"] = int(data["value"])
-            means[(cid, side)] = row
+                elif summ.get("tag") == SAMPLES_TAG:
+                    times = _sample_times(out_json.parent / str(data["filename"]), int(data["size"]))
+                    row["median_us"] = statistics.median(times) * 1e6
+            found[(cid, side)] = row
     out: dict[str, dict] = {}
-    for cid in dict.fromkeys(c for c, _ in means):
-        base, cand = means[(cid, "base")], means[(cid, "candidate")]
+    for cid in dict.fromkeys(c for c, _ in found):
+        base, cand = found[(cid, "base")], found[(cid, "candidate")]
         out[cid] = {"ratio": cand["mean_us"] / base["mean_us"], "base": base, "candidate": cand}
-    out["_wall_s"] = wall
+        if "median_us" in base and "median_us" in cand:
+            out[cid]["ratio_median"] = cand["median_us"] / base["median_us"]
     return out
+
+
+def _sample_times(path: Path, count: int) -> list[float]:
+    payload = path.read_bytes()
+    if len(payload) != 4 * count:
+        raise RuntimeError(f"{path}: {len(payload)} bytes of NVBench samples, its JSON says {count} float32s")
+    return list(struct.unpack(f"<{count}f", payload))
 
 
 # -- the run ---------------------------------------------------------------------------------------
