@@ -167,3 +167,40 @@ def test_outputs_that_differ_or_launches_that_differ_do_not_match(same_code_tria
 def test_a_base_kernel_of_one_nanosecond_still_has_a_relative_change():
     (change,) = attribute([row("k", 1)], [row("k", 1 + SAME_NS + 1)])
     assert change.outcome == "slower" and change.change_pct == pytest.approx((SAME_NS + 1) * 100.0)
+
+
+def test_a_template_match_is_used_once_and_exact_names_pair_in_the_arms_own_order():
+    # two base instantiations, one candidate instantiation: only the first pairs with it
+    changes = attribute([row("k<1>", 1_000), row("k<2>", 2_000)], [row("k<3>", 1_000)])
+    assert [(label(c), change_text(c)) for c in changes] == [("k<1> → k<3>", "same"), ("k<2>", "only in base")]
+    # base launches one more kernel than the candidate: the shared one pairs by name
+    changes = attribute([row("prep", 1_000), row("fwd", 9_000)], [row("fwd", 9_000)])
+    assert [(label(c), change_text(c)) for c in changes] == [("prep", "only in base"), ("fwd", "same")]
+
+
+def test_each_arms_timers_are_judged_with_the_cases_floor_and_offset():
+    from qualify.evaluate.second_timer import agreement
+
+    def call(event_ns: float, span_ns: float) -> TracedCall:
+        kernel = KernelActivity(
+            name="k",
+            grid=(4, 1, 1),
+            block=(64, 1, 1),
+            registers_per_thread=32,
+            static_shared_bytes=0,
+            dynamic_shared_bytes=0,
+            local_bytes_per_thread=0,
+            start_ns=0,
+            end_ns=int(span_ns),
+            correlation_id=1,
+            stream_id=1,
+        )
+        return TracedCall(event_ns=event_ns, kernels=[kernel])
+
+    trace = {"base": [call(13_000, 10_000), call(12_500, 10_000)], "candidate": [call(9_000, 8_000)]}
+    kernels = case_kernels(trace, {}, FAKE_LIMITS, 1_000.0, 1_500.0)
+    assert kernels.timers == {side: agreement(calls, 1_000.0, 1_500.0) for side, calls in trace.items()}
+    assert kernels.timers["base"] != agreement(trace["base"], 1_500.0, 1_000.0)  # the two are not interchangeable
+    plain = case_kernels(trace, {}, FAKE_LIMITS, 1_000.0)
+    assert plain.timers["base"] == agreement(trace["base"], 1_000.0, 0.0)
+    assert plain.timers["base"] != agreement(trace["base"], 1_000.0, 1.0)  # no offset unless one is given

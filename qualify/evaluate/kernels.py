@@ -25,7 +25,7 @@ BAND_TEXT = f"same: within ±{SAME_PCT:g} % or ±{SAME_NS / 1e3:g} µs of base"
 
 def template_name(name: str) -> str:
     """`ns::fwd<64, true>` -> `ns::fwd`: the name without its outermost template arguments."""
-    return name.split("<", 1)[0]
+    return name.partition("<")[0]
 
 
 def _change(r: KernelRow, c: KernelRow) -> KernelChange:
