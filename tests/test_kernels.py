@@ -27,6 +27,24 @@ def row(name: str, ns: float, occurrence: int = 0) -> KernelRow:
     )
 
 
+def traced(event_ns: float, span_ns: int) -> TracedCall:
+    """One traced call: its event window and the one kernel CUPTI saw in it."""
+    kernel = KernelActivity(
+        name="k",
+        grid=(4, 1, 1),
+        block=(64, 1, 1),
+        registers_per_thread=32,
+        static_shared_bytes=0,
+        dynamic_shared_bytes=0,
+        local_bytes_per_thread=0,
+        start_ns=0,
+        end_ns=span_ns,
+        correlation_id=1,
+        stream_id=1,
+    )
+    return TracedCall(event_ns=event_ns, kernels=[kernel])
+
+
 def test_attribution_wording():
     changes = attribute(
         [row("flash<128>", 100_000), row("prep", 10_000), row("gone", 500)],
@@ -85,24 +103,7 @@ def test_a_kernel_of_zero_duration_in_base_changes_by_nanoseconds_only():
 def test_a_case_traced_on_one_arm_keeps_its_inventory_and_attributes_nothing():
     """A trace that holds one arm (a hand-edited record, a tracer that failed on the other) still
     gives that arm's kernels and timers; there is nothing to attribute a change to."""
-    call = TracedCall(
-        event_ns=1_000 + 10_000,
-        kernels=[
-            KernelActivity(
-                name="k",
-                grid=(4, 1, 1),
-                block=(64, 1, 1),
-                registers_per_thread=32,
-                static_shared_bytes=0,
-                dynamic_shared_bytes=0,
-                local_bytes_per_thread=0,
-                start_ns=0,
-                end_ns=10_000,
-                correlation_id=1,
-                stream_id=1,
-            )
-        ],
-    )
+    call = traced(1_000 + 10_000, 10_000)
     kernels = case_kernels({"base": [call]}, {}, FAKE_LIMITS, 1_000.0)
     assert kernels.attribution == []
     assert [(r.name, r.median_ns) for r in kernels.inventory["base"]] == [("k", 10_000.0)]
@@ -181,23 +182,7 @@ def test_a_template_match_is_used_once_and_exact_names_pair_in_the_arms_own_orde
 def test_each_arms_timers_are_judged_with_the_cases_floor_and_offset():
     from qualify.evaluate.second_timer import agreement
 
-    def call(event_ns: float, span_ns: float) -> TracedCall:
-        kernel = KernelActivity(
-            name="k",
-            grid=(4, 1, 1),
-            block=(64, 1, 1),
-            registers_per_thread=32,
-            static_shared_bytes=0,
-            dynamic_shared_bytes=0,
-            local_bytes_per_thread=0,
-            start_ns=0,
-            end_ns=int(span_ns),
-            correlation_id=1,
-            stream_id=1,
-        )
-        return TracedCall(event_ns=event_ns, kernels=[kernel])
-
-    trace = {"base": [call(13_000, 10_000), call(12_500, 10_000)], "candidate": [call(9_000, 8_000)]}
+    trace = {"base": [traced(13_000, 10_000), traced(12_500, 10_000)], "candidate": [traced(9_000, 8_000)]}
     kernels = case_kernels(trace, {}, FAKE_LIMITS, 1_000.0, 1_500.0)
     assert kernels.timers == {side: agreement(calls, 1_000.0, 1_500.0) for side, calls in trace.items()}
     assert kernels.timers["base"] != agreement(trace["base"], 1_500.0, 1_000.0)  # the two are not interchangeable
