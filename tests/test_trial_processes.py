@@ -337,6 +337,7 @@ def test_the_renderer_warms_while_the_trial_processes_run_and_before_the_record_
     """The parent's head start: begun before the first trial process ends, finished before the
     record is re-derived (rendering never races its own imports)."""
     import threading
+    import time
     from types import SimpleNamespace
 
     from qualify.procs import trials
@@ -345,6 +346,7 @@ def test_the_renderer_warms_while_the_trial_processes_run_and_before_the_record_
 
     def warm():
         began.set()
+        time.sleep(0.3)  # still warming when the trials end: the re-derivation must wait for it
         order.append("warm")
         finished.set()
 
@@ -365,7 +367,7 @@ def test_the_renderer_warms_while_the_trial_processes_run_and_before_the_record_
     resolved = SimpleNamespace(folder=tmp_path / "record", device=lambda: (0, "GPU-x"), loaded=None, trials=None)
     monkeypatch.setattr(trials, "replace", lambda r, **kw: r)
     executed = trials.run_on_device(resolved, start=lambda path, held: None)
-    assert order == ["warm", "trials", "rederive"] and executed.codes == (0,)
+    assert order == ["trials", "warm", "rederive"] and executed.codes == (0,)
 
 
 def test_a_renderer_that_cannot_warm_leaves_the_run_to_report_it_where_it_renders(monkeypatch):
