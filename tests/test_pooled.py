@@ -317,3 +317,43 @@ def test_the_pooled_change_is_the_pooled_ratio_in_percent():
     p = pool(trials)
     assert p.ci_low is not None
     assert p.delta_pct == pytest.approx((p.ratio - 1.0) * 100.0, rel=1e-12)
+
+
+def _bare(**fields) -> CaseStats:
+    """A trial's statistics with only the fields a test names (a hand-edited or old trial file)."""
+    base = {"ratio": 0.97, "ci_low": None, "ci_high": None, "delta_pct": -3.0, "case_class": "cant_tell", "reason": "r"}
+    return CaseStats(**(base | fields))
+
+
+def test_moments_without_a_block_count_have_none_and_one_block_has_no_sd_whatever_was_recorded():
+    m = trial_moments(_bare(log_mean=-0.03, log_sd=0.01))
+    assert (m.blocks, m.sd) == (0, None)
+    assert trial_moments(_bare(blocks=1, log_mean=-0.03, log_sd=0.01)).sd is None
+
+
+def test_old_trials_two_blocks_are_enough_for_an_sd_and_a_missing_bound_is_not():
+    half = 0.02
+    two = _bare(ci_low=0.97 * math.exp(-half), ci_high=0.97 * math.exp(half), blocks=2)
+    assert trial_moments(two).sd == pytest.approx(half * math.sqrt(2) / t_quantile(T975, 1), rel=1e-12)
+    assert trial_moments(two.model_copy(update={"ci_low": None, "blocks": 5})).sd is None
+    assert trial_moments(two.model_copy(update={"ci_high": None, "blocks": 5})).sd is None
+
+
+def test_satterthwaite_df_with_neither_part_is_the_blocks_alone():
+    assert satterthwaite_df(0.0, 0.0, 3, 12) == 12.0
+
+
+def test_one_trial_without_an_interval_states_no_degrees_of_freedom_or_within_part():
+    recorded_sd = _bare(blocks=5, log_mean=-0.03, log_sd=0.01)  # its interval lost, its SD kept
+    for stats in (recorded_sd, _bare(blocks=1, log_mean=-0.03)):
+        p = pool([stats])
+        assert (p.df, p.within_pct, p.ci_low, p.ci_high) == (None, None, None, None)
+        assert ONE_PROCESS in p.reason
+
+
+def test_the_trials_without_two_blocks_are_the_ones_counted():
+    short = trial(-0.1, 0.01).model_copy(
+        update={"ci_low": None, "ci_high": None, "blocks": 1, "log_sd": None, "mde_pct": None}
+    )
+    p = pool([trial(-0.1, 0.01), trial(-0.1, 0.012), short])
+    assert "1 of 3 trials have fewer than two blocks" in p.reason
