@@ -391,13 +391,11 @@ def _order(label: str, trials: list[Trial], plan: Plan, folder: Path, digest: _D
 def warm() -> None:
     """Import what drawing needs and load the font list, drawing nothing (qualify.procs.trials
     does this while its trials run, so the record's plots start at once after the last one)."""
-    import matplotlib
     import matplotlib.font_manager as font_manager
     from matplotlib.backends.backend_svg import FigureCanvasSVG  # noqa: F401
     from matplotlib.figure import Figure  # noqa: F401
 
-    with matplotlib.rc_context(STYLE):
-        font_manager.findfont(STYLE["font.family"])
+    font_manager.findfont(str(STYLE["font.family"]))
 
 
 def render_plots(folder: Path, results: Results, plan: Plan) -> dict[str, bytes]:
