@@ -130,8 +130,10 @@ def test_satterthwaite_df_by_hand_and_its_cap():
     assert satterthwaite_df(1e-4, 1e-4, 3, 12) == pytest.approx(48 / 7, rel=1e-14)
     # b/w = 1/18 would give 1 + 18 = 19 > 18: never more than the blocks within the trials hold
     assert satterthwaite_df(1e-4 / 18, 1e-4, 2, 18) == 18.0
-    # no within part (every trial's blocks identical): the trials alone, k − 1
+    # no within part (every trial's blocks identical): the trials alone, exactly k − 1 (the
+    # formula would give 7.000000000000001 here)
     assert satterthwaite_df(1e-4, 0.0, 5, 40) == 4.0
+    assert satterthwaite_df(0.021, 0.0, 8, 100) == 7.0
     # no between part: the blocks alone
     assert satterthwaite_df(0.0, 1e-4, 5, 40) == 40.0
 
