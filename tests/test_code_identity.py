@@ -348,3 +348,41 @@ def test_a_library_launch_claim_the_trace_does_not_bear_is_named():
     other = [_case([_call()], [_call(grid=(9, 1, 1))])]
     forged = SimpleNamespace(code=honest.code, cases=other)
     assert any("the kernel trace and outputs say False" in p for p in _code_problems(forged))
+
+
+# --- Python arms: the cubins each arm's JIT wrote --------------------------------------------------
+
+
+def _python_cubins(monkeypatch, codes: dict[bytes, CubinCode]) -> None:
+    from qualify.build.elf import ElfProblem
+
+    def read(cubin: bytes) -> CubinCode:
+        if cubin not in codes:
+            raise ElfProblem("not an ELF file")
+        return codes[cubin]
+
+    monkeypatch.setattr(code_identity, "machine_code", read)
+    monkeypatch.setattr(code_identity, "first_instructions", lambda cubin, function, offset, tool=None: None)
+
+
+def test_python_arms_compare_the_cubins_each_jit_wrote_base_first(monkeypatch):
+    base = CubinCode(sm=90, functions={"k": _fn("k", b"\x01" * 32)}, module=())
+    cand = CubinCode(sm=90, functions={"k": _fn("k", b"\x02" * 32)}, module=())
+    _python_cubins(monkeypatch, {b"base": base, b"cand": cand})
+    code = code_identity.python([b"base"], [b"cand"], "sm_90")
+    assert (code.status, code.arms) == ("differs", "python")
+    assert code.digests == {"base": base.digest, "candidate": cand.digest}
+    same = code_identity.python([b"base"], [b"base"], "sm_90")
+    assert same.status == "identical" and same.digests["base"] == same.digests["candidate"] == base.digest
+
+
+@pytest.mark.parametrize("side", ["base", "candidate"])
+def test_a_python_arm_without_a_cubin_or_with_an_unreadable_one_is_unknown_saying_which(monkeypatch, side):
+    base = CubinCode(sm=90, functions={"k": _fn("k", b"\x01" * 32)}, module=())
+    _python_cubins(monkeypatch, {b"good": base})
+    lists = {"base": [b"good"], "candidate": [b"good"]}
+    code = code_identity.python(**{**lists, side: []}, arch="sm_90")
+    assert (code.status, code.arms, code.arch) == ("unknown", "python", "sm_90")
+    assert code.reason == f"the {side} arm's JIT wrote no cubin to its cache (not Triton, or cached elsewhere)"
+    code = code_identity.python(**{**lists, side: [b"good", b"garbage"]}, arch="sm_90")
+    assert code.status == "unknown" and code.reason == f"a cubin of the {side} arm is unreadable: not an ELF file"

@@ -319,3 +319,19 @@ def test_a_code_status_its_digests_contradict_is_named(vecload):
         line.startswith("code.status is 'identical', but its digests") and line.endswith("differ")
         for line in evidence.trial_fact_problems(edited, plan, arrays)
     )
+
+
+def test_a_case_is_timed_only_where_both_arms_have_samples():
+    import numpy as np
+
+    from qualify.record.evidence import timed_cases
+    from qualify.results.samples import key
+
+    arrays = {
+        key("N=1", "base", "ns"): np.array([5.0, 6.0]),
+        key("N=1", "candidate", "ns"): np.array([4.0]),
+        key("N=2", "base", "ns"): np.array([5.0]),  # the candidate never ran: interrupted between arms
+        key("N=2", "candidate", "ns"): np.empty(0),
+        key("N=3", "base", "ns"): np.array([5.0]),  # no candidate series at all
+    }
+    assert timed_cases(arrays) == {"N=1"}
