@@ -318,3 +318,12 @@ def test_blocks_that_share_a_placement_are_one_unit_of_the_interval():
     by_block = case_stats(base, blocks, cand, blocks)
     assert by_block.blocks == 6 and by_block.case_class == "faster"
     assert by_placement.ci_high - by_placement.ci_low > 5 * (by_block.ci_high - by_block.ci_low)
+
+
+def test_an_interval_that_touches_1_straddles_it_rather_than_excludes_it():
+    from qualify.evaluate.stats import classify
+
+    case_class, reason = classify(1.004, 1.0, 1.01, band=0.005)
+    assert case_class == "cant_tell" and "straddles 1" in reason
+    case_class, reason = classify(0.996, 0.99, 1.0, band=0.005)
+    assert case_class == "cant_tell" and "straddles 1" in reason
