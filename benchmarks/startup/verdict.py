@@ -138,23 +138,35 @@ def interval(moments: list[dict], method: str) -> tuple[float, float, float]:
     Welch–Satterthwaite df). "knapp-hartung": the same centre, se² = max(spread, within) / k and
     t with k − 1 degrees of freedom (the trial means are the replicates; the floor at the within
     part is Röver, Knapp and Friede's modification)."""
-    from qualify.evaluate.pooled import satterthwaite_df
+    from qualify.evaluate.pooled import pool
     from qualify.evaluate.stats import t_quantile
+    from qualify.results.base import CaseStats
 
+    if method == "satterthwaite":  # qualify's own pooling, on the trials' recorded moments
+        stats = [
+            CaseStats(
+                ratio=math.exp(m["log_mean"]),
+                ci_low=None,
+                ci_high=None,
+                delta_pct=math.expm1(m["log_mean"]) * 100.0,
+                case_class="cant_tell",
+                reason="",
+                blocks=m["blocks"],
+                log_mean=m["log_mean"],
+                log_sd=m["log_sd"],
+            )
+            for m in moments
+        ]
+        pooled = pool(stats)
+        return pooled.ratio, pooled.ci_low, pooled.ci_high
+    if method != "knapp-hartung":
+        raise ValueError(method)
     k = len(moments)
     mean = math.fsum(m["log_mean"] for m in moments) / k
     within = math.fsum(m["log_sd"] ** 2 / m["blocks"] for m in moments) / k
     spread = math.fsum((m["log_mean"] - mean) ** 2 for m in moments) / (k - 1)
-    if method == "satterthwaite":
-        between = max(0.0, spread - within)
-        se = math.sqrt((between + within) / k)
-        df = satterthwaite_df(between, within, k, sum(m["blocks"] - 1 for m in moments))
-    elif method == "knapp-hartung":
-        se, df = math.sqrt(max(spread, within) / k), float(k - 1)
-    else:
-        raise ValueError(method)
-    t = t_quantile(0.975, df)
-    return math.exp(mean), math.exp(mean - t * se), math.exp(mean + t * se)
+    half = t_quantile(0.975, float(k - 1)) * math.sqrt(max(spread, within) / k)
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def coverage(runs: list[list[dict]], method: str, trials: int) -> tuple[int, int, float, float]:

@@ -1,10 +1,10 @@
 """One trial of a plan on one device: the sequencer of the stages in `qualify/run/stages/`.
 
 `TrialRunner.run` is the one place the order of a trial is written: admission, then build and
-load (with the isolated preflight and the sanitizer's checks alongside, all done before anything is
-timed), the floor, then each case through set-up, fidelity, controls, the fidelity gate, timing and
-trace, and the trial file last, however the trial ended — complete, failed or interrupted — so evidence already gathered is
-never lost. The stages return what they found; this module keeps it in the trial's `Evidence`
+load (with the isolated preflight and the sanitizer's checks alongside, all done before anything
+is timed), the floor, then each case through set-up, fidelity, controls, the fidelity gate,
+timing and trace, and the trial file last, however the trial ended — complete, failed or
+interrupted — so evidence already gathered is never lost. The stages return what they found; this module keeps it in the trial's `Evidence`
 and turns a located fault into the trial's failure.
 """
 
