@@ -138,6 +138,20 @@ def test_counts_and_maxima_over_several_differing_elements():
     assert (p.max_ulp, p.max_abs, p.max_rel) == (0x200000, 1.0, 0.25)
 
 
+def test_each_maximum_is_the_largest_of_its_own_distance_not_the_smallest():
+    # the element with the largest absolute error (100 → 110) has the smallest relative one, and the
+    # largest relative error (1 → 2) the smallest absolute one: each maximum is taken on its own
+    p = compare("y", "f32", raw("f32", [1.0, 100.0, 4.0]), raw("f32", [2.0, 110.0, 5.0]))
+    assert (p.max_abs, p.max_rel) == (10.0, 1.0)
+
+
+@pytest.mark.parametrize("dtype", ["i32", "u8", "i64"])
+def test_integer_maxima_over_several_differing_elements(dtype):
+    # distances 1, 7 and 3; relative 1/2, 7/100 and 3/4 -- the largest of each, not the first or smallest
+    p = compare("y", dtype, raw(dtype, [2, 100, 4, 9]), raw(dtype, [3, 107, 1, 9]))
+    assert (p.differing_elements, p.max_ulp, p.max_abs, p.max_rel) == (3, 7, 7.0, 0.75)
+
+
 def test_the_first_difference_is_an_element_index_not_a_byte_offset():
     p = compare("y", "f64", raw("f64", [0.0, 0.0, 0.0, 1.0]), raw("f64", [0.0, 0.0, 0.0, 2.0]))
     assert (p.first_difference, p.elements) == (3, 4)
