@@ -197,8 +197,34 @@ def test_more_complete_trials_than_the_schedule_runs_are_named(ledger):
     uuid = trials[0].provenance.device.uuid
     assert (
         f"trials: 3 complete trials on {uuid}; the plan's schedule.trials is {plan.schedule.trials} "
-        "and qualify runs no more"
+        "and qualify runs no more unless it says why (a trial's `added`)"
     ) in _ledger_lines(extra, [*trials, third], plan, lock)
+
+
+def test_a_trial_the_gate_added_after_the_planned_ones_is_no_problem(ledger):
+    events, trials, plan, lock = ledger
+    third = trials[1].model_copy(
+        update={
+            "index": 3,
+            "started_at": "2026-12-01T23:59:00.000+00:00",
+            "samples_sha256": "0" * 64,
+            "added": "added by qualify gate: N=1 resolves 3.00%",
+        }
+    )
+    extra = [*events, {**events[2], "trial": 3}, {**events[3], "trial": 3}]
+    lines = _ledger_lines(extra, [*trials, third], plan, lock)
+    assert not [line for line in lines if "schedule.trials" in line or "added beyond" in line], lines
+
+
+def test_a_trial_added_before_the_planned_ones_were_complete_is_named(ledger):
+    events, trials, plan, lock = ledger
+    early = trials[1].model_copy(update={"added": "added by qualify gate: N=1 resolves 3.00%"})
+    uuid = trials[0].provenance.device.uuid
+    lines = _ledger_lines(events, [trials[0], early], plan, lock)
+    assert (
+        f"trials/trial-2.json: added beyond the plan's trials after only 1 of its {plan.schedule.trials} "
+        f"planned trials were complete on {uuid}"
+    ) in lines
 
 
 def test_a_trial_file_copied_under_another_index_is_named(ledger):

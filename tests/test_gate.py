@@ -19,7 +19,9 @@ from qualify.cli import main
 from qualify.commands.gate import GATE_JSON, GATE_MD, run_gate
 from qualify.commands.pipeline import load_frozen, run_plan
 from qualify.errors import ExitCode, UsageError
+from qualify.record.evidence import ledger_problems
 from qualify.results.gate import GateDocument
+from qualify.results.store import Record
 from qualify.run.fake import FakeDevice, FakeTelemetry, text_bytes_ns
 
 # a slowdown planted in the kernel: redundant fences add instructions and change no output
@@ -65,15 +67,17 @@ class FakeRunner:
 
     def __init__(self, uuids=None):
         self.devices = []
+        self.added = []  # each call's `added`: None for the planned trials, a reason for an added one
         self.uuids = list(uuids or [])
 
-    def __call__(self, plan_path, record, libraries):
+    def __call__(self, plan_path, record, libraries, added=None):
         loaded = load_frozen(plan_path, checked=False)
         device = FakeDevice({"axpy": fakes.axpy}, code_ns=text_bytes_ns(), seed=len(self.devices))
         if self.uuids:
             device.info = device.info.model_copy(update={"uuid": self.uuids.pop(0)})
         self.devices.append(device)
-        return run_plan(loaded, record, lambda: device, lambda u: FakeTelemetry()).results
+        self.added.append(added)
+        return run_plan(loaded, record, lambda: device, lambda u: FakeTelemetry(), added=added).results
 
 
 def _gate(repo, tmp_path, base="HEAD", runner=None, **kw) -> GateDocument:
@@ -176,7 +180,7 @@ def test_the_gate_never_mixes_machines(repo, tmp_path):
     (repo / "kernels" / "k.cu").write_text(PLANTED)
 
     class TwoMachines(FakeRunner):
-        def __call__(self, plan_path, record, libraries):
+        def __call__(self, plan_path, record, libraries, added=None):
             loaded = load_frozen(plan_path, checked=False)
             for n, uuid in enumerate(
                 ("GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-0000-0000-000000000000")
@@ -264,3 +268,57 @@ def test_the_committed_schema_is_the_models(tmp_path):
     committed = json.loads((Path(__file__).parents[1] / "qualify" / "schemas" / "gate.schema.json").read_text())
     assert committed == gate_schema()
     assert committed["properties"]["gate_version"]["const"] == 1
+
+
+def _underpowered_repo(repo, detect_pct):
+    """The repository with the plan's gate policy asking to see `detect_pct`, committed and frozen."""
+    path = repo / "protocols" / "tiny" / "plan.json"
+    plan = json.loads(path.read_text())
+    plan["gate"] = {"detect_pct": detect_pct}
+    path.write_text(json.dumps(plan, indent=2))
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", "freeze", "--replace", str(path)])
+    assert exc.value.code == 0
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "a gate that must see more")
+
+
+def test_an_underpowered_case_gets_trials_added_up_to_the_budget_each_saying_why(repo, tmp_path):
+    """No fake interval resolves 0.0001 %: each arm's planned 2 trials, then one added at a time
+    until budget.max_trials (4); every added trial is in the record, with its reason, and the
+    record still passes its own checks."""
+    _underpowered_repo(repo, 0.0001)
+    loaded = load_frozen(repo / "protocols" / "tiny" / "plan.json")
+    (repo / "kernels" / "k.cu").write_text(PLANTED)
+    runner = FakeRunner()
+    doc = _gate(repo, tmp_path, runner=runner)
+    arms = [a for p in doc.protocols for a in p.arms]
+    assert len(arms) == 2 and all(a.timed for a in arms)
+    assert [a is None for a in runner.added] == [True, False, False] * 2
+    assert all(r.startswith("added by qualify gate: after ") and "0.0001% the gate must see" for r in runner.added[1:3])
+    assert runner.added[1].startswith("added by qualify gate: after 2 trial(s)")
+    assert runner.added[2].startswith("added by qualify gate: after 3 trial(s)")
+    table = (tmp_path / "gate-out" / GATE_MD).read_text()
+    assert "Trials added beyond the plan's (each is in its record):" in table
+    assert "- tiny (base arm), trial 3: added by qualify gate: after 2 trial(s), " in table
+    for arm in arms:
+        assert [line.split(":")[0] for line in arm.added_trials] == ["trial 3", "trial 4"]
+        assert all(c.trials == 4 and c.underpowered for c in arm.cases)
+        trials = sorted((tmp_path / "gate-out" / arm.record / "trials").glob("trial-*.json"))
+        added = [json.loads(t.read_text()).get("added") for t in trials]
+        assert [a is None for a in added] == [True, True, False, False]
+        readme = (tmp_path / "gate-out" / arm.record / "README.md").read_text()
+        assert "Trial 3 ran beyond the plan's 2 trials: added by qualify gate: after 2 trial(s)" in readme
+        # the record's own trial rules (the derived plan has the working plan's schedule and budget)
+        record = Record(tmp_path / "gate-out" / arm.record)
+        events = [json.loads(line) for line in record.ledger_path.read_text().splitlines()]
+        problems = [str(p) for p in ledger_problems(events, record.trials(), loaded.plan, loaded.lock or {})]
+        assert not [p for p in problems if "trials" in p], problems
+
+
+def test_cases_that_resolve_the_change_the_gate_must_see_get_no_added_trial(repo, tmp_path):
+    (repo / "kernels" / "k.cu").write_text(PLANTED)
+    runner = FakeRunner()
+    doc = _gate(repo, tmp_path, runner=runner)
+    assert runner.added == [None, None]  # one call per arm, the planned trials only
+    assert all(a.added_trials == [] and all(c.trials == 2 for c in a.cases) for p in doc.protocols for a in p.arms)

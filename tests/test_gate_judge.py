@@ -256,3 +256,38 @@ def test_judge_timed_reads_the_machines_pooled_case_and_counts_its_trials():
     assert [c.gate_class for c in same] == ["identical_code"] * 2 and same[
         0
     ].reason == "identical machine code on sm_90"
+
+
+def _blind(case="N=1", mde=3.0, trials=2, underpowered=True) -> GateCase:
+    return _case("cant_tell").model_copy(
+        update={"case": case, "mde_pct": mde, "trials": trials, "underpowered": underpowered}
+    )
+
+
+def test_more_trials_only_while_a_timed_case_is_underpowered_and_the_budget_has_room():
+    from types import SimpleNamespace
+
+    from plans import PLAN
+
+    from qualify.evaluate.gate import more_trials
+    from qualify.plan.model import Plan
+
+    plan = Plan.model_validate({**PLAN, "budget": {**PLAN["budget"], "max_trials": 4}})  # 2 planned
+    two = SimpleNamespace(trials=[_trial("GPU-a"), _trial("GPU-a")])
+    why = more_trials(plan, two, [_blind("N=1", 3.0), _blind("N=2", None)])
+    assert (
+        why
+        == "added by qualify gate: after 2 trial(s), N=1 resolves 3.00%, not the 2% the gate must see (and 1 more case(s))"
+    )
+    assert "N=2 no interval" in more_trials(plan, two, [_blind("N=2", None)])
+    # every case resolves what the gate must see; an identical-code case was never timed
+    assert more_trials(plan, two, [_blind(mde=1.0, underpowered=False), _blind(trials=0)]) is None
+    # the budget: 4 trials on the device already
+    assert more_trials(plan, SimpleNamespace(trials=[_trial("GPU-a")] * 4), [_blind()]) is None
+    assert more_trials(plan, SimpleNamespace(trials=[_trial("GPU-a")] * 3), [_blind()]) is not None
+    # a failed or interrupted trial is reported, never papered over by another
+    failed = SimpleNamespace(trials=[_trial("GPU-a"), _trial("GPU-a", "failed")])
+    assert more_trials(plan, failed, [_blind()]) is None
+    # before the planned trials are done, and with none at all
+    assert more_trials(plan, SimpleNamespace(trials=[_trial("GPU-a")]), [_blind()]) is None
+    assert more_trials(plan, SimpleNamespace(trials=[]), [_blind()]) is None

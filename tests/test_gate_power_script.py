@@ -36,6 +36,15 @@ def test_the_narrowed_plan_is_a_valid_plan_with_the_cases_asked_for():
         power.narrowed(plan, ["N=7"], None, None)
 
 
+def test_the_narrowed_plan_gives_the_gate_room_to_add_trials_never_less_than_its_schedule():
+    plan = json.loads((ROOT / "protocols" / "vecload" / "plan.json").read_text())
+    roomy = power.narrowed(plan, None, trials=2, blocks=None, max_trials=6)
+    Plan.model_validate(roomy)
+    assert (roomy["schedule"]["trials"], roomy["budget"]["max_trials"]) == (2, 6)
+    assert power.narrowed(plan, None, trials=4, blocks=None, max_trials=3)["budget"]["max_trials"] == 4
+    assert power.narrowed(plan, None, None, None)["budget"]["max_trials"] == plan["budget"]["max_trials"]
+
+
 def test_counts_per_arm_and_case_over_runs():
     def doc(*classes):
         cases = [{"case": f"N={i}", "gate_class": c} for i, c in enumerate(classes)]

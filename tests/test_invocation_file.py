@@ -62,6 +62,12 @@ def test_every_committed_protocol_comes_back_as_it_went(tmp_path, plan_path):
     assert back.workdir == sent.workdir  # not part of equality, carried all the same
 
 
+def test_the_gates_reason_for_an_added_trial_comes_back_as_it_went(tmp_path):
+    loaded = load_plan(PROTOCOLS[0])
+    sent = Invocation(loaded, tmp_path / "rec", False, {}, None, ("gate",), 0, "GPU-x", added="N=1 resolves 3.00%")
+    assert invocation.read(invocation.write(sent, tmp_path)).added == "N=1 resolves 3.00%"
+
+
 def test_the_parents_document_reads_back(tmp_path, document):
     back = invocation.read(written(tmp_path, document))
     assert back.trials == 2 and back.ordinal == 0 and back.device_uuid == "GPU-1"
@@ -128,6 +134,8 @@ DAMAGE = {
     "an empty plan path": (_set("plan_path", ""), "plan_path"),
     "a NUL in the record": (_set("record", "rec\0/../x"), "record"),
     "an empty device uuid": (_set("device_uuid", ""), "device_uuid"),
+    "an empty reason for an added trial": (_set("added", ""), "added"),
+    "a reason as a number": (_set("added", 3), "added"),
     "a lock that is text": (_set("lock", "frozen"), "lock"),
     "a plan that is a list": (_set("plan", []), "plan"),
     "fewer files than hashes": (_set("files", {}), "file_sha256"),

@@ -364,7 +364,9 @@ def test_the_renderer_warms_while_the_trial_processes_run_and_before_the_record_
     monkeypatch.setattr(trials, "rederive", rederive)
     monkeypatch.setattr(trials, "remaining_trials", lambda *a: (1, None))
     monkeypatch.setattr(trials.invocation, "write", lambda resolved, folder: folder / "invocation.json")
-    resolved = SimpleNamespace(folder=tmp_path / "record", device=lambda: (0, "GPU-x"), loaded=None, trials=None)
+    resolved = SimpleNamespace(
+        folder=tmp_path / "record", device=lambda: (0, "GPU-x"), loaded=None, trials=None, added=None
+    )
     monkeypatch.setattr(trials, "replace", lambda r, **kw: r)
     executed = trials.run_on_device(resolved, start=lambda path, held: None)
     assert order == ["trials", "warm", "rederive"] and executed.codes == (0,)
@@ -393,3 +395,26 @@ def test_warming_the_plots_loads_matplotlib_and_draws_nothing(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "True" and list(tmp_path.iterdir()) == []
+
+
+def test_an_added_trial_runs_once_and_only_after_the_planned_ones(tmp_path):
+    from types import SimpleNamespace
+
+    from qualify.commands.pipeline import remaining_trials
+    from qualify.plan.load import load_plan
+
+    loaded = load_plan(make_repo(tmp_path, small_plan(), freeze=True))  # 4 planned
+
+    def record(*statuses):
+        device = SimpleNamespace(uuid="GPU-1")
+        trials = [SimpleNamespace(status=s, provenance=SimpleNamespace(device=device)) for s in statuses]
+        return SimpleNamespace(trials=lambda: trials)
+
+    assert remaining_trials(loaded, record("complete"), "GPU-1", None) == (3, None)
+    wanted, why = remaining_trials(loaded, record("complete", "complete", "complete", "failed"), "GPU-1", None, True)
+    assert wanted == 0 and why == "a trial is added only after the 4 planned ones are complete"
+    assert remaining_trials(loaded, record(*["complete"] * 4), "GPU-1", None, True) == (1, None)
+    assert remaining_trials(loaded, record(*["complete"] * 4), "GPU-1", None) == (
+        0,
+        "the 4 planned trials on this device are complete",
+    )

@@ -46,8 +46,11 @@ def plant(source: str, cycles: int) -> str:
     return f"#define QUALIFY_SPIN_CYCLES {cycles}\n" + source
 
 
-def narrowed(plan: dict, cases: list[str] | None, trials: int | None, blocks: int | None) -> dict:
-    """The plan with fewer cases, trials or blocks (the budget kept large enough)."""
+def narrowed(
+    plan: dict, cases: list[str] | None, trials: int | None, blocks: int | None, max_trials: int | None = None
+) -> dict:
+    """The plan with fewer cases, trials or blocks (the budget kept large enough); max_trials: the
+    budget's trials per device, the room the gate has to add trials to an underpowered case."""
     plan = json.loads(json.dumps(plan))
     if cases:
         ids = {",".join(f"{k}={v}" for k, v in c.items()): c for c in plan["workload"]["cases"]}
@@ -64,6 +67,8 @@ def narrowed(plan: dict, cases: list[str] | None, trials: int | None, blocks: in
         plan["budget"]["max_trials"] = max(plan["budget"]["max_trials"], trials)
     if blocks:
         plan["schedule"]["blocks"] = blocks
+    if max_trials:
+        plan["budget"]["max_trials"] = max(max_trials, plan["schedule"]["trials"])
     plan.pop("gate", None)
     return plan
 
@@ -136,7 +141,8 @@ def _say(label: str, doc: dict) -> None:
             else f" [{(r['ci_low'] - 1) * 100:+.2f}, {(r['ci_high'] - 1) * 100:+.2f}] mde {r['mde_pct']:.2f}%"
         )
         print(
-            f"{label:<14} {r['arm']:<9} {r['case']:<14} {r['gate_class']:<14} {change}{ci}  bytes {r['bytes']}",
+            f"{label:<14} {r['arm']:<9} {r['case']:<14} {r['gate_class']:<14} {change}{ci}  "
+            f"trials {r['trials']}  bytes {r['bytes']}",
             flush=True,  # a run cut short by a time limit still shows every gate run it finished
         )
 
@@ -171,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", help="comma-separated case ids to keep (default: all)")
     ap.add_argument("--trials", type=int, help="trials per gate run (default: the plan's)")
     ap.add_argument("--blocks", type=int, help="blocks per trial (default: the plan's)")
+    ap.add_argument(
+        "--max-trials",
+        type=int,
+        help="budget.max_trials: how far the gate may add trials to an underpowered case (default: the plan's)",
+    )
     ap.add_argument("--out", type=Path, default=Path("/tmp/gate-power"))
     ap.add_argument(
         "--arm",
@@ -187,7 +198,11 @@ def main(argv: list[str] | None = None) -> int:
         scratch_repository(clone)
         plan_path = clone / "protocols" / args.protocol / "plan.json"
         plan = narrowed(
-            json.loads(plan_path.read_text()), args.cases.split(",") if args.cases else None, args.trials, args.blocks
+            json.loads(plan_path.read_text()),
+            args.cases.split(",") if args.cases else None,
+            args.trials,
+            args.blocks,
+            args.max_trials,
         )
         plan_path.write_text(json.dumps(plan, indent=2) + "\n")
         (plan_path.parent / "plan.lock.json").unlink()

@@ -133,6 +133,7 @@ def gate_cmd(
     Exit 0 passed, 1 a case slower or its outputs beyond the bound, 7 can't tell, 2-6 as elsewhere."""
     import json as _json
     import os
+    from dataclasses import replace
 
     from qualify.commands.gate import gate_schema, run_gate
     from qualify.procs.invocation import resolve
@@ -143,9 +144,9 @@ def gate_cmd(
         return
     terminate_as_interrupt()
 
-    def runner(plan_path: Path, record_dir: Path, libraries):
+    def runner(plan_path: Path, record_dir: Path, libraries, added: str | None):
         resolved = resolve(plan_path, record_dir, False, libraries, None, sys.argv[1:])
-        return run_on_device(resolved.on_device(ordinal)).outcome.results
+        return run_on_device(replace(resolved, added=added).on_device(ordinal)).outcome.results
 
     from qualify.commands.gate import GATE_MD
 

@@ -47,7 +47,9 @@ CI_CONFIG = ".github/qualify-ci.json"
 BUILD_TIMEOUT_S = 3600
 
 # plan path, record folder, libraries (library arms) -> the record's results (None: no trial kept)
-Runner = Callable[[Path, Path, "dict[str, Path] | None"], "Results | None"]
+# (derived plan, record folder, library builds, added) -> the record's results; `added` None runs the
+# plan's trials, a reason runs one trial beyond them (recorded with that reason)
+Runner = Callable[[Path, Path, "dict[str, Path] | None", "str | None"], "Results | None"]
 
 
 def read_ci_config(root: Path) -> dict:
@@ -128,7 +130,7 @@ def _arm_error(side: str, exc: QualifyError | ValueError, code: str = "unknown",
 def _gate_arm(derived, runner: Runner, out: Path, name: str, libraries, time_identical: bool) -> GateArm:
     from qualify.commands.gate_plans import cuda_code_identical
     from qualify.commands.pipeline import load_frozen
-    from qualify.evaluate.gate import judge_identical, judge_timed
+    from qualify.evaluate.gate import judge_identical, judge_timed, more_trials
 
     loaded = load_frozen(derived.path, checked=False)  # freezing just checked and compiled it
     if derived.library:
@@ -154,11 +156,19 @@ def _gate_arm(derived, runner: Runner, out: Path, name: str, libraries, time_ide
             cases=judge_identical(loaded.plan, loaded.cases, detail),
         )
     record = out / name / derived.side
+    added: list[str] = []
     try:
-        results = runner(derived.path, record, libraries)
+        results = runner(derived.path, record, libraries, None)
         if results is None:
             raise ValueError("no trial was kept: nothing to judge")
         machine, cases = judge_timed(loaded.plan, loaded.cases, results)
+        while (why := more_trials(loaded.plan, results, cases)) is not None:
+            before = len(results.trials)
+            results = runner(derived.path, record, libraries, why) or results
+            if len(results.trials) <= before:
+                break  # nothing ran (the record refused it): judge what there is
+            added.append(f"trial {results.trials[-1].index}: {why}")
+            machine, cases = judge_timed(loaded.plan, loaded.cases, results)
     except (QualifyError, ValueError) as exc:
         return _arm_error(derived.side, exc, code, detail)
     return GateArm(
@@ -168,6 +178,7 @@ def _gate_arm(derived, runner: Runner, out: Path, name: str, libraries, time_ide
         timed=True,
         record=record.relative_to(out).as_posix(),
         device=machine,
+        added_trials=added,
         cases=cases,
     )
 

@@ -126,12 +126,14 @@ def run_plan(
     workdir: Path | None = None,
     render: bool = True,
     bound: bool = False,
+    added: str | None = None,
 ) -> RunOutcome:
     """Run the trials still planned for this device in this process, then re-derive the record.
 
     workdir: where the isolated preflight's outcomes are shared with the invocation's other trial
     processes (qualify.procs.trials); render=False leaves the record's re-derivation
-    to the parent that runs them; bound: `libraries` are bound to the plan already."""
+    to the parent that runs them; bound: `libraries` are bound to the plan already; added: one trial
+    beyond the plan's schedule.trials, and why (`qualify gate`), recorded in the trial."""
     from qualify.run.engine import RunOptions, TrialRunner
     from qualify.run.isolation import PreflightShared
 
@@ -144,7 +146,7 @@ def run_plan(
     device = open_device()
     try:
         telemetry = open_telemetry(device.info.uuid)
-        wanted, skipped = remaining_trials(loaded, record, device.info.uuid, trials)
+        wanted, skipped = remaining_trials(loaded, record, device.info.uuid, trials, added is not None)
         options = RunOptions(
             record_dir=record_dir,
             exploratory=exploratory,
@@ -154,6 +156,7 @@ def run_plan(
             preflight=PreflightShared(preflight, workdir) if preflight else None,
             libraries=libraries or {},
             workdir=workdir,
+            added=added,
         )
         with record.owned(device.info.uuid):  # one run per device per record
             for _ in range(max(wanted, 0)):
@@ -194,9 +197,18 @@ def exit_code(results: Results, interrupted: bool = False) -> ExitCode:
     }[results.verdict.status]
 
 
-def remaining_trials(loaded: LoadedPlan, record: Record, uuid: str, trials: int | None) -> tuple[int, str | None]:
-    """How many planned trials this device still owes (at most `trials`), and why none if none."""
+def remaining_trials(
+    loaded: LoadedPlan, record: Record, uuid: str, trials: int | None, added: bool = False
+) -> tuple[int, str | None]:
+    """How many planned trials this device still owes (at most `trials`), and why none if none.
+
+    added: one trial beyond the planned ones, and only once they are complete (the gate adds a
+    trial to a case its planned trials left underpowered; admission still holds budget.max_trials)."""
     complete = [t for t in record.trials() if t.status == "complete" and t.provenance.device.uuid == uuid]
+    if added:
+        if len(complete) < loaded.plan.schedule.trials:
+            return 0, f"a trial is added only after the {loaded.plan.schedule.trials} planned ones are complete"
+        return 1, None
     wanted = loaded.plan.schedule.trials - len(complete)
     if trials is not None:
         wanted = min(wanted, trials)

@@ -9,7 +9,11 @@ Per case, from the record's pooled interval on its one machine and the plan's ga
 - can't tell: anything else, with the smallest change the case could resolve.
 
 A case whose smallest resolvable change (MDE) exceeds detect_pct is flagged underpowered, whatever
-its class. Identical machine code with identical launches is its own class and needs no timing.
+its class. Once the plan's trials are complete, the gate adds trial processes, one at a time, while
+a timed case stays underpowered and budget.max_trials has room (`more_trials`); each added trial is
+a trial of the record, with its reason. The rule reads the interval's width alone, never where it
+lies: a gate that added trials until a change looked significant would raise its own false-alarm
+rate (optional stopping), where one that adds them until it can see detect_pct does not. Identical machine code with identical launches is its own class and needs no timing.
 The bytes are their own finding: identical in every trial, different within the plan's fidelity
 bound, or beyond it (a fidelity failure the trial recorded).
 
@@ -123,6 +127,27 @@ def judge_timed(plan: Plan, cases: list[ResolvedCase], results: Results) -> tupl
             )
         )
     return machine, out
+
+
+def more_trials(plan: Plan, results: Results, cases: list[GateCase]) -> str | None:
+    """Why one more trial should run for this arm, or None: every trial so far complete (a failed
+    or interrupted one is reported, never papered over by another), the device's trials below
+    budget.max_trials, and a timed case whose smallest resolvable change is still above the change
+    the gate must see (or unknown)."""
+    if not results.trials or any(t.status != "complete" for t in results.trials):
+        return None
+    if not plan.schedule.trials <= len(results.trials) < plan.budget.max_trials:
+        return None
+    blind = [c for c in cases if c.underpowered and c.trials > 0]
+    if not blind:
+        return None
+    first = blind[0]
+    resolves = "no interval" if first.mde_pct is None else f"resolves {first.mde_pct:.2f}%"
+    more = f" (and {len(blind) - 1} more case(s))" if len(blind) > 1 else ""
+    return (
+        f"added by qualify gate: after {len(results.trials)} trial(s), {first.case} {resolves}, "
+        f"not the {first.detect_pct:g}% the gate must see{more}"
+    )
 
 
 def judge_identical(plan: Plan, cases: list[ResolvedCase], detail: str) -> list[GateCase]:

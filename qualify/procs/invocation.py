@@ -59,6 +59,7 @@ class Invocation:
     ordinal: int | None = None
     device_uuid: str | None = None  # the GPU at `ordinal`, as its parent identified it
     workdir: Path | None = field(default=None, compare=False)  # shared by one device's trial processes
+    added: str | None = None  # `qualify gate`: one trial beyond the plan's schedule.trials, and why
 
     def library(self, side: str) -> Path | None:
         """The .so the side loads in every process of this invocation (`LoadedPlan.library`)."""
@@ -146,6 +147,7 @@ def _document(invocation: Invocation) -> dict[str, Any]:
         "ordinal": invocation.ordinal,
         "device_uuid": invocation.device_uuid,
         "workdir": None if invocation.workdir is None else str(invocation.workdir),
+        "added": invocation.added,
     }
 
 
@@ -213,6 +215,7 @@ _KEYS = frozenset(
         "ordinal",
         "device_uuid",
         "workdir",
+        "added",
     )
 )
 
@@ -272,6 +275,7 @@ def _from_document(data: object, path: Path) -> Invocation:
         ordinal=ordinal,
         device_uuid=fields.text("device_uuid", optional=True),
         workdir=None if workdir is None else Path(workdir),
+        added=fields.text("added", optional=True),
     )
 
 

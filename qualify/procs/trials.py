@@ -83,7 +83,7 @@ def run_on_device(resolved: Invocation, start: Callable[[Path, tuple[int, ...]],
     warming = threading.Thread(target=_quietly, args=(warm_renderer,), name="qualify-warm-renderer", daemon=True)
     warming.start()
     record = Record(folder)
-    wanted, skipped = remaining_trials(resolved.loaded, record, uuid, resolved.trials)
+    wanted, skipped = remaining_trials(resolved.loaded, record, uuid, resolved.trials, resolved.added is not None)
     before = {t.index for t in record.trials()}
     # this process owns the device's trials in the record while its trial processes run: a second
     # run on the device is refused, and a trial a dead trial process left open is closed here
@@ -142,4 +142,5 @@ def one_trial(resolved: Invocation, progress: Callable) -> RunOutcome:
             bound=True,
             workdir=resolved.workdir,
             render=False,
+            added=resolved.added,
         )

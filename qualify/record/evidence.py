@@ -191,13 +191,29 @@ def _budget_problems(started: dict[int, dict], trials: list[Trial], plan: Plan) 
     for uuid, count in sorted(per_device.items()):
         if count > limit:
             out.append(Problem(f"{LEDGER}: {count} trials on {uuid}; the plan's budget.max_trials is {limit}"))
-    complete = Counter(t.provenance.device.uuid for t in trials if t.status == "complete")
-    for uuid, count in sorted(complete.items()):
+    # a trial beyond schedule.trials is one `qualify gate` added, saying why in the trial itself,
+    # and only after the device's planned trials were complete
+    planned = Counter(t.provenance.device.uuid for t in trials if t.status == "complete" and not t.added)
+    for uuid, count in sorted(planned.items()):
         if count > plan.schedule.trials:
             out.append(
                 Problem(
                     f"trials: {count} complete trials on {uuid}; the plan's schedule.trials is "
-                    f"{plan.schedule.trials} and qualify runs no more"
+                    f"{plan.schedule.trials} and qualify runs no more unless it says why (a trial's `added`)"
+                )
+            )
+    for added in (t for t in trials if t.added):
+        uuid = added.provenance.device.uuid
+        before = sum(
+            1
+            for t in trials
+            if t.index < added.index and t.status == "complete" and not t.added and t.provenance.device.uuid == uuid
+        )
+        if before < plan.schedule.trials:
+            out.append(
+                Problem(
+                    f"trials/trial-{added.index}.json: added beyond the plan's trials after only {before} of its "
+                    f"{plan.schedule.trials} planned trials were complete on {uuid}"
                 )
             )
     return out

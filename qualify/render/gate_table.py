@@ -69,6 +69,11 @@ def gate_markdown(doc: GateDocument, link_base: str = "") -> str:
     ]
     if problems:
         lines += ["", "Not gated:", "", *problems]
+    added = [
+        f"- {md(p.name)} ({a.side} arm), {md(line)}" for p in doc.protocols for a in p.arms for line in a.added_trials
+    ]
+    if added:
+        lines += ["", "Trials added beyond the plan's (each is in its record):", "", *added]
     if doc.skipped:
         lines += [
             "",

@@ -375,6 +375,11 @@ class Trial(Model):
     code: CodeIdentity | None = Field(
         default=None, description="the arms' machine code compared (absent in trials made before it was)"
     )
+    added: str | None = Field(
+        default=None,
+        description="why this trial runs beyond the plan's schedule.trials (`qualify gate`: a case still "
+        "underpowered after the planned trials); absent or null in a planned trial",
+    )
 
 
 class GateResult(Model):

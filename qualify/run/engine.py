@@ -73,6 +73,8 @@ class RunOptions:
     libraries: dict[str, Path] = field(default_factory=dict)
     # the run's scratch folder shared by its trial processes (inputs generated once, the preflight's outcomes)
     workdir: Path | None = None
+    # why this trial runs beyond the plan's schedule.trials (the gate's added trial); None: planned
+    added: str | None = None
 
 
 class TrialRunner:
@@ -245,6 +247,7 @@ class TrialRunner:
             preflight=preflighted,
             telemetry="nvml" if getattr(self.telemetry, "available", False) else "none",
             counted=self.plan.acceptance.fidelity.counted,
+            added=self.options.added,
         )
         return write_trial(self.loaded, self.record, self.device, ending, self.found, self.tracer, self.clock)
 

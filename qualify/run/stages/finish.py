@@ -63,6 +63,7 @@ class Ending:
     preflight: str  # how the cases were preflighted
     telemetry: str  # where the clock and throttle readings came from
     counted: bool  # fidelity was judged by counts (Fidelity.counted): a golden, or a tolerance against base
+    added: str | None = None  # why this trial runs beyond schedule.trials (None: a planned trial)
 
 
 def write_trial(
@@ -129,6 +130,7 @@ def write_trial(
         samples_file=record.samples_path(ending.index).relative_to(record.folder).as_posix(),
         samples_sha256=sha256_bytes(data),
         cost=trial_cost(arrays, clock.elapsed(), clock.spent),
+        added=ending.added,
     )
     record.write_trial(trial)
     record.append({"event": "trial_ended", "trial": ending.index, "status": status})
