@@ -85,3 +85,23 @@ def test_a_skipped_noop_is_not_run_not_met_and_power_needs_nine_of_ten():
     assert power.targets(quiet, nine, 10, skip_noop=False) == (True, True)
     assert power.targets(loud, nine, 10, skip_noop=False) == (False, True)
     assert power.targets({}, {}, 10, skip_noop=False) == (False, False)  # nothing measured meets nothing
+
+
+def test_the_scratch_repository_is_the_working_tree_not_head(tmp_path, monkeypatch):
+    """The gate runs the scratch repository's own qualify: it must be these files, whatever HEAD
+    says (on the lent GPU machine `.git` can lag the files it receives)."""
+    import subprocess
+
+    src = tmp_path / "src"
+    (src / "qualify").mkdir(parents=True)
+    (src / "qualify" / "x.py").write_text("working tree\n")
+    (src / ".git").mkdir()
+    (src / ".git" / "HEAD").write_text("ref: refs/heads/stale\n")
+    (src / "records" / "r").mkdir(parents=True)
+    monkeypatch.setattr(power, "ROOT", src)
+    clone = tmp_path / "clone"
+    power.scratch_repository(clone)
+    assert (clone / "qualify" / "x.py").read_text() == "working tree\n"
+    assert not (clone / "records").exists()
+    files = subprocess.run(["git", "-C", str(clone), "ls-files"], capture_output=True, text=True, check=True)
+    assert files.stdout.split() == ["qualify/x.py"]

@@ -4,7 +4,7 @@ N of a planted slowdown on one protocol, and the counts.
 Targets: the planted slowdown (2 % by default) called slower in at least 9 of 10 gate runs, the noop
 never called faster or slower in 10.
 
-Everything happens in a scratch clone of this repository's HEAD (the user's files are untouched):
+Everything happens in a scratch repository of this checkout's working tree (the user's files are untouched):
 
 1. base commit: the protocol's plan with the schedule this script asks for (fewer cases, trials
    or blocks, to fit a GPU budget), refrozen. The kernel file is unchanged.
@@ -104,19 +104,22 @@ def _git(clone: Path, *args: str) -> None:
 
 
 def scratch_repository(clone: Path) -> None:
-    """A repository of this checkout's files to gate in: a clone of it, or where the checkout came
-    without its history (the lent GPU machine receives the working tree only), a one-commit
-    repository of the same files. Either way the user's files are never touched."""
-    if (ROOT / ".git").exists():
-        _run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)], clone.parent).check_returncode()
-    else:
-        shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(".gpu", ".venv", "__pycache__", "records"))
-        _git(clone, "init", "--quiet", "--initial-branch", "main")
+    """A one-commit repository of this checkout's working tree to gate in; the user's files are
+    never touched. The working tree, not HEAD: the gate runs the clone's own `qualify` (`python -m`
+    from its folder), and on the lent GPU machine the checkout's `.git` can lag its files (power-3
+    ran the gate of an older commit that way)."""
+    shutil.copytree(
+        ROOT,
+        clone,
+        ignore=shutil.ignore_patterns(
+            ".git", ".gpu", ".venv*", ".cu12", ".whl", "__pycache__", ".pytest_cache", "records", ".pb"
+        ),
+    )
+    _git(clone, "init", "--quiet", "--initial-branch", "main")
     _git(clone, "config", "user.email", "power@qualify.invalid")
     _git(clone, "config", "user.name", "gate power")
-    if not (ROOT / ".git").exists():
-        _git(clone, "add", "-A")
-        _git(clone, "commit", "--quiet", "-m", "the checkout as received")
+    _git(clone, "add", "-A")
+    _git(clone, "commit", "--quiet", "-m", "the checkout as received")
 
 
 def gate(clone: Path, out: Path, extra: list[str]) -> dict:
