@@ -105,3 +105,9 @@ def test_the_scratch_repository_is_the_working_tree_not_head(tmp_path, monkeypat
     assert not (clone / "records").exists()
     files = subprocess.run(["git", "-C", str(clone), "ls-files"], capture_output=True, text=True, check=True)
     assert files.stdout.split() == ["qualify/x.py"]
+
+
+def test_an_output_folder_with_anything_in_it_is_refused_before_any_gate_runs(tmp_path):
+    (tmp_path / "slow-0").mkdir()
+    with pytest.raises(SystemExit, match="is not empty; give a fresh --out"):
+        power.main(["--out", str(tmp_path), "--skip-noop", "--spin", "1"])

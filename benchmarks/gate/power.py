@@ -194,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--skip-noop", action="store_true", help="only the planted slowdown (the noop measured apart)")
     args = ap.parse_args(argv)
+    if args.out.exists() and any(args.out.iterdir()):
+        # a gate document already there would be read back as this run's (power-4's first try did)
+        raise SystemExit(f"power.py: {args.out} is not empty; give a fresh --out")
     args.out.mkdir(parents=True, exist_ok=True)
 
     with tempfile.TemporaryDirectory(prefix="gate-power-") as tmp:
