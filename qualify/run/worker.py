@@ -28,6 +28,7 @@ from qualify.run.arms import compile_and_load
 from qualify.run.device import CudaDevice, KernelFault
 from qualify.run.device_protocol import Device
 from qualify.run.library import EntryPointFailed, load_library
+from qualify.run.stages.case_setup import InputPrefetch
 
 
 def emit(**event) -> None:
@@ -55,7 +56,11 @@ def run_cases(plan_path: str, case_ids: list[str], side: str, ordinal: int = 0, 
     if unknown:
         raise QualifyError(f"no case {unknown[0]!r} in the plan")
     current = None
+    # every case's inputs generated ahead in the background while the arm builds and runs: the
+    # worker's wall is then its slowest input, not the sum (the preflight is on a trial's path)
+    prefetch = InputPrefetch(loaded.plan, golden, [by_id[c] for c in case_ids], sides=(side,), hashed=False)
     try:
+        prefetch.start(by_id[case_ids[0]])
         with CudaDevice(ordinal) as dev:
             kernel = _load_arm(loaded, side, dev, case_ids, by_id, library)
             for cid in case_ids:
@@ -66,7 +71,7 @@ def run_cases(plan_path: str, case_ids: list[str], side: str, ordinal: int = 0, 
                 buffers = bounds.allocate(dev, arm)
                 # before the launch: a sanitizer's faulting address is named by the buffer it lies near
                 emit(event="buffers", case=cid, side=side, buffers=bounds.layout(dev, arm, buffers))
-                inputs = golden_stage.case_inputs(loaded.plan, golden, cid, arm)
+                inputs = prefetch.take(by_id[cid]).inputs[side]
                 overruns = bounds.run_guarded(dev, side, kernel, cid, arm, inputs, buffers)
                 bounds.free(dev, buffers)  # the context is intact: memcheck's leak check stays quiet
                 if overruns:  # the arm wrote past a buffer: as wrong as a fault, and the case goes
@@ -82,6 +87,8 @@ def run_cases(plan_path: str, case_ids: list[str], side: str, ordinal: int = 0, 
     except QualifyError as exc:
         emit(event="error", case=current, message=exc.one_line())
         return 2
+    finally:
+        prefetch.close()
     return 0
 
 
