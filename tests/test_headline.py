@@ -374,3 +374,28 @@ def plan_cases(plan):
     from qualify.plan.resolve import case_id
 
     return [case_id(c) for c in plan.workload.cases]
+
+
+def _with_aa(t: Trial, index: int, delta_pct: float, half_width_pct: float) -> Trial:
+    cases = list(t.cases)
+    cases[index] = cases[index].model_copy(update={"aa": stats(delta_pct, half_width_pct)})
+    return t.model_copy(update={"cases": cases})
+
+
+def test_an_aa_that_strays_in_one_process_only_is_said_as_such():
+    plan = make_plan()
+    one, two = trial(1, SLOWER[0]), trial(2, SLOWER[1])
+    head, _ = lines(plan, [_with_aa(one, 0, 0.7, 0.1), _with_aa(two, 0, -0.4, 0.1)])
+    first = one.cases[0].case
+    assert head[2].startswith(
+        "A/A control of 12 runs: 11 same, 1 slower; in one process a difference that is not there "
+        f"came out (slower at {first} (trial 1)), pooled over the device's trials none did;"
+    ), head[2]
+
+
+def test_an_aa_that_strays_pooled_over_the_trials_names_the_case_and_device():
+    plan = make_plan()
+    one, two = trial(1, SLOWER[0]), trial(2, SLOWER[1])
+    head, _ = lines(plan, [_with_aa(one, 0, 1.2, 0.1), _with_aa(two, 0, 1.3, 0.1)])
+    first = one.cases[0].case
+    assert f"; pooled over a device's trials, a difference that is not there came out: slower at {first} on " in head[2]

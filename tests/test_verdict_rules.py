@@ -78,19 +78,67 @@ def test_a_free_aa_that_measures_a_difference_is_incomplete(recorded, case_class
     ), v.reasons
 
 
-@pytest.mark.parametrize("case_class", ["faster", "slower"])
-def test_an_aa_control_that_comes_out_faster_or_slower_makes_the_verdict_incomplete(recorded, case_class):
-    """The base timed against itself must come out unchanged; a difference in either direction
-    means the timer does not resolve the case, whatever the candidate measured."""
+def _aa(stats, pct: float, sd: float = 0.002, case_class: str = "same"):
+    """An A/A control's statistics: block log-ratios with mean log(1 + pct/100) and SD `sd`."""
+    import math
+
+    mean = math.log1p(pct / 100.0)
+    half = 2.1 * sd / math.sqrt(stats.blocks)
+    return stats.model_copy(
+        update={
+            "log_mean": mean,
+            "log_sd": sd,
+            "ratio": math.exp(mean),
+            "ci_low": math.exp(mean - half),
+            "ci_high": math.exp(mean + half),
+            "delta_pct": pct,
+            "case_class": case_class,
+        }
+    )
+
+
+@pytest.mark.parametrize("pct, case_class", [(-1.5, "faster"), (1.5, "slower")])
+def test_an_aa_control_faster_or_slower_pooled_over_the_trials_makes_the_verdict_incomplete(recorded, pct, case_class):
+    """The base timed against itself must come out unchanged, judged as the change is (pooled over
+    the device's processes): a difference in either direction means the timer does not resolve
+    the case, whatever the candidate measured."""
     plan, trials = recorded
     case = trials[1].cases[3]
-    aa = case.stats.model_copy(update={"case_class": case_class, "delta_pct": 1.5})
-    v = verdict(plan, [trials[0], _with_case(trials[1], 3, aa=aa)])
+    both = [_with_case(t, 3, aa=_aa(t.cases[3].stats, pct, case_class=case_class)) for t in trials[:2]]
+    v = verdict(plan, both)
     assert v.status == "incomplete"
+    device = f"{trials[1].provenance.device.name} ({trials[1].provenance.device.uuid[:12]})"
+    [line] = [r for r in v.reasons if "A/A control came out" in r]
+    assert line.startswith(f"{case.case} on ") and f"A/A control came out {case_class} ({pct:+.2f}%" in line
+    assert line.endswith("pooled over 2 trials (2 processes)): the timer does not resolve this case"), line
+    assert device.split(" (")[0] in line
+
+
+def test_one_process_whose_own_aa_strays_is_a_note_when_the_pooled_aa_holds(recorded):
+    """vecload on an H200: one trial's A/A at 16 Mi read −0.55 % (its interval below 1), the
+    other's −0.19 %; pooled over the two processes the A/A holds, and the verdict says both."""
+    plan, trials = recorded
+    case = trials[1].cases[3]
+    strayed = _with_case(trials[1], 3, aa=_aa(case.stats, -0.55, sd=0.004, case_class="faster"))
+    held = _with_case(trials[0], 3, aa=_aa(trials[0].cases[3].stats, 0.30, sd=0.004))
+    v = verdict(plan, [held, strayed])
+    assert v.status == "qualified", v.reasons
     assert (
-        f"trial {trials[1].index}, {case.case}: A/A control came out {case_class} (+1.50%): "
-        "the timer does not resolve this case"
+        f"trial {trials[1].index}, {case.case}: this process's own A/A control read faster (-0.55%); "
+        "the A/A is judged pooled over the device's trials, as the change is"
     ) in v.reasons
+
+
+def test_a_device_with_one_trial_judges_the_aa_of_that_trial(recorded):
+    plan, trials = recorded
+    case = trials[0].cases[3]
+    one = _with_case(trials[0], 3, aa=_aa(case.stats, 1.5, case_class="slower"))
+    v = verdict(plan, [one])
+    assert any(
+        r.startswith(f"{case.case} on ")
+        and "A/A control came out slower (+1.50%, pooled over 1 trial (1 process))" in r
+        for r in v.reasons
+    ), v.reasons
 
 
 @pytest.mark.parametrize("case_class", ["same", "cant_tell"])

@@ -32,7 +32,7 @@ from qualify.evaluate.headline_text import headline_lines as headline_lines
 from qualify.evaluate.headline_text import reason_lines as reason_lines
 from qualify.evaluate.pooled import pool
 from qualify.evaluate.throughput import case_rates
-from qualify.evaluate.verdict import device_label, fidelity_passes, free_aa
+from qualify.evaluate.verdict import aa_pooled, device_label, fidelity_passes, free_aa
 from qualify.evaluate.why import case_causes
 from qualify.plan.model import ARM_SIDES, Plan
 from qualify.plan.resolve import case_id
@@ -250,6 +250,9 @@ def checks(plan: Plan, results: Results) -> Checks:
         aa_declared=plan.controls.aa,
         aa_runs=aa_runs,
         aa_resolved=tuple(aa_resolved),
+        aa_pooled_resolved=tuple(
+            f"{p.case_class} at {cid} on {device}" for device, cid, p, _ in aa_pooled(results.trials)
+        ),
         aa_classes=tuple(sorted(aa_classes.items(), key=lambda kv: -kv[1])),
         negative_declared=len(plan.controls.negative),
         negative_runs=neg_runs,

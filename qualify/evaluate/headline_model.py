@@ -71,6 +71,8 @@ class Checks:
     aa_declared: bool
     aa_runs: int
     aa_resolved: tuple[str, ...]  # "slower at T=512 (trial 1)": the timer saw a difference that is not there
+    # "slower at T=512 on NVIDIA H200 (GPU-…)": the same, pooled over a device's trials (what the verdict judges)
+    aa_pooled_resolved: tuple[str, ...]
     negative_declared: int
     negative_runs: int
     negative_missed: tuple[str, ...]  # "flip at T=512 (trial 1)"

@@ -125,10 +125,15 @@ def checks_sentence(c: Checks, esc: Escape) -> str:
             parts.append("A/A control not run")
         else:
             counts = ", ".join(f"{n} {_AA_CLASS.get(cls, cls)}" for cls, n in c.aa_classes)
-            if c.aa_resolved:
+            if c.aa_pooled_resolved:
                 parts.append(
-                    f"A/A control of {c.aa_runs} runs: {counts}; a difference that is not there came out: "
-                    f"{_cases(c.aa_resolved, esc)}"
+                    f"A/A control of {c.aa_runs} runs: {counts}; pooled over a device's trials, a difference "
+                    f"that is not there came out: {_cases(c.aa_pooled_resolved, esc)}"
+                )
+            elif c.aa_resolved:
+                parts.append(
+                    f"A/A control of {c.aa_runs} runs: {counts}; in one process a difference that is not there "
+                    f"came out ({_cases(c.aa_resolved, esc)}), pooled over the device's trials none did"
                 )
             else:
                 parts.append(f"A/A control of {c.aa_runs} runs: {counts}; none came out faster or slower")

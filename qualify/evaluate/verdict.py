@@ -311,6 +311,30 @@ def _case_problems(plan: Plan, trial: Trial, case: CaseTrial) -> list[str]:
     return problems
 
 
+def aa_pooled(trials: list[Trial]) -> list[tuple[str, str, PooledStats, int]]:
+    """(device, case, pooled statistics, trials) of each A/A control (the base against itself) that
+    comes out faster or slower pooled over a device's complete trials, as the change is judged:
+    the timer does not resolve that case.
+
+    Judged per trial, five cases in two processes make ten A/A tests per run, and one of them
+    strays beyond the ±0.5 % band now and then (2 of 7 vecload runs on H200s, each one trial at one
+    case, by −0.53 % and −0.55 %). A bias of one process becomes the pooled interval's spread
+    between processes, so the verdict's own interval is the one the A/A must hold to; each
+    process's own reading is kept as a note."""
+    out = []
+    for device, dtrials in by_device(trials).items():
+        found: dict[str, list] = defaultdict(list)
+        for t in dtrials:
+            for c in t.cases:
+                if c.aa is not None:
+                    found[c.case].append(c.aa)
+        for cid, stats in found.items():
+            p = pool(stats)
+            if p.case_class in ("faster", "slower"):
+                out.append((device, cid, p, len(stats)))
+    return out
+
+
 def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
     failed: list[str] = []  # the candidate failed a criterion
     unsure: list[str] = []  # the evidence cannot decide
@@ -353,10 +377,10 @@ def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
                     f"{c.stats.case_class} ({c.stats.delta_pct:+.2f}%): the timer does not resolve "
                     "this case"
                 )
-            if c.aa is not None and c.aa.case_class in ("faster", "slower"):
-                unsure.append(
-                    f"trial {t.index}, {c.case}: A/A control came out {c.aa.case_class} "
-                    f"({c.aa.delta_pct:+.2f}%): the timer does not resolve this case"
+            if c.aa is not None and c.aa.case_class in ("faster", "slower") and t.status == "complete":
+                notes.append(
+                    f"trial {t.index}, {c.case}: this process's own A/A control read {c.aa.case_class} "
+                    f"({c.aa.delta_pct:+.2f}%); the A/A is judged pooled over the device's trials, as the change is"
                 )
             # the second timer: the event windows cannot be trusted where CUPTI saw otherwise
             for side, timers in c.kernels.timers.items() if c.kernels is not None else ():
@@ -384,6 +408,11 @@ def verdict(plan: Plan, trials: list[Trial]) -> Verdict:
     for device, count in devices.items():
         if count < plan.schedule.trials:
             unsure.append(f"{device}: {count} of {plan.schedule.trials} planned trials complete")
+    unsure.extend(
+        f"{cid} on {device}: A/A control came out {p.case_class} ({p.delta_pct:+.2f}%, {pooled_text(n)}): "
+        "the timer does not resolve this case"
+        for device, cid, p, n in aa_pooled(trials)
+    )
     unsure.extend(undecided)
     # a rate above the DRAM peak: the candidate's result cannot stand; the base's says the timer errs
     for side, reason in impossible_reasons(plan, by_device(trials)):
