@@ -357,3 +357,16 @@ def test_a_trial_on_a_device_the_plan_does_not_list_leaves_the_verdict_incomplet
     label = f"{first.provenance.device.name} ({first.provenance.device.uuid[:12]})"
     assert f"trial {first.index} ran on {label}, a device the plan does not list" in v.reasons
     assert not any("does not list" in r for r in verdict(plan, trials).reasons)
+
+
+def test_a_failed_trials_stray_aa_is_neither_judged_nor_noted(recorded):
+    """A trial that did not complete is not evidence of the timer either way: its A/A reading is
+    neither pooled nor noted (the trial's own status is the reason)."""
+    plan, trials = recorded
+    case = trials[1].cases[3]
+    failed = _with_case(trials[1], 3, aa=_aa(case.stats, -2.0, case_class="faster")).model_copy(
+        update={"status": "failed"}
+    )
+    v = verdict(plan, [trials[0], failed])
+    assert not [r for r in v.reasons if "A/A" in r], v.reasons
+    assert f"trial {trials[1].index} on " in " ".join(v.reasons)
