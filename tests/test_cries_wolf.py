@@ -29,7 +29,7 @@ RETIRED = ("the two timers disagree at", "timers disagree at")  # trace version 
 
 
 def kind(reason: str, cases: list[str]) -> str:
-    text = re.sub(r"^trial \d+: ", "", reason)
+    text = re.sub(r"^trial \d+[:,] ", "", reason)
     for case in sorted(cases, key=len, reverse=True):
         text = text.replace(case, "<case>")
     return re.sub(r"[-+]?\d+(?:[.,]\d+)*", "#", text)
@@ -46,7 +46,7 @@ def crying_wolf(results: dict) -> list[str]:
     for reason in results["verdict"]["reasons"]:
         if old and reason.split(": ", 1)[-1].startswith(RETIRED):
             continue
-        trial = re.match(r"trial (\d+): ", reason)
+        trial = re.match(r"trial (\d+)[:,] ", reason)  # "trial 1: …" and "trial 3, COLS=4096: …" name one trial
         at = [c for c in cases if c in reason]
         where = {(int(trial.group(1)), c) for c in at} if trial else {p for p in pairs if p[1] in at}
         fired[kind(reason, cases)] |= where & pairs
@@ -92,6 +92,24 @@ def test_the_guard_finds_a_kind_at_half_the_cases_and_passes_a_rarer_one():
 def test_a_reason_without_a_trial_counts_at_that_case_in_every_trial():
     reasons = [f"gate g missed at {c} on dev (pooled over 2 trials)" for c in ("N=1048576", "N=4194304")]
     assert len(crying_wolf(_results(reasons))) == 1  # two cases x two trials: half the pairs
+
+
+def test_a_reason_naming_one_trial_and_its_case_counts_at_that_pair_alone():
+    """ "trial 2, N=4194304: …" (the verdict's wording for one process at one case) is one pair,
+    not that case in every trial: two of them are 2 of 8, never half."""
+    notes = [
+        f"trial {t}, {c}: this process's own A/A control read slower (+0.84%)"
+        for t, c in ((1, "N=1048576"), (2, "N=4194304"))
+    ]
+    assert crying_wolf(_results(notes)) == []
+    every = [
+        f"trial {t}, {c}: this process's own A/A control read slower (+0.84%)"
+        for t in (1, 2)
+        for c in ("N=1048576", "N=4194304", "N=16777216", "N=67108864")
+    ]
+    assert crying_wolf(_results(every)) == [
+        '"<case>: this process\'s own A/A control read slower (#%)" at 8 of 8 cases'
+    ]
 
 
 def test_records_that_did_not_qualify_may_say_one_thing_everywhere():
