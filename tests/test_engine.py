@@ -125,6 +125,37 @@ def test_one_placement_draws_no_spacer_and_keeps_one_flush_buffer(tmp_path):
     assert not any(k.endswith(("/placement", "/half")) for k in arrays)
 
 
+def test_two_placements_are_recorded_per_sample(tmp_path):
+    """The smallest pool that rotates (two placements) records each sample's placement, as six do."""
+    from qualify.results import samples
+
+    plan = small_plan()
+    plan["schedule"] |= {"blocks": 2, "placement": {"count": 2}}
+    loaded = frozen(tmp_path, plan)
+    trial = run_trial(loaded, fake(), tmp_path)
+    assert trial.status == "complete"
+    arrays = samples.load(tmp_path / "record" / trial.samples_file)
+    for case in trial.cases:
+        assert case.placements["used"] == 2
+        assert sorted({int(p) for p in arrays[f"{case.case}/base/placement"]}) == [0, 1]
+
+
+def test_samples_are_batched_from_the_warm_ups_median_not_their_mean():
+    """One slow warm-up (a cold first launch) lifts the mean past BATCH_MIN_NS; the median stays
+    below it, and the case is timed one sample per blocking kernel."""
+    import numpy as np
+
+    from qualify.results.samples import key
+    from qualify.run.stages.timing import BATCH_MIN_NS, batch_size
+
+    short = np.array([0.5, 0.5, 0.5, 0.5, 10.0]) * BATCH_MIN_NS  # median 0.5x, mean 2.4x
+    arrays = {key("N=1", side, "warmup_ns"): short for side in ("base", "candidate")}
+    assert batch_size(arrays, "N=1", 10, 1) == 1
+    long = np.array([1.0, 1.0, 1.0, 0.0, 0.0]) * BATCH_MIN_NS  # median at the bound, mean below it
+    arrays = {key("N=1", side, "warmup_ns"): long for side in ("base", "candidate")}
+    assert batch_size(arrays, "N=1", 10, 1) == 10
+
+
 def test_each_arms_warm_ups_are_kept_under_its_case_and_side(tmp_path):
     from qualify.results import samples
 

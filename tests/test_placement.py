@@ -372,3 +372,16 @@ def test_a_shared_buffer_gets_each_arms_input_unless_it_is_the_same_array():
         for p in range(2):
             got = dev.download(pool.buffers(p, "candidate")["x"]).view(np.float32)
             assert np.array_equal(got, other["candidate"]["x"])
+
+
+def test_a_pools_facts_cannot_be_changed_after_they_are_drawn():
+    """The placements a record states are the ones the blocks ran on: the layout, each buffer's
+    place and the pool's facts are frozen once drawn."""
+    import dataclasses
+
+    with PlacementPool(Recording(), ARMS, inputs(), 2, np.random.default_rng(0)) as pool:
+        facts = pool.facts
+    layout = facts.placements[1]
+    for obj, field in ((facts, "used"), (layout, "spacer_bytes"), (layout.buffers[0], "offset_bytes")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(obj, field, 0)
