@@ -275,9 +275,8 @@ def test_more_trials_only_while_a_timed_case_is_underpowered_and_the_budget_has_
     plan = Plan.model_validate({**PLAN, "budget": {**PLAN["budget"], "max_trials": 4}})  # 2 planned
     two = SimpleNamespace(trials=[_trial("GPU-a"), _trial("GPU-a")])
     why = more_trials(plan, two, [_blind("N=1", 3.0), _blind("N=2", None)])
-    assert (
-        why
-        == "added by qualify gate: after 2 trial(s), N=1 resolves 3.00%, not the 2% the gate must see (and 1 more case(s))"
+    assert why == (
+        "added by qualify gate: after 2 trial(s), N=1 resolves 3.00%, not the 2% the gate must see (and 1 more case(s))"
     )
     assert "N=2 no interval" in more_trials(plan, two, [_blind("N=2", None)])
     # every case resolves what the gate must see; an identical-code case was never timed

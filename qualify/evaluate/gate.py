@@ -13,7 +13,8 @@ its class. Once the plan's trials are complete, the gate adds trial processes, o
 a timed case stays underpowered and budget.max_trials has room (`more_trials`); each added trial is
 a trial of the record, with its reason. The rule reads the interval's width alone, never where it
 lies: a gate that added trials until a change looked significant would raise its own false-alarm
-rate (optional stopping), where one that adds them until it can see detect_pct does not. Identical machine code with identical launches is its own class and needs no timing.
+rate (optional stopping), where one that adds them until it can see detect_pct does not.
+Identical machine code with identical launches is its own class and needs no timing.
 The bytes are their own finding: identical in every trial, different within the plan's fidelity
 bound, or beyond it (a fidelity failure the trial recorded).
 

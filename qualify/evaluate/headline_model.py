@@ -80,10 +80,8 @@ class Checks:
     sanitizer_tools: tuple[str, ...]
     sanitizer_bad: tuple[str, ...]  # "memcheck at T=512 (candidate): findings"
     sanitizer_not_run: int
-    negative_declared_outcomes: bool = False
-    aa_classes: tuple[
-        tuple[str, int], ...
-    ] = ()  # (class, runs) of the A/A, most frequent first  # judged against declarations (a golden): missed = not as declared
+    negative_declared_outcomes: bool = False  # judged against declarations (a golden): missed = not as declared
+    aa_classes: tuple[tuple[str, int], ...] = ()  # (class, runs) of the A/A, most frequent first
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@
 load (with the isolated preflight and the sanitizer's checks alongside, all done before anything
 is timed), the floor, then each case through set-up, fidelity, controls, the fidelity gate,
 timing and trace, and the trial file last, however the trial ended — complete, failed or
-interrupted — so evidence already gathered is never lost. The stages return what they found; this module keeps it in the trial's `Evidence`
-and turns a located fault into the trial's failure.
+interrupted — so evidence already gathered is never lost. The stages return what they found;
+this module keeps it in the trial's `Evidence` and turns a located fault into the trial's failure.
 """
 
 from __future__ import annotations
