@@ -21,6 +21,7 @@ from qualify.plan.model import ARM_SIDES, Fidelity, Plan, SpeedGate
 from qualify.plan.resolve import case_id
 from qualify.results.model import (
     BufferParity,
+    CaseStats,
     CaseTrial,
     GateResult,
     PooledStats,
@@ -323,7 +324,7 @@ def aa_pooled(trials: list[Trial]) -> list[tuple[str, str, PooledStats, int]]:
     process's own reading is kept as a note."""
     out = []
     for device, dtrials in by_device(trials).items():
-        found: dict[str, list] = defaultdict(list)
+        found: dict[str, list[CaseStats]] = defaultdict(list)
         for t in dtrials:
             for c in t.cases:
                 if c.aa is not None:
