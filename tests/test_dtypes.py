@@ -162,3 +162,26 @@ def test_bf16_rounds_to_nearest_even_and_keeps_nan():
 def test_the_leaf_loads_without_numpy():
     code = "import sys, qualify.dtypes, qualify.plan.model; sys.exit('numpy' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "dtype, top",
+    [
+        ("f16", 65504.0),
+        ("bf16", 3.3895313892515355e38),
+        ("f8e4m3", 448.0),
+        ("f8e5m2", 57344.0),
+        ("f6e2m3", 7.5),
+        ("f6e3m2", 28.0),
+        ("f4e2m1", 6.0),
+    ],
+)
+def test_the_largest_finite_value_of_each_float(dtype, top):
+    assert dtypes.largest_finite(dtype) == top
+
+
+@pytest.mark.parametrize("dtype", ["f16", "f8e4m3", "f6e2m3", "f6e3m2", "f4e2m1"])
+def test_saturate_clamps_beyond_the_largest_finite_value_of_either_sign(dtype):
+    top = dtypes.largest_finite(dtype)
+    back = dtypes.as_float64(dtypes.from_float64(np.array([1e30, -1e30, 1.0]), dtype, "saturate"), dtype)
+    assert list(back) == [top, -top, 1.0]

@@ -423,3 +423,15 @@ def test_the_wall_cap_of_a_case_counts_from_the_cases_own_start(tmp_path, monkey
     assert trial.status == "complete"
     # the cases take milliseconds: none reaches its 100 s cap, however long the trial ran before
     assert all(case.stopped["comparison"] == "block cap" for case in trial.cases)
+
+
+def test_a_case_without_both_arms_warm_ups_is_timed_one_sample_per_blocking_kernel():
+    import numpy as np
+
+    from qualify.results.samples import key
+    from qualify.run.stages.timing import BATCH_MIN_NS, batch_size
+
+    long = np.full(5, 2 * BATCH_MIN_NS)
+    assert batch_size({key("N=1", "base", "warmup_ns"): long}, "N=1", 10, 1) == 1  # the candidate's missing
+    empty = {key("N=1", "base", "warmup_ns"): long, key("N=1", "candidate", "warmup_ns"): np.empty(0)}
+    assert batch_size(empty, "N=1", 10, 1) == 1
