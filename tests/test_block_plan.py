@@ -63,6 +63,9 @@ def test_no_blocks_is_an_empty_plan_and_nonsense_is_refused():
     for bad in ((-1, 1, 1), (4, 0, 1), (4, 1, 0)):
         with pytest.raises(ValueError):
             block_plan(0, 0, "c", *bad)
+    with pytest.raises(ValueError):
+        block_plan(0, -1, "c", 4, 1, 1)  # a trial index below 0
+    assert len(block_plan(0, 0, "c", 1, 1, 1)) == 1  # the smallest valid plan of each
 
 
 def test_block_halves_run_the_drawn_order():
