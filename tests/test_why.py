@@ -384,3 +384,13 @@ def test_no_kernel_moved_most_when_no_change_was_timed():
     untimed = [c.model_copy(update={"base_ns": None}) for c in timed]
     assert _moved_most(untimed) is None and _moved_most([]) is None
     assert _moved_most(timed) is not None
+
+
+def test_a_device_without_a_complete_trial_has_no_rates_and_one_complete_trial_is_enough():
+    """Rates come from complete trials alone: a device whose only trial failed gives none (and no
+    error), a device with one complete trial gives every case's."""
+    results, plan = record("vecload")
+    first = results.trials[0]
+    failed = first.model_copy(update={"status": "failed"})
+    rates = case_rates(plan, {"failed device": [failed], "one trial": [first]})
+    assert rates and {r.device for r in rates} == {"one trial"}
